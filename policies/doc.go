@@ -1,0 +1,3 @@
+// Package policies makes admission decisions: JSON Schema validation of composition
+// values, the Rego engine for CompositionPolicies and the built-in policy library.
+package policies
