@@ -1,0 +1,174 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Annotations a CompositionDefinition (and, for the first two, a composition) understands.
+const (
+	// AnnotationPaused set to "true" stops all reconciliation of the object.
+	AnnotationPaused = "krateo.io/paused"
+	// AnnotationReleaseName is the Helm release name; on a definition it is the default
+	// for compositions that carry none.
+	AnnotationReleaseName = "krateo.io/release-name"
+	// AnnotationConnectorVerbose set to "true" turns on verbose logs for this definition.
+	AnnotationConnectorVerbose = "krateo.io/connector-verbose"
+)
+
+// Condition types of a CompositionDefinition.
+const (
+	// ConditionReady is True when the generated API is served and its controller runs.
+	ConditionReady = "Ready"
+	// ConditionSynced is True when the last reconciliation succeeded.
+	ConditionSynced = "Synced"
+)
+
+// ChartInfo says where the Helm chart of a definition comes from.
+type ChartInfo struct {
+	// URL of the chart: an oci:// reference, a direct link to a .tgz archive, or the
+	// URL of a Helm repository (then repo names the chart in it).
+	// +kubebuilder:validation:MinLength=1
+	URL string `json:"url"`
+
+	// Version is the exact chart version; needed for OCI and Helm repositories.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Repo is the name of the chart inside a Helm repository.
+	// +optional
+	Repo string `json:"repo,omitempty"`
+
+	// InsecureSkipVerifyTLS skips the verification of the chart server's certificate.
+	// +optional
+	InsecureSkipVerifyTLS bool `json:"insecureSkipVerifyTLS,omitempty"`
+
+	// Credentials for a private repository or registry.
+	// +optional
+	Credentials *Credentials `json:"credentials,omitempty"`
+}
+
+// Credentials authenticate to a chart repository or registry with basic auth.
+type Credentials struct {
+	// Username for basic auth.
+	// +kubebuilder:validation:MinLength=1
+	Username string `json:"username"`
+
+	// PasswordRef points at the key of a Secret that holds the password or token.
+	PasswordRef SecretKeySelector `json:"passwordRef"`
+}
+
+// SecretKeySelector selects one key of a Secret.
+type SecretKeySelector struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+
+	// Key inside the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// CompositionDefinitionSpec is the desired state of a CompositionDefinition.
+type CompositionDefinitionSpec struct {
+	// Chart is the Helm chart whose values.schema.json becomes the generated API.
+	Chart ChartInfo `json:"chart"`
+}
+
+// VersionInfo describes one version of the generated CRD.
+type VersionInfo struct {
+	// Version is the CRD version name, e.g. v1-1-5.
+	Version string `json:"version"`
+	// Served is true when the API server serves this version.
+	Served bool `json:"served"`
+	// Stored is true when objects are stored through this version.
+	Stored bool `json:"stored"`
+	// Chart is the chart version this CRD version was generated from.
+	// +optional
+	Chart string `json:"chart,omitempty"`
+}
+
+// Managed describes the API generated for a definition.
+type Managed struct {
+	// Group of the generated CRD.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Kind of the generated CRD.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// VersionInfo lists the versions of the generated CRD.
+	// +optional
+	// +listType=map
+	// +listMapKey=version
+	VersionInfo []VersionInfo `json:"versionInfo,omitempty"`
+}
+
+// CompositionDefinitionStatus is the observed state of a CompositionDefinition.
+type CompositionDefinitionStatus struct {
+	// Conditions Ready and Synced.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// APIVersion of the generated API, e.g. composition.krateo.io/v1-1-5.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+
+	// Kind of the generated API.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+
+	// Resource is the plural resource name of the generated API.
+	// +optional
+	Resource string `json:"resource,omitempty"`
+
+	// PackageURL is the URL the chart archive was downloaded from.
+	// +optional
+	PackageURL string `json:"packageUrl,omitempty"`
+
+	// Digest of the chart archive.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+
+	// Managed describes the generated CRD.
+	// +optional
+	Managed Managed `json:"managed,omitempty"`
+}
+
+// CompositionDefinition turns a Helm chart into a Kubernetes API: a CRD generated from
+// the chart's values.schema.json and a controller that installs one Helm release per
+// object of that API.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories={krateo,compositions},shortName=compdef
+// +kubebuilder:printcolumn:name="READY",type="string",JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="SYNCED",type="string",JSONPath=".status.conditions[?(@.type=='Synced')].status"
+// +kubebuilder:printcolumn:name="AGE",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="API VERSION",type="string",JSONPath=".status.apiVersion",priority=1
+// +kubebuilder:printcolumn:name="KIND",type="string",JSONPath=".status.kind",priority=1
+// +kubebuilder:printcolumn:name="PACKAGE URL",type="string",JSONPath=".status.packageUrl",priority=1
+type CompositionDefinition struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   CompositionDefinitionSpec   `json:"spec"`
+	Status CompositionDefinitionStatus `json:"status,omitempty"`
+}
+
+// CompositionDefinitionList is a list of CompositionDefinitions.
+//
+// +kubebuilder:object:root=true
+type CompositionDefinitionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CompositionDefinition `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CompositionDefinition{}, &CompositionDefinitionList{})
+}

@@ -1,0 +1,150 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/compositor-dev/compositor/api/crds"
+)
+
+// DevOptions configure `compositor dev`: a local control plane with Compositor in it.
+type DevOptions struct {
+	// Kubeconfig is where the admin kubeconfig of the local control plane is written.
+	Kubeconfig string
+	// ControlPlaneDir holds the etcd and kube-apiserver binaries.
+	ControlPlaneDir string
+	// Serve configures the Compositor that runs against the control plane.
+	Serve ServeOptions
+}
+
+// controlPlaneBinaries are the programs `compositor dev` starts.
+var controlPlaneBinaries = []string{"etcd", "kube-apiserver"}
+
+// ErrControlPlaneMissing means the etcd or kube-apiserver binary was not found.
+var ErrControlPlaneMissing = errors.New("control plane binaries not found")
+
+func newDevCommand() *cobra.Command {
+	opts := &DevOptions{Serve: *NewServeOptions()}
+	// Local defaults: loopback only, and out of the way of a cluster's usual ports.
+	opts.Serve.HealthProbeAddr = "127.0.0.1:18081"
+	opts.Serve.MetricsAddr = "0"
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local control plane with Compositor in it, until interrupted",
+		Long: `dev starts etcd and kube-apiserver from the control plane directory (built by
+'make control-plane'), installs Compositor's CRDs, writes an admin kubeconfig and runs
+Compositor against it until Ctrl-C, then stops everything it started.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Serve.complete(cmd.Flags()); err != nil {
+				return err
+			}
+			return RunDev(cmd.Context(), cmd.OutOrStdout(), opts)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", filepath.Join(".compositor", "kubeconfig"), "Where to write the admin kubeconfig of the local control plane")
+	fs.StringVar(&opts.ControlPlaneDir, "control-plane-dir", defaultControlPlaneDir(), "Directory with the etcd and kube-apiserver binaries (env KUBEBUILDER_ASSETS)")
+	opts.Serve.AddFlags(fs)
+	return cmd
+}
+
+func defaultControlPlaneDir() string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join("bin", "k8s")
+}
+
+// checkControlPlane reports which control plane binaries are missing from dir.
+func checkControlPlane(dir string) error {
+	var missing []string
+	for _, name := range controlPlaneBinaries {
+		if info, err := os.Stat(filepath.Join(dir, name)); err != nil || info.IsDir() {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w in %s (missing %s): run `make control-plane` first, or point --control-plane-dir at them",
+			ErrControlPlaneMissing, dir, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// RunDev starts the local control plane, writes its kubeconfig, runs Compositor against
+// it and stops everything when ctx is done.
+func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
+	if err := checkControlPlane(opts.ControlPlaneDir); err != nil {
+		return err
+	}
+	ownCRDs, err := crds.All()
+	if err != nil {
+		return err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: opts.ControlPlaneDir,
+		CRDs:                  ownCRDs,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("starting the local control plane: %w", err)
+	}
+	defer func() {
+		if stopErr := env.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stopping the local control plane: %w", stopErr))
+		}
+	}()
+
+	kubeconfig, err := writeAdminKubeconfig(env, opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	printWelcome(out, kubeconfig)
+	return RunServe(ctx, rest.CopyConfig(cfg), &opts.Serve)
+}
+
+// writeAdminKubeconfig provisions a cluster-admin user and writes its kubeconfig to
+// path, returning the absolute path.
+func writeAdminKubeconfig(env *envtest.Environment, path string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "compositor-dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("provisioning the admin user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("building the admin kubeconfig: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return "", fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if err := os.WriteFile(abs, data, 0o600); err != nil {
+		return "", fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return abs, nil
+}
+
+func printWelcome(out io.Writer, kubeconfig string) {
+	fmt.Fprintf(out, `Compositor is running on a local control plane. In another shell:
+
+export KUBECONFIG=%s
+
+kubectl get crd
+kubectl explain compositiondefinition.spec.chart
+kubectl get compositiondefinitions -A -o wide
+
+Press Ctrl-C to stop; nothing keeps running.
+`, kubeconfig)
+}

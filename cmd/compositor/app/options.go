@@ -1,0 +1,115 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// ServeOptions configure `compositor serve`: the manager that runs the webhooks and the
+// definition reconciler.
+type ServeOptions struct {
+	// Debug turns on development logging.
+	Debug bool
+	// Sync is the resync period: every object is reconciled at least this often.
+	Sync time.Duration
+	// Poll is how often charts are checked for changes behind an unchanged version.
+	Poll time.Duration
+	// MaxReconcileRate is the most reconciliations per second per controller.
+	MaxReconcileRate int
+	// LeaderElection makes replicas elect one leader to run the reconcilers.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the leader election lease; empty means the
+	// namespace Compositor runs in.
+	LeaderElectionNamespace string
+	// RegistryConfigPath is Helm's registry config file with OCI credentials; empty
+	// means Helm's default.
+	RegistryConfigPath string
+	// HealthProbeAddr serves /healthz and /readyz; "0" turns them off.
+	HealthProbeAddr string
+	// MetricsAddr serves /metrics; "0" turns metrics off.
+	MetricsAddr string
+}
+
+// envFlags maps flags to the environment variables that set them when the flag is not
+// given on the command line. The names are those of the Krateo core-provider.
+var envFlags = map[string]string{
+	"debug":                     "CORE_PROVIDER_DEBUG",
+	"sync":                      "CORE_PROVIDER_SYNC",
+	"poll":                      "CORE_PROVIDER_POLL_INTERVAL",
+	"max-reconcile-rate":        "CORE_PROVIDER_MAX_RECONCILE_RATE",
+	"leader-election":           "CORE_PROVIDER_LEADER_ELECTION",
+	"helm-registry-config-path": "HELM_REGISTRY_CONFIG_PATH",
+}
+
+// NewServeOptions returns the defaults of `compositor serve`.
+func NewServeOptions() *ServeOptions {
+	return &ServeOptions{
+		Sync:             time.Hour,
+		Poll:             5 * time.Minute,
+		MaxReconcileRate: 3,
+		HealthProbeAddr:  ":8081",
+		MetricsAddr:      ":8080",
+	}
+}
+
+// AddFlags registers the serve flags on fs, with the current values of o as defaults.
+func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVarP(&o.Debug, "debug", "d", o.Debug, "Development logging (env CORE_PROVIDER_DEBUG)")
+	fs.DurationVarP(&o.Sync, "sync", "s", o.Sync, "Resync period of every reconciled object (env CORE_PROVIDER_SYNC)")
+	fs.DurationVar(&o.Poll, "poll", o.Poll, "How often charts are checked for changes (env CORE_PROVIDER_POLL_INTERVAL)")
+	fs.IntVar(&o.MaxReconcileRate, "max-reconcile-rate", o.MaxReconcileRate, "Most reconciliations per second per controller (env CORE_PROVIDER_MAX_RECONCILE_RATE)")
+	fs.BoolVarP(&o.LeaderElection, "leader-election", "l", o.LeaderElection, "Elect a leader among replicas (env CORE_PROVIDER_LEADER_ELECTION)")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease (default: the namespace Compositor runs in)")
+	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
+	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, `Address of /healthz and /readyz ("0" turns them off)`)
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
+}
+
+// applyEnv sets every flag of fs that was not given on the command line from its
+// environment variable, if that is set. Flags win over the environment. Values are
+// parsed by the flag itself, so the environment accepts exactly what the flag does.
+func applyEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		env, ok := envFlags[f.Name]
+		if !ok || f.Changed {
+			return
+		}
+		value, set := lookup(env)
+		if !set {
+			return
+		}
+		if err := f.Value.Set(value); err != nil {
+			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", env, value, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Validate reports every option that is out of range.
+func (o *ServeOptions) Validate() error {
+	var errs []error
+	if o.Sync <= 0 {
+		errs = append(errs, fmt.Errorf("--sync must be positive, got %s", o.Sync))
+	}
+	if o.Poll <= 0 {
+		errs = append(errs, fmt.Errorf("--poll must be positive, got %s", o.Poll))
+	}
+	if o.MaxReconcileRate < 1 {
+		errs = append(errs, fmt.Errorf("--max-reconcile-rate must be at least 1, got %d", o.MaxReconcileRate))
+	}
+	return errors.Join(errs...)
+}
+
+// complete reads the environment into the flags that were not given and validates the
+// result. Commands call it before running.
+func (o *ServeOptions) complete(fs *pflag.FlagSet) error {
+	if err := applyEnv(fs, os.LookupEnv); err != nil {
+		return err
+	}
+	return o.Validate()
+}

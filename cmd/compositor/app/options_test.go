@@ -1,0 +1,118 @@
+package app
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parse registers the serve flags, parses args and applies env as `compositor serve`
+// does.
+func parse(t *testing.T, args []string, env map[string]string) (*ServeOptions, error) {
+	t.Helper()
+	opts := NewServeOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	require.NoError(t, fs.Parse(args))
+	lookup := func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
+	}
+	if err := applyEnv(fs, lookup); err != nil {
+		return opts, err
+	}
+	return opts, opts.Validate()
+}
+
+func TestServeOptionsDefaults(t *testing.T) {
+	opts, err := parse(t, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, &ServeOptions{
+		Sync:             time.Hour,
+		Poll:             5 * time.Minute,
+		MaxReconcileRate: 3,
+		HealthProbeAddr:  ":8081",
+		MetricsAddr:      ":8080",
+	}, opts)
+}
+
+func TestServeOptionsFromEnvironment(t *testing.T) {
+	opts, err := parse(t, nil, map[string]string{
+		"CORE_PROVIDER_DEBUG":              "true",
+		"CORE_PROVIDER_SYNC":               "30m",
+		"CORE_PROVIDER_POLL_INTERVAL":      "90s",
+		"CORE_PROVIDER_MAX_RECONCILE_RATE": "7",
+		"CORE_PROVIDER_LEADER_ELECTION":    "true",
+		"HELM_REGISTRY_CONFIG_PATH":        "/etc/helm/registry.json",
+	})
+	require.NoError(t, err)
+	assert.True(t, opts.Debug)
+	assert.Equal(t, 30*time.Minute, opts.Sync)
+	assert.Equal(t, 90*time.Second, opts.Poll)
+	assert.Equal(t, 7, opts.MaxReconcileRate)
+	assert.True(t, opts.LeaderElection)
+	assert.Equal(t, "/etc/helm/registry.json", opts.RegistryConfigPath)
+}
+
+func TestServeFlagsWinOverEnvironment(t *testing.T) {
+	opts, err := parse(t,
+		[]string{"-d=false", "-s", "10m", "--poll=1m", "--max-reconcile-rate", "1", "-l=false", "--helm-registry-config-path", "/flag.json"},
+		map[string]string{
+			"CORE_PROVIDER_DEBUG":              "true",
+			"CORE_PROVIDER_SYNC":               "30m",
+			"CORE_PROVIDER_POLL_INTERVAL":      "90s",
+			"CORE_PROVIDER_MAX_RECONCILE_RATE": "7",
+			"CORE_PROVIDER_LEADER_ELECTION":    "true",
+			"HELM_REGISTRY_CONFIG_PATH":        "/env.json",
+		})
+	require.NoError(t, err)
+	assert.False(t, opts.Debug)
+	assert.Equal(t, 10*time.Minute, opts.Sync)
+	assert.Equal(t, time.Minute, opts.Poll)
+	assert.Equal(t, 1, opts.MaxReconcileRate)
+	assert.False(t, opts.LeaderElection)
+	assert.Equal(t, "/flag.json", opts.RegistryConfigPath)
+}
+
+func TestServeOptionsRejectBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr []string
+	}{
+		{
+			name:    "unparsable environment names the variable",
+			env:     map[string]string{"CORE_PROVIDER_SYNC": "hourly", "CORE_PROVIDER_LEADER_ELECTION": "maybe"},
+			wantErr: []string{`CORE_PROVIDER_SYNC="hourly"`, `CORE_PROVIDER_LEADER_ELECTION="maybe"`},
+		},
+		{
+			name:    "out of range values name the flag",
+			args:    []string{"--sync=0s", "--max-reconcile-rate=0"},
+			wantErr: []string{"--sync must be positive", "--max-reconcile-rate must be at least 1"},
+		},
+		{
+			name:    "out of range environment is validated too",
+			env:     map[string]string{"CORE_PROVIDER_POLL_INTERVAL": "-5m"},
+			wantErr: []string{"--poll must be positive"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.args, tc.env)
+			require.Error(t, err)
+			for _, want := range tc.wantErr {
+				assert.Contains(t, err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestCheckControlPlaneNamesTheFix(t *testing.T) {
+	err := checkControlPlane(t.TempDir())
+	require.ErrorIs(t, err, ErrControlPlaneMissing)
+	assert.Contains(t, err.Error(), "make control-plane")
+	assert.Contains(t, err.Error(), "etcd, kube-apiserver")
+}
