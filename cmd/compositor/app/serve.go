@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -14,8 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api"
 )
 
 // leaderElectionID names the lease that replicas of Compositor compete for.
@@ -42,26 +39,11 @@ func newServeCommand() *cobra.Command {
 	return cmd
 }
 
-// Scheme holds every API type Compositor reads or writes through typed clients.
-func Scheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme,
-		corev1alpha1.AddToScheme,
-		policyv1alpha1.AddToScheme,
-	} {
-		if err := add(scheme); err != nil {
-			return nil, err
-		}
-	}
-	return scheme, nil
-}
-
 // RunServe starts the manager against cfg and blocks until ctx is done.
 func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(opts.Debug)))
 
-	scheme, err := Scheme()
+	scheme, err := api.NewScheme()
 	if err != nil {
 		return err
 	}

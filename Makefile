@@ -1,0 +1,91 @@
+# Compositor's build. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# The sum database does not know k8s.io/kubernetes and some staging modules; the
+# committed go.sum files still verify every download.
+export GONOSUMDB := k8s.io,sigs.k8s.io
+
+BIN := $(CURDIR)/bin
+K8S := $(BIN)/k8s
+CONTROLLER_GEN := $(BIN)/controller-gen
+TOOLS := test/tools
+
+# Each tool is rebuilt only when its module's pins change: the stamp's name carries a
+# hash of the module's go.mod and go.sum.
+pins = $(shell cat $(TOOLS)/$(1)/go.mod $(TOOLS)/$(1)/go.sum | sha256sum | cut -c1-12)
+KUBE_STAMP := $(K8S)/.kube-$(call pins,kube)
+ETCD_STAMP := $(K8S)/.etcd-$(call pins,etcd)
+HELM_STAMP := $(K8S)/.helm-$(call pins,helm)
+CODEGEN_STAMP := $(BIN)/.controller-gen-$(call pins,codegen)
+
+GO_TEST_FLAGS ?= -race -count=1 -timeout 60m
+FUZZTIME ?= 1m
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/compositor
+	go build -o $(BIN)/compositor ./cmd/compositor
+
+.PHONY: generate
+generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crds
+
+.PHONY: verify
+verify: $(CODEGEN_STAMP) ## Fail if generated files, formatting or go.mod files are stale
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	tar --exclude=./bin --exclude=./.git --exclude=./.compositor -cf - . | tar -C "$$tmp" -xf -; \
+	$(MAKE) -s -C "$$tmp" generate BIN=$(BIN) CODEGEN_STAMP=$(CODEGEN_STAMP) >/dev/null; \
+	diff -ru api "$$tmp/api" || { echo "generated files are stale: run 'make generate'"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt"; exit 1; }
+	go mod tidy -diff
+	for m in $(TOOLS)/*/; do (cd $$m && go mod tidy -diff); done
+
+.PHONY: control-plane
+control-plane: $(KUBE_STAMP) $(ETCD_STAMP) $(HELM_STAMP) ## Build etcd, kube-apiserver, kubectl and helm into bin/k8s
+
+$(KUBE_STAMP):
+	@echo "Building kube-apiserver and kubectl (the first build takes about 5 minutes)"
+	cd $(TOOLS)/kube && go build -o $(K8S)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	rm -f $(K8S)/.kube-* && touch $@
+
+$(ETCD_STAMP):
+	@echo "Building etcd (the first build takes about a minute)"
+	cd $(TOOLS)/etcd && go build -o $(K8S)/etcd go.etcd.io/etcd/server/v3
+	rm -f $(K8S)/.etcd-* && touch $@
+
+$(HELM_STAMP):
+	@echo "Building helm (the first build takes about a minute)"
+	cd $(TOOLS)/helm && go build -o $(K8S)/helm helm.sh/helm/v3/cmd/helm
+	rm -f $(K8S)/.helm-* && touch $@
+
+$(CODEGEN_STAMP):
+	cd $(TOOLS)/codegen && go build -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+	rm -f $(BIN)/.controller-gen-* && touch $@
+
+.PHONY: test
+test: control-plane ## Vet, then run unit, integration and e2e tests with the race detector
+	go vet ./...
+	KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 1m)
+	for pkg in $$(go list ./...); do \
+	  for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: dev
+dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
+	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)
+
+.PHONY: clean
+clean: ## Remove bin/ and .compositor/
+	rm -rf $(BIN) .compositor
