@@ -1,0 +1,175 @@
+package chartsource_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/compositor-dev/compositor/generators/chartsource"
+)
+
+func TestCheckArchive(t *testing.T) {
+	ok := tarGz(t,
+		entry{name: "pax_global_header", typeflag: tar.TypeXGlobalHeader},
+		entry{name: "app/", typeflag: tar.TypeDir},
+		entry{name: "app/Chart.yaml", body: chartYAML},
+		entry{name: "app/templates/x.yaml", body: []byte("kind: ConfigMap")},
+	)
+	var defaultBomb []entry
+	for i := range 21 { // 21 × 5 MiB: each file within its limit, the sum over 100 MiB
+		defaultBomb = append(defaultBomb, entry{name: fmt.Sprintf("app/f%d", i), size: chartsource.DefaultMaxFileBytes})
+	}
+	var trailing bytes.Buffer // a valid tar followed by 2 MiB of zeros inside the gzip stream
+	{
+		zw := gzip.NewWriter(&trailing)
+		tw := tar.NewWriter(zw)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "app/Chart.yaml", Size: int64(len(chartYAML)), Mode: 0o644}))
+		_, err := tw.Write(chartYAML)
+		require.NoError(t, err)
+		require.NoError(t, tw.Close())
+		_, err = zw.Write(make([]byte, 2<<20))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+	}
+
+	cases := []struct {
+		name    string
+		archive []byte
+		limits  chartsource.Limits
+		want    error
+	}{
+		{name: "a real chart", archive: tinyChart(t, "app", "1.0.0")},
+		{name: "dirs and a pax global header", archive: ok},
+		{name: "compressed size", archive: ok, limits: chartsource.Limits{MaxArchiveBytes: int64(len(ok) - 1)}, want: chartsource.ErrArchiveTooLarge},
+		{name: "exact compressed size", archive: ok, limits: chartsource.Limits{MaxArchiveBytes: int64(len(ok))}},
+		{name: "bomb under default limits", archive: tarGz(t, defaultBomb...), want: chartsource.ErrArchiveTooLarge},
+		{name: "one file over the per-file limit", archive: tarGz(t, entry{name: "app/big", size: 2048}), limits: chartsource.Limits{MaxFileBytes: 2047}, want: chartsource.ErrArchiveTooLarge},
+		{name: "data after the tar end counts", archive: trailing.Bytes(), limits: chartsource.Limits{MaxUncompressedBytes: 1 << 20}, want: chartsource.ErrArchiveTooLarge},
+		{name: "file count", archive: ok, limits: chartsource.Limits{MaxFiles: 3}, want: chartsource.ErrTooManyFiles},
+		{name: "dot-dot", archive: tarGz(t, entry{name: "app/../x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "leading dot-dot", archive: tarGz(t, entry{name: "../x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "backslash dot-dot", archive: tarGz(t, entry{name: `app\..\..\x`, body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "absolute", archive: tarGz(t, entry{name: "/app/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "drive letter", archive: tarGz(t, entry{name: "C:/app/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "drive after the chart dir", archive: tarGz(t, entry{name: "app/c:/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
+		{name: "symlink", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeSymlink, linkname: "../../x"}), want: chartsource.ErrUnsafeArchive},
+		{name: "hard link", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeLink, linkname: "app/Chart.yaml"}), want: chartsource.ErrUnsafeArchive},
+		{name: "fifo", archive: tarGz(t, entry{name: "app/p", typeflag: tar.TypeFifo}), want: chartsource.ErrUnsafeArchive},
+		{name: "char device", archive: tarGz(t, entry{name: "app/d", typeflag: tar.TypeChar}), want: chartsource.ErrUnsafeArchive},
+		{name: "not gzip", archive: []byte("PK\x03\x04 a zip"), want: chartsource.ErrUnsafeArchive},
+		{name: "truncated", archive: ok[:len(ok)/2], want: chartsource.ErrUnsafeArchive},
+		{name: "empty", archive: nil, want: chartsource.ErrUnsafeArchive},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := chartsource.CheckArchive(bytes.NewReader(tc.archive), tc.limits)
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+}
+
+func TestCheckArchiveReadsAtMostTheLimit(t *testing.T) {
+	r := &countingReader{r: io.MultiReader(bytes.NewReader(tinyChart(t, "app", "1.0.0")), zeros{})}
+	err := chartsource.CheckArchive(r, chartsource.Limits{MaxArchiveBytes: 64 << 10})
+	require.Error(t, err)
+	assert.LessOrEqual(t, r.n, int64(64<<10+1))
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func TestCheckAddress(t *testing.T) {
+	blocked := []string{
+		"169.254.169.254:80", "169.254.0.1:443", "[fe80::1]:443", "[fe80::1%eth0]:443",
+		"[::ffff:169.254.169.254]:80", "[64:ff9b::a9fe:a9fe]:80", "[fd00:ec2::254]:80",
+		"0.0.0.0:80", "0.1.2.3:80", "[::]:443", "224.0.0.1:80", "[ff02::1]:80", "255.255.255.255:80",
+		"not-an-ip:80",
+	}
+	for _, a := range blocked {
+		assert.ErrorIs(t, chartsource.CheckAddress("tcp", a), chartsource.ErrBlockedAddress, a)
+	}
+	allowed := []string{"127.0.0.1:8080", "[::1]:443", "10.0.0.7:443", "192.168.1.2:80", "8.8.8.8:443", "[2001:db8::1]:443", "172.16.0.1"}
+	for _, a := range allowed {
+		assert.NoError(t, chartsource.CheckAddress("tcp", a), a)
+	}
+}
+
+// FuzzCheckArchive checks that CheckArchive never panics and that whatever it accepts
+// really is within the limits: only regular files and directories, no escaping paths,
+// at most MaxFiles entries and MaxUncompressedBytes of content.
+func FuzzCheckArchive(f *testing.F) {
+	f.Add(tinyChart(f, "app", "1.0.0"))
+	f.Add(tarGz(f, entry{name: "app/Chart.yaml", body: chartYAML}, entry{name: "app/../x", body: []byte("x")}))
+	f.Add(tarGz(f, entry{name: "app/l", typeflag: tar.TypeSymlink, linkname: "/etc/passwd"}))
+	f.Add(tarGz(f, entry{name: "app/big", size: 64 << 10}))
+	f.Add(tarGz(f, entry{name: "pax_global_header", typeflag: tar.TypeXGlobalHeader}, entry{name: "app/", typeflag: tar.TypeDir}))
+	f.Add([]byte{0x1f, 0x8b, 0x08, 0x00})
+	f.Add([]byte{})
+
+	lim := chartsource.Limits{MaxArchiveBytes: 1 << 20, MaxUncompressedBytes: 32 << 10, MaxFileBytes: 16 << 10, MaxFiles: 16}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := chartsource.CheckArchive(bytes.NewReader(data), lim)
+		if err != nil {
+			if !errors.Is(err, chartsource.ErrUnsafeArchive) && !errors.Is(err, chartsource.ErrArchiveTooLarge) &&
+				!errors.Is(err, chartsource.ErrTooManyFiles) {
+				t.Fatalf("error matches no sentinel: %v", err)
+			}
+			return
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("accepted, but not gzip: %v", err)
+		}
+		tr := tar.NewReader(zr)
+		var entries int
+		var total int64
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("accepted, but the tar does not read: %v", err)
+			}
+			entries++
+			switch hdr.Typeflag {
+			case tar.TypeReg, tar.TypeDir, tar.TypeXGlobalHeader:
+			default:
+				t.Fatalf("accepted entry %q of type %q", hdr.Name, hdr.Typeflag)
+			}
+			name := strings.ReplaceAll(hdr.Name, `\`, "/")
+			if strings.HasPrefix(name, "/") || strings.Contains("/"+name+"/", "/../") {
+				t.Fatalf("accepted escaping path %q", hdr.Name)
+			}
+			n, _ := io.Copy(io.Discard, tr)
+			total += n
+		}
+		if entries > lim.MaxFiles || total > lim.MaxUncompressedBytes {
+			t.Fatalf("accepted %d entries, %d bytes", entries, total)
+		}
+	})
+}

@@ -1,0 +1,44 @@
+// Package chartsource fetches Helm charts for CompositionDefinitions (SPEC §3.1, §6.1):
+// from a Helm repository (index.yaml), from an OCI registry through Helm's registry
+// client, or from a direct .tgz URL. Archives land in a content-addressed on-disk cache
+// keyed by their sha256 digest, so a resync does not download them again.
+//
+// A chart URL comes from a user's manifest, so everything here treats it as hostile.
+//
+// # Network policy (no SSRF)
+//
+//   - Schemes: https and oci anywhere; plain http only to loopback (127.0.0.0/8, ::1,
+//     localhost); an OCI registry on loopback may answer plain HTTP. Anything else
+//     (file, ftp, gopher, ...) fails with ErrUnsupportedURL before any connection.
+//     Credentials inside a URL (user:pass@host) are refused; they belong in
+//     spec.chart.credentials.
+//   - Every connection, including redirects, token endpoints named by a registry and
+//     archive URLs named by an index, is dialled through a Control hook (Options.DialGuard,
+//     CheckAddress by default) that refuses link-local addresses (169.254.0.0/16 with the
+//     cloud metadata endpoint, fe80::/10), unspecified, "this network" (0.0.0.0/8),
+//     broadcast and multicast addresses, the NAT64 and IPv4-mapped forms of those, and
+//     the AWS IPv6 metadata address. The hook sees the resolved IP, so DNS names that
+//     point at those ranges are refused too (ErrBlockedAddress). Private ranges stay
+//     allowed: in-cluster chart repositories are common.
+//   - Redirects are bounded (Options.MaxRedirects) and every hop passes the same checks;
+//     the Authorization header is dropped when a redirect changes host, port or scheme.
+//   - No proxy from the environment: a proxy would hide the real destination from the
+//     dial guard.
+//
+// # Archive limits
+//
+// Before an archive reaches Helm's loader, CheckArchive reads it once as a stream and
+// refuses it when it breaks Limits: compressed size, uncompressed size (actual bytes,
+// not the sizes the headers claim), per-file size, number of entries, paths that are
+// absolute or climb with "..", and any entry that is not a regular file or directory
+// (symlinks, hard links, devices, FIFOs). Helm's loader keeps its own limits (100 MiB
+// total, 5 MiB per file): raising Limits above those has no effect.
+//
+// # Cache and credentials
+//
+// A Helm repository's index and an OCI manifest are fetched on every Fetch with the
+// caller's credentials, so a cached archive is only served to a caller that could read
+// its source. A direct URL has nothing to check first: its URL→digest memo is kept on
+// disk for anonymous URLs and only in memory (keyed by an HMAC with a per-process key)
+// when credentials are involved, so credentials never reach the disk.
+package chartsource
