@@ -1,6 +1,7 @@
 package chartserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -121,7 +122,7 @@ func StartRegistry(opts RegistryOptions) (*Registry, error) {
 // <Host>/<repoPath>/<chart name>:<chart version> and returns the chart's oci:// URL
 // without the tag (what spec.chart.url holds), e.g. oci://127.0.0.1:41234/charts/app.
 func (r *Registry) Push(archive []byte, repoPath string) (string, error) {
-	ch, err := loader.LoadArchive(strings.NewReader(string(archive)))
+	ch, err := loader.LoadArchive(bytes.NewReader(archive))
 	if err != nil {
 		return "", fmt.Errorf("reading chart to push: %w", err)
 	}
