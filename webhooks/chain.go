@@ -1,0 +1,114 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Request is an admission request with its objects decoded. Object is nil on DELETE,
+// OldObject is nil on CREATE.
+type Request struct {
+	admission.Request
+	Object    *unstructured.Unstructured
+	OldObject *unstructured.Unstructured
+}
+
+// Check inspects one aspect of a request. It returns every violation it finds, with
+// field paths, and warnings for the caller; it never stops at the first problem.
+type Check interface {
+	Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings)
+}
+
+// CheckFunc adapts a function to a Check.
+type CheckFunc func(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings)
+
+// Check calls f.
+func (f CheckFunc) Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	return f(ctx, req)
+}
+
+var _ Check = CheckFunc(nil)
+
+// Chain runs every check and collects all their violations and warnings.
+type Chain []Check
+
+// Run returns the errors and warnings of every check in order.
+func (c Chain) Run(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	var errs field.ErrorList
+	var warnings admission.Warnings
+	for _, check := range c {
+		e, w := check.Check(ctx, req)
+		errs = append(errs, e...)
+		warnings = append(warnings, w...)
+	}
+	return errs, warnings
+}
+
+// decode turns an admission request into a Request. Its error is a response to return
+// as it is: the request was malformed.
+func decode(req admission.Request) (*Request, *admission.Response) {
+	if req.UID == "" || req.Kind.Kind == "" || req.Operation == "" {
+		resp := admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview has no request, or its request lacks uid, kind or operation"))
+		return nil, &resp
+	}
+	r := &Request{Request: req}
+	var err error
+	if r.Object, err = decodeObject("object", req.Object.Raw); err == nil {
+		r.OldObject, err = decodeObject("oldObject", req.OldObject.Raw)
+	}
+	if err != nil {
+		resp := admission.Errored(http.StatusBadRequest, err)
+		return nil, &resp
+	}
+	switch {
+	case r.Object == nil && req.Operation != admissionv1.Delete:
+		err = fmt.Errorf("request.object is required for %s", req.Operation)
+	case r.OldObject == nil && req.Operation != admissionv1.Create && req.Operation != admissionv1.Connect:
+		err = fmt.Errorf("request.oldObject is required for %s", req.Operation)
+	}
+	if err != nil {
+		resp := admission.Errored(http.StatusBadRequest, err)
+		return nil, &resp
+	}
+	return r, nil
+}
+
+func decodeObject(name string, raw []byte) (*unstructured.Unstructured, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(raw, &obj.Object); err != nil {
+		return nil, fmt.Errorf("request.%s is not a JSON object: %w", name, err)
+	}
+	if obj.Object == nil {
+		return nil, nil // a JSON null
+	}
+	return obj, nil
+}
+
+// respond turns the outcome of a chain into an admission response: allowed with the
+// warnings when there are no errors, else denied as 422 Invalid with every error.
+func respond(req *Request, errs field.ErrorList, warnings admission.Warnings) admission.Response {
+	if len(errs) == 0 {
+		return admission.Allowed("").WithWarnings(warnings...)
+	}
+	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
+	invalid := apierrors.NewInvalid(gk, req.Name, errs)
+	return admission.Response{
+		AdmissionResponse: admissionv1.AdmissionResponse{
+			Allowed: false,
+			Result:   &invalid.ErrStatus,
+			Warnings: warnings,
+		},
+	}
+}

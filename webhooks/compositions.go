@@ -1,0 +1,202 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+)
+
+// CompositionGroup is the API group of every generated composition kind.
+const CompositionGroup = "composition.krateo.io"
+
+// LabelCompositionVersion names the served version a composition was last written
+// through; it selects which version's controller owns the composition.
+const LabelCompositionVersion = "krateo.io/composition-version"
+
+var (
+	releaseNamePath = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationReleaseName)
+	pausedPath      = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationPaused)
+)
+
+// defaultComposition sets the release name, the pause annotation and the version label
+// of a composition being created or updated. It never touches spec: Helm merges the
+// chart's defaults at render time.
+func defaultComposition(ctx context.Context, definitions client.Reader, req *Request) error {
+	obj := req.Object
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if annotations[corev1alpha1.AnnotationReleaseName] == "" {
+		name, err := defaultReleaseName(ctx, definitions, req)
+		if err != nil {
+			return err
+		}
+		if name != "" {
+			annotations[corev1alpha1.AnnotationReleaseName] = name
+		}
+	}
+	if _, ok := annotations[corev1alpha1.AnnotationPaused]; !ok {
+		annotations[corev1alpha1.AnnotationPaused] = "false"
+	}
+	obj.SetAnnotations(annotations)
+
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelCompositionVersion] = req.Kind.Version
+	obj.SetLabels(labels)
+	return nil
+}
+
+// defaultReleaseName is the release name an object without one gets: the one it had
+// (an update cannot drop it), else its definition's krateo.io/release-name, else its
+// own name. It is empty when none is known yet (metadata.generateName on create).
+func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
+	if req.OldObject != nil {
+		if name := req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; name != "" {
+			return name, nil
+		}
+	}
+	def, err := owningDefinition(ctx, definitions, req.Kind)
+	if err != nil {
+		return "", err
+	}
+	if def != nil {
+		if name := def.Annotations[corev1alpha1.AnnotationReleaseName]; name != "" {
+			return name, nil
+		}
+	}
+	return req.Object.GetName(), nil
+}
+
+// owningDefinition finds the CompositionDefinition that serves gvk, or nil. When
+// several do, the first by namespace and name wins, so the answer is stable.
+func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind) (*corev1alpha1.CompositionDefinition, error) {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := definitions.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
+	}
+	apiVersion := schema.GroupVersion{Group: gvk.Group, Version: gvk.Version}.String()
+	var owners []*corev1alpha1.CompositionDefinition
+	for i := range list.Items {
+		def := &list.Items[i]
+		if def.Status.APIVersion == apiVersion && def.Status.Kind == gvk.Kind {
+			owners = append(owners, def)
+		}
+	}
+	if len(owners) == 0 {
+		return nil, nil
+	}
+	sort.Slice(owners, func(i, j int) bool {
+		return client.ObjectKeyFromObject(owners[i]).String() < client.ObjectKeyFromObject(owners[j]).String()
+	})
+	return owners[0], nil
+}
+
+// compositionChecks are the validations every composition write goes through.
+func compositionChecks(reader client.Reader) Chain {
+	return Chain{
+		CheckFunc(checkReleaseName),
+		CheckFunc(checkPaused),
+		uniqueReleaseName{reader: reader},
+		CheckFunc(warnPausedDeletion),
+	}
+}
+
+// checkReleaseName requires a valid Helm release name, which never changes once set.
+func checkReleaseName(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil {
+		return nil, nil
+	}
+	name, ok := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	var errs field.ErrorList
+	switch {
+	case !ok || name == "":
+		errs = append(errs, field.Required(releaseNamePath, "set it explicitly when metadata.generateName is used"))
+	default:
+		if err := chartutil.ValidateReleaseName(name); err != nil {
+			errs = append(errs, field.Invalid(releaseNamePath, name, "must be a valid Helm release name: lower case letters, digits, '-' and '.', at most 53 characters"))
+		}
+	}
+	if req.OldObject != nil {
+		if old := req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; old != "" && name != old {
+			errs = append(errs, field.Invalid(releaseNamePath, name, fmt.Sprintf("field is immutable: the Helm release is %q", old)))
+		}
+	}
+	return errs, nil
+}
+
+// checkPaused accepts only "true" and "false" as the pause annotation.
+func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil {
+		return nil, nil
+	}
+	value, ok := req.Object.GetAnnotations()[corev1alpha1.AnnotationPaused]
+	if !ok || value == "true" || value == "false" {
+		return nil, nil
+	}
+	return field.ErrorList{field.NotSupported(pausedPath, value, []string{"true", "false"})}, nil
+}
+
+// uniqueReleaseName refuses a release name that another composition of the same kind
+// in the same namespace already uses: two objects would fight over one Helm release.
+type uniqueReleaseName struct {
+	// reader must read from the API server, not a cache, so that a composition created
+	// a moment ago is seen.
+	reader client.Reader
+}
+
+func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil {
+		return nil, nil
+	}
+	name := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	if name == "" || (req.OldObject != nil && req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName] == name) {
+		return nil, nil
+	}
+	others := &metav1.PartialObjectMetadataList{}
+	others.SetGroupVersionKind(schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind + "List"})
+	if err := u.reader.List(ctx, others, client.InNamespace(req.Namespace)); err != nil {
+		return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("listing %s to check the release name: %w", req.Kind.Kind, err))}, nil
+	}
+	for _, other := range others.Items {
+		if other.Name != req.Object.GetName() && other.Annotations[corev1alpha1.AnnotationReleaseName] == name {
+			return field.ErrorList{field.Invalid(releaseNamePath, name, fmt.Sprintf(
+				"already used by %s %s/%s: two compositions cannot share one Helm release", req.Kind.Kind, req.Namespace, other.Name))}, nil
+		}
+	}
+	return nil, nil
+}
+
+// warnPausedDeletion admits the deletion of a paused composition and says that it waits.
+func warnPausedDeletion(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Operation != admissionv1.Delete || req.OldObject == nil {
+		return nil, nil
+	}
+	if req.OldObject.GetAnnotations()[corev1alpha1.AnnotationPaused] != "true" {
+		return nil, nil
+	}
+	return nil, admission.Warnings{fmt.Sprintf("%s %s/%s is paused: its deletion waits until %s is \"false\"",
+		req.Kind.Kind, req.Namespace, req.OldObject.GetName(), corev1alpha1.AnnotationPaused)}
+}
+
+// unsupportedKind answers a request for a group Compositor does not serve.
+func unsupportedKind(kind metav1.GroupVersionKind) admission.Response {
+	return admission.Errored(http.StatusBadRequest, fmt.Errorf(
+		"compositor does not admit %s.%s/%s: its webhooks serve only the groups %s, %s and %s",
+		kind.Kind, kind.Group, kind.Version, CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup))
+}

@@ -1,0 +1,178 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+)
+
+// ConfigurationName names both webhook configurations Compositor installs.
+const ConfigurationName = "compositor"
+
+// fieldManager owns what Compositor applies.
+const fieldManager = "compositor"
+
+// Endpoint says how the API server reaches the webhook server: through a Service in a
+// cluster, or at a URL (the local control plane of `compositor dev`).
+type Endpoint struct {
+	// Service is the webhook Service; its Path is ignored.
+	Service *admissionregistrationv1.ServiceReference
+	// URL is the base URL of the webhook server, e.g. https://127.0.0.1:9443.
+	URL string
+}
+
+// ConfigurationOptions shape the webhook configurations.
+type ConfigurationOptions struct {
+	Endpoint Endpoint
+	// CABundle is the PEM bundle the API server verifies the server with; empty when
+	// cert-manager's cainjector fills it in (see Annotations).
+	CABundle []byte
+	// TimeoutSeconds the API server waits for an answer.
+	TimeoutSeconds int32
+	// Annotations go on both configurations, e.g. cert-manager.io/inject-ca-from.
+	Annotations map[string]string
+}
+
+// Configurations returns the mutating and validating webhook configurations. Their
+// rules cover Compositor's own groups only, so an outage of Compositor can never block
+// core Kubernetes objects; the mutating webhook covers only compositions, the one
+// kind it changes.
+func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	mutateClient, err := opts.clientConfig(MutatePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	validateClient, err := opts.clientConfig(ValidatePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	write := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	meta := metav1.ObjectMeta{Name: ConfigurationName, Annotations: opts.Annotations}
+
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: meta,
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "compositions.mutate.compositor.dev",
+			ClientConfig:            mutateClient,
+			Rules:                   rules(write, CompositionGroup),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+		}},
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: *meta.DeepCopy(),
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "validate.compositor.dev",
+			ClientConfig:            validateClient,
+			Rules:                   rules(append(write, admissionregistrationv1.Delete), CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	return mutating, validating, nil
+}
+
+func rules(ops []admissionregistrationv1.OperationType, groups ...string) []admissionregistrationv1.RuleWithOperations {
+	return []admissionregistrationv1.RuleWithOperations{{
+		Operations: ops,
+		Rule: admissionregistrationv1.Rule{
+			APIGroups:   groups,
+			APIVersions: []string{"*"},
+			// "*" is every resource but no subresource: status writes by controllers
+			// are not admitted here.
+			Resources: []string{"*"},
+			Scope:     ptr.To(admissionregistrationv1.AllScopes),
+		},
+	}}
+}
+
+func (o ConfigurationOptions) clientConfig(path string) (admissionregistrationv1.WebhookClientConfig, error) {
+	cfg := admissionregistrationv1.WebhookClientConfig{CABundle: o.CABundle}
+	switch {
+	case o.Endpoint.Service != nil && o.Endpoint.URL != "":
+		return cfg, errors.New("webhook endpoint: set a Service or a URL, not both")
+	case o.Endpoint.Service != nil:
+		svc := *o.Endpoint.Service
+		svc.Path = ptr.To(path)
+		cfg.Service = &svc
+	case o.Endpoint.URL != "":
+		base, err := url.Parse(o.Endpoint.URL)
+		if err != nil || base.Scheme != "https" || base.Host == "" {
+			return cfg, fmt.Errorf("webhook endpoint URL %q must be an https:// URL", o.Endpoint.URL)
+		}
+		cfg.URL = ptr.To(base.JoinPath(path).String())
+	default:
+		return cfg, errors.New("webhook endpoint: a Service or a URL is required")
+	}
+	return cfg, nil
+}
+
+// BundleSource knows the current CA bundle and tells when it changes; certs.Provider
+// is one.
+type BundleSource interface {
+	CABundle() []byte
+	Subscribe(fn func(bundle []byte))
+}
+
+// Install applies the webhook configurations with the current CA bundle of certs, and
+// applies them again whenever the bundle changes.
+func Install(ctx context.Context, c client.Client, certs BundleSource, opts ConfigurationOptions) error {
+	apply := func(bundle []byte) error {
+		opts := opts
+		opts.CABundle = bundle
+		mutating, validating, err := Configurations(opts)
+		if err != nil {
+			return err
+		}
+		for _, obj := range []client.Object{mutating, validating} {
+			if err := serverSideApply(ctx, c, obj); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := apply(certs.CABundle()); err != nil {
+		return err
+	}
+	certs.Subscribe(func(bundle []byte) {
+		if err := apply(bundle); err != nil {
+			log.FromContext(ctx).Error(err, "Updating the CA bundle of the webhook configurations")
+		}
+	})
+	return nil
+}
+
+// serverSideApply applies obj, which must carry its apiVersion and kind, as Compositor.
+func serverSideApply(ctx context.Context, c client.Client, obj client.Object) error {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting %s %s: %w", kind, obj.GetName(), err)
+	}
+	u := &unstructured.Unstructured{Object: content}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", kind, obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+)
+
+// Paths the webhook server answers on.
+const (
+	MutatePath   = "/mutate"
+	ValidatePath = "/validate"
+)
+
+// MaxRequestBytes caps a request body, as the API server caps its own requests.
+const MaxRequestBytes = 3 << 20
+
+// handlerTimeout bounds the time to read a request and answer it, so a slow or stuck
+// client cannot hold a handler forever. It is above the webhook timeout the API server
+// waits for, so a request the API server still waits on is never cut short.
+const handlerTimeout = 30 * time.Second
+
+var policyGroup = policyv1alpha1.GroupVersion.Group
+
+// Options are what the handlers need from the cluster.
+type Options struct {
+	// Cached reads CompositionDefinitions; a manager's cached client is right.
+	Cached client.Reader
+	// Live reads from the API server directly, for checks that must see writes made a
+	// moment ago.
+	Live client.Reader
+}
+
+// Register mounts the admission handlers on srv.
+func Register(srv webhook.Server, opts Options) {
+	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached}))
+	srv.Register(ValidatePath, guard(&Validator{Compositions: compositionChecks(opts.Live)}))
+}
+
+// Mutator answers /mutate: it defaults compositions and leaves Compositor's other
+// objects alone.
+type Mutator struct {
+	// Definitions reads CompositionDefinitions to find a composition's default release
+	// name.
+	Definitions client.Reader
+}
+
+var _ admission.Handler = &Mutator{}
+
+// Handle implements admission.Handler.
+func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Response {
+	req, bad := decode(ar)
+	if bad != nil {
+		return *bad
+	}
+	switch req.Kind.Group {
+	case CompositionGroup:
+	case corev1alpha1.GroupVersion.Group, policyGroup:
+		return admission.Allowed("")
+	default:
+		return unsupportedKind(req.Kind)
+	}
+	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return admission.Allowed("")
+	}
+	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	mutated, err := json.Marshal(req.Object.Object)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(ar.Object.Raw, mutated)
+}
+
+// Validator answers /validate: it runs the chain of checks of the object's kind.
+type Validator struct {
+	// Compositions checks every write to a composition.
+	Compositions Chain
+}
+
+var _ admission.Handler = &Validator{}
+
+// Handle implements admission.Handler.
+func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.Response {
+	req, bad := decode(ar)
+	if bad != nil {
+		return *bad
+	}
+	var checks Chain
+	switch req.Kind.Group {
+	case CompositionGroup:
+		checks = v.Compositions
+	case corev1alpha1.GroupVersion.Group, policyGroup:
+	default:
+		return unsupportedKind(req.Kind)
+	}
+	errs, warnings := checks.Run(ctx, req)
+	return respond(req, errs, warnings)
+}
+
+// reviewServer is the HTTP side of an admission webhook: it reads and decodes one
+// admission.k8s.io/v1 AdmissionReview, hands its request to the webhook and encodes the
+// answer. A body that is not such a review gets a 4xx status and a message saying why.
+type reviewServer struct {
+	webhook *admission.Webhook
+}
+
+// guard wraps an admission handler in a reviewServer whose whole exchange, reading the
+// body included, is bounded in time.
+func guard(h admission.Handler) http.Handler {
+	return http.TimeoutHandler(reviewServer{webhook: &admission.Webhook{Handler: h}}, handlerTimeout,
+		"the admission request took too long to read or answer")
+}
+
+func (s reviewServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	review, status, err := readReview(w, r)
+	if err != nil {
+		writeReview(w, status, admission.Errored(int32(status), err).AdmissionResponse)
+		return
+	}
+	resp := s.webhook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
+	writeReview(w, http.StatusOK, resp.AdmissionResponse)
+}
+
+// readReview reads the AdmissionReview of r, or says which status refuses it and why.
+func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
+	if r.ContentLength > MaxRequestBytes {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is %d bytes; the limit is %d", r.ContentLength, MaxRequestBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is over the limit of %d bytes", MaxRequestBytes)
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
+	}
+	if len(body) == 0 {
+		return nil, http.StatusBadRequest, errors.New("the request body is empty")
+	}
+	if mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mediaType != "application/json" {
+		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not supported; send application/json", r.Header.Get("Content-Type"))
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
+	}
+	if gvk := review.GroupVersionKind(); gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
+		return nil, http.StatusBadRequest, fmt.Errorf("expected an AdmissionReview of %s, got apiVersion %q kind %q",
+			admissionv1.SchemeGroupVersion, review.APIVersion, review.Kind)
+	}
+	if review.Request == nil {
+		return nil, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
+	}
+	return review, http.StatusOK, nil
+}
+
+func writeReview(w http.ResponseWriter, status int, resp admissionv1.AdmissionResponse) {
+	review := admissionv1.AdmissionReview{Response: &resp}
+	review.SetGroupVersionKind(admissionv1.SchemeGroupVersion.WithKind("AdmissionReview"))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(review)
+}

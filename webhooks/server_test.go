@@ -1,0 +1,220 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// noObjects is a reader of an empty cluster. Handlers need a reader to be built; the
+// tests here stop before any read, or only need "nothing else exists".
+type noObjects struct{ client.Reader }
+
+func (noObjects) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+func handlers() map[string]http.Handler {
+	return map[string]http.Handler{
+		MutatePath:   guard(&Mutator{Definitions: noObjects{}}),
+		ValidatePath: guard(&Validator{Compositions: compositionChecks(noObjects{})}),
+	}
+}
+
+// post sends body to the handler of path and decodes the AdmissionReview it answers.
+func post(t testing.TB, path string, body []byte, contentType string) (int, *admissionv1.AdmissionReview) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+	r.Header.Set("Content-Type", contentType)
+	w := httptest.NewRecorder()
+	handlers()[path].ServeHTTP(w, r)
+	review := &admissionv1.AdmissionReview{}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), review), "the answer is not an AdmissionReview: %s", w.Body.String())
+	require.NotNil(t, review.Response, "the answer has no response: %s", w.Body.String())
+	return w.Code, review
+}
+
+func review(t testing.TB, req map[string]any) []byte {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})
+	require.NoError(t, err)
+	return body
+}
+
+func compositionRequest(op string, object, oldObject map[string]any) map[string]any {
+	req := map[string]any{
+		"uid":       "b0d7b6e4-2b1a-4a9e-9d5e-0c5a1d2e3f40",
+		"kind":      map[string]any{"group": CompositionGroup, "version": "v1-1-5", "kind": "FireworksApp"},
+		"resource":  map[string]any{"group": CompositionGroup, "version": "v1-1-5", "resource": "fireworksapps"},
+		"name":      "demo",
+		"namespace": "default",
+		"operation": op,
+		"userInfo":  map[string]any{"username": "alice"},
+	}
+	if object != nil {
+		req["object"] = object
+	}
+	if oldObject != nil {
+		req["oldObject"] = oldObject
+	}
+	return req
+}
+
+func composition(annotations map[string]any) map[string]any {
+	metadata := map[string]any{"name": "demo", "namespace": "default"}
+	if annotations != nil {
+		metadata["annotations"] = annotations
+	}
+	return map[string]any{
+		"apiVersion": CompositionGroup + "/v1-1-5",
+		"kind":       "FireworksApp",
+		"metadata":   metadata,
+		"spec":       map[string]any{"replicaCount": 2},
+	}
+}
+
+func TestBadInputGetsAClearRefusal(t *testing.T) {
+	unknownKind := compositionRequest("CREATE", map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "x"}}, nil)
+	unknownKind["kind"] = map[string]any{"group": "apps", "version": "v1", "kind": "Deployment"}
+	noObject := compositionRequest("CREATE", nil, nil)
+	notAnObject := compositionRequest("UPDATE", nil, nil)
+	notAnObject["object"] = []any{1, 2}
+	notAnObject["oldObject"] = composition(nil)
+
+	for _, tc := range []struct {
+		name        string
+		body        []byte
+		contentType string
+		wantHTTP    int
+		wantCode    int32
+		wantMessage string
+	}{
+		{"malformed JSON", []byte(`{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {`), "application/json", http.StatusBadRequest, http.StatusBadRequest, "the body is not an AdmissionReview: unexpected end of JSON input"},
+		{"empty body", nil, "application/json", http.StatusBadRequest, http.StatusBadRequest, "the request body is empty"},
+		{"review without request", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), "application/json", http.StatusBadRequest, http.StatusBadRequest, "the AdmissionReview has no request"},
+		{"request without uid and kind", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`), "application/json", http.StatusOK, http.StatusBadRequest, "its request lacks uid, kind or operation"},
+		{"wrong apiVersion", []byte(`{"apiVersion":"admission.k8s.io/v9","kind":"AdmissionReview","request":{"uid":"x"}}`), "application/json", http.StatusBadRequest, http.StatusBadRequest, `got apiVersion "admission.k8s.io/v9"`},
+		{"not a review", []byte(`{"apiVersion":"v1","kind":"Pod"}`), "application/json", http.StatusBadRequest, http.StatusBadRequest, `expected an AdmissionReview of admission.k8s.io/v1, got apiVersion "v1" kind "Pod"`},
+		{"wrong content type", review(t, compositionRequest("CREATE", composition(nil), nil)), "text/plain", http.StatusUnsupportedMediaType, http.StatusUnsupportedMediaType, `content type "text/plain" is not supported`},
+		{"body over the cap", bytes.Repeat([]byte(" "), MaxRequestBytes+1), "application/json", http.StatusRequestEntityTooLarge, http.StatusRequestEntityTooLarge, "the limit is 3145728"},
+		{"unknown kind", review(t, unknownKind), "application/json", http.StatusOK, http.StatusBadRequest, "compositor does not admit Deployment.apps/v1"},
+		{"create without object", review(t, noObject), "application/json", http.StatusOK, http.StatusBadRequest, "request.object is required for CREATE"},
+		{"object that is not an object", review(t, notAnObject), "application/json", http.StatusOK, http.StatusBadRequest, "request.object is not a JSON object"},
+	} {
+		for _, path := range []string{MutatePath, ValidatePath} {
+			t.Run(tc.name+path, func(t *testing.T) {
+				code, review := post(t, path, tc.body, tc.contentType)
+				assert.Equal(t, tc.wantHTTP, code)
+				assert.False(t, review.Response.Allowed)
+				require.NotNil(t, review.Response.Result)
+				assert.Equal(t, tc.wantCode, review.Response.Result.Code)
+				assert.Contains(t, review.Response.Result.Message, tc.wantMessage)
+			})
+		}
+	}
+}
+
+func TestMutateDefaultsAComposition(t *testing.T) {
+	_, resp := post(t, MutatePath, review(t, compositionRequest("CREATE", composition(nil), nil)), "application/json")
+	require.True(t, resp.Response.Allowed, "%v", resp.Response.Result)
+	var patch []map[string]any
+	require.NoError(t, json.Unmarshal(resp.Response.Patch, &patch))
+	assert.ElementsMatch(t, []map[string]any{
+		{"op": "add", "path": "/metadata/annotations", "value": map[string]any{
+			"krateo.io/release-name": "demo",
+			"krateo.io/paused":       "false",
+		}},
+		{"op": "add", "path": "/metadata/labels", "value": map[string]any{
+			"krateo.io/composition-version": "v1-1-5",
+		}},
+	}, patch, "only metadata is defaulted, never spec")
+}
+
+func TestMutateKeepsTheReleaseNameOfAnUpdate(t *testing.T) {
+	old := composition(map[string]any{"krateo.io/release-name": "original", "krateo.io/paused": "true"})
+	_, resp := post(t, MutatePath, review(t, compositionRequest("UPDATE", composition(nil), old)), "application/json")
+	require.True(t, resp.Response.Allowed)
+	assert.Contains(t, string(resp.Response.Patch), `"krateo.io/release-name":"original"`)
+	assert.Contains(t, string(resp.Response.Patch), `"krateo.io/paused":"false"`, "an absent pause annotation defaults to false")
+}
+
+func TestValidateCollectsEveryViolation(t *testing.T) {
+	old := composition(map[string]any{"krateo.io/release-name": "original", "krateo.io/paused": "false"})
+	changed := composition(map[string]any{"krateo.io/release-name": "Not_Valid", "krateo.io/paused": "yes"})
+	_, resp := post(t, ValidatePath, review(t, compositionRequest("UPDATE", changed, old)), "application/json")
+	require.False(t, resp.Response.Allowed)
+	result := resp.Response.Result
+	assert.Equal(t, int32(http.StatusUnprocessableEntity), result.Code)
+	assert.Equal(t, "Invalid", string(result.Reason))
+	for _, want := range []string{
+		`metadata.annotations[krateo.io/release-name]: Invalid value: "Not_Valid": must be a valid Helm release name`,
+		`metadata.annotations[krateo.io/release-name]: Invalid value: "Not_Valid": field is immutable: the Helm release is "original"`,
+		`metadata.annotations[krateo.io/paused]: Unsupported value: "yes": supported values: "true", "false"`,
+	} {
+		assert.Contains(t, result.Message, want)
+	}
+	assert.Len(t, result.Details.Causes, 3)
+}
+
+func TestValidateWarnsWhenAPausedCompositionIsDeleted(t *testing.T) {
+	paused := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "true"})
+	_, resp := post(t, ValidatePath, review(t, compositionRequest("DELETE", nil, paused)), "application/json")
+	require.True(t, resp.Response.Allowed)
+	require.Len(t, resp.Response.Warnings, 1)
+	assert.Equal(t, `FireworksApp default/demo is paused: its deletion waits until krateo.io/paused is "false"`, resp.Response.Warnings[0])
+
+	running := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
+	_, resp = post(t, ValidatePath, review(t, compositionRequest("DELETE", nil, running)), "application/json")
+	require.True(t, resp.Response.Allowed)
+	assert.Empty(t, resp.Response.Warnings)
+}
+
+func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
+	mutating, validating, err := Configurations(ConfigurationOptions{
+		Endpoint:       Endpoint{URL: "https://127.0.0.1:9443"},
+		CABundle:       []byte("bundle"),
+		TimeoutSeconds: 5,
+	})
+	require.NoError(t, err)
+
+	require.Len(t, mutating.Webhooks, 1)
+	m := mutating.Webhooks[0]
+	assert.Equal(t, "https://127.0.0.1:9443/mutate", *m.ClientConfig.URL)
+	assert.Equal(t, []string{CompositionGroup}, m.Rules[0].APIGroups)
+
+	require.Len(t, validating.Webhooks, 1)
+	v := validating.Webhooks[0]
+	assert.Equal(t, "https://127.0.0.1:9443/validate", *v.ClientConfig.URL)
+	assert.ElementsMatch(t, []string{CompositionGroup, "core.krateo.io", "policy.compositor.dev"}, v.Rules[0].APIGroups)
+	assert.Equal(t, []string{"*"}, v.Rules[0].APIVersions)
+	assert.Equal(t, []string{"*"}, v.Rules[0].Resources)
+	for _, w := range []struct {
+		failure, match, side string
+		timeout             int32
+		versions            []string
+		bundle              []byte
+	}{
+		{string(*m.FailurePolicy), string(*m.MatchPolicy), string(*m.SideEffects), *m.TimeoutSeconds, m.AdmissionReviewVersions, m.ClientConfig.CABundle},
+		{string(*v.FailurePolicy), string(*v.MatchPolicy), string(*v.SideEffects), *v.TimeoutSeconds, v.AdmissionReviewVersions, v.ClientConfig.CABundle},
+	} {
+		assert.Equal(t, "Fail", w.failure)
+		assert.Equal(t, "Equivalent", w.match)
+		assert.Equal(t, "None", w.side)
+		assert.Equal(t, int32(5), w.timeout)
+		assert.Equal(t, []string{"v1"}, w.versions)
+		assert.Equal(t, []byte("bundle"), w.bundle)
+	}
+
+	svc := &admissionregistrationv1.ServiceReference{Namespace: "compositor-system", Name: "compositor"}
+	for _, bad := range []Endpoint{{}, {URL: "http://127.0.0.1:9443"}, {URL: "https://x", Service: svc}} {
+		_, _, err := Configurations(ConfigurationOptions{Endpoint: bad})
+		assert.Error(t, err, "%+v", bad)
+	}
+}
