@@ -76,7 +76,7 @@ func ServiceDNSNames(service, namespace string) []string {
 
 // ErrInvalidOptions is wrapped by the errors of NewBuiltin and NewCertManager about
 // their options.
-var ErrInvalidOptions = errors.New("invalid certificate options")
+var ErrInvalidOptions = errors.New("certs: invalid certificate options")
 
 func (o BuiltinOptions) withDefaults() (BuiltinOptions, error) {
 	if o.SecretName == "" {
