@@ -137,12 +137,23 @@ func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
 	}
 	assert.Equal(t, "export KUBECONFIG="+kubeconfig, line)
 
-	kubectl := exec.CommandContext(ctx, filepath.Join(controlplane.BinDir(), "kubectl"), "get", "crd", "-o", "name")
-	kubectl.Env = append(os.Environ(), strings.TrimPrefix(line, "export "))
-	out, err := kubectl.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "compositiondefinitions.core.krateo.io")
-	assert.Contains(t, string(out), "compositionpolicies.policy.compositor.dev")
+	kubectl := func(args ...string) string {
+		cmd := exec.CommandContext(ctx, filepath.Join(controlplane.BinDir(), "kubectl"), args...)
+		cmd.Env = append(os.Environ(), strings.TrimPrefix(line, "export "))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	out := kubectl("get", "crd", "-o", "name")
+	assert.Contains(t, out, "compositiondefinitions.core.krateo.io")
+	assert.Contains(t, out, "compositionpolicies.policy.compositor.dev")
+
+	// The webhooks are installed: a composition gets its defaults.
+	kubectl("apply", "-f", fixture("fireworksapps-crd.yaml"))
+	kubectl("wait", "--for", "condition=Established", "crd/fireworksapps.composition.krateo.io")
+	kubectl("apply", "-f", fixture("fireworksapp.yaml"))
+	out = kubectl("get", "fireworksapp", "demo", "-o", `jsonpath={.metadata.annotations.krateo\.io/release-name} {.metadata.annotations.krateo\.io/paused} {.metadata.labels.krateo\.io/composition-version}`)
+	assert.Equal(t, "demo false v1-1-5", out)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := http.Get("http://" + health + "/readyz")

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
@@ -34,9 +39,11 @@ var ErrControlPlaneMissing = errors.New("control plane binaries not found")
 
 func newDevCommand() *cobra.Command {
 	opts := &DevOptions{Serve: *NewServeOptions()}
-	// Local defaults: loopback only, and out of the way of a cluster's usual ports.
+	// Local defaults: loopback only, and out of the way of a cluster's usual ports. Port
+	// 0 for the webhooks means any free port.
 	opts.Serve.HealthProbeAddr = "127.0.0.1:18081"
 	opts.Serve.MetricsAddr = "0"
+	opts.Serve.WebhookAddr = "127.0.0.1:0"
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local control plane with Compositor in it, until interrupted",
@@ -108,8 +115,44 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	serve := opts.Serve
+	if serve.WebhookAddr, err = resolvePort(serve.WebhookAddr); err != nil {
+		return fmt.Errorf("--webhook-bind-address: %w", err)
+	}
+	// The API server runs on this machine, so it reaches the webhooks by address.
+	serve.WebhookURL = "https://" + serve.WebhookAddr
+	if err := createNamespace(ctx, cfg, serve.Namespace); err != nil {
+		return err
+	}
 	printWelcome(out, kubeconfig)
-	return RunServe(ctx, rest.CopyConfig(cfg), &opts.Serve)
+	return RunServe(ctx, rest.CopyConfig(cfg), &serve)
+}
+
+// resolvePort replaces port 0 in addr with a port that is free now.
+func resolvePort(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" {
+		return addr, err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// createNamespace creates Compositor's namespace, which holds its CA Secret.
+func createNamespace(ctx context.Context, cfg *rest.Config, name string) error {
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
 }
 
 // writeAdminKubeconfig provisions a cluster-admin user and writes its kubeconfig to

@@ -32,7 +32,35 @@ type ServeOptions struct {
 	HealthProbeAddr string
 	// MetricsAddr serves /metrics; "0" turns metrics off.
 	MetricsAddr string
+
+	// Namespace is the namespace Compositor runs in; it holds the CA Secret.
+	Namespace string
+	// Certs is the certificate mode: CertsBuiltin or CertsCertManager.
+	Certs string
+	// CertDir holds tls.crt, tls.key and ca.crt in cert-manager mode.
+	CertDir string
+	// CertManagerCertificate names the cert-manager Certificate whose CA cainjector
+	// injects into the webhook configurations, in cert-manager mode.
+	CertManagerCertificate string
+	// WebhookAddr is the host:port the webhook server listens on.
+	WebhookAddr string
+	// WebhookService is the Service in Namespace through which the API server reaches
+	// the webhooks; ignored when WebhookURL is set.
+	WebhookService string
+	// WebhookURL is the base https:// URL the API server reaches the webhooks at, for a
+	// webhook server outside the cluster.
+	WebhookURL string
+	// WebhookTimeout is how long the API server waits for a webhook's answer.
+	WebhookTimeout time.Duration
 }
+
+// Certificate modes.
+const (
+	// CertsBuiltin keeps a CA in a Secret and issues serving certificates from it.
+	CertsBuiltin = "builtin"
+	// CertsCertManager serves a certificate that cert-manager issued into CertDir.
+	CertsCertManager = "cert-manager"
+)
 
 // envFlags maps flags to the environment variables that set them when the flag is not
 // given on the command line. The names are those of the Krateo core-provider.
@@ -43,6 +71,7 @@ var envFlags = map[string]string{
 	"max-reconcile-rate":        "CORE_PROVIDER_MAX_RECONCILE_RATE",
 	"leader-election":           "CORE_PROVIDER_LEADER_ELECTION",
 	"helm-registry-config-path": "HELM_REGISTRY_CONFIG_PATH",
+	"namespace":                 "POD_NAMESPACE",
 }
 
 // NewServeOptions returns the defaults of `compositor serve`.
@@ -53,6 +82,14 @@ func NewServeOptions() *ServeOptions {
 		MaxReconcileRate: 3,
 		HealthProbeAddr:  ":8081",
 		MetricsAddr:      ":8080",
+
+		Namespace:              "compositor-system",
+		Certs:                  CertsBuiltin,
+		CertDir:                "/etc/compositor/certs",
+		CertManagerCertificate: "compositor-webhook",
+		WebhookAddr:            ":9443",
+		WebhookService:         "compositor-webhook",
+		WebhookTimeout:         5 * time.Second,
 	}
 }
 
@@ -67,6 +104,14 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, `Address of /healthz and /readyz ("0" turns them off)`)
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace Compositor runs in; it holds the CA Secret (env POD_NAMESPACE)")
+	fs.StringVar(&o.Certs, "certs", o.Certs, "Certificate mode: builtin (a CA in a Secret) or cert-manager")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory with tls.crt, tls.key and ca.crt in cert-manager mode")
+	fs.StringVar(&o.CertManagerCertificate, "cert-manager-certificate", o.CertManagerCertificate, "cert-manager Certificate (in --namespace) whose CA is injected into the webhook configurations")
+	fs.StringVar(&o.WebhookAddr, "webhook-bind-address", o.WebhookAddr, "Address of the webhook server (TLS)")
+	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service through which the API server reaches the webhooks")
+	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "Base https:// URL of the webhooks for a server outside the cluster; replaces --webhook-service")
+	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", o.WebhookTimeout, "How long the API server waits for a webhook (1s to 30s)")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its
@@ -101,6 +146,15 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.MaxReconcileRate < 1 {
 		errs = append(errs, fmt.Errorf("--max-reconcile-rate must be at least 1, got %d", o.MaxReconcileRate))
+	}
+	if o.Certs != CertsBuiltin && o.Certs != CertsCertManager {
+		errs = append(errs, fmt.Errorf("--certs must be %s or %s, got %q", CertsBuiltin, CertsCertManager, o.Certs))
+	}
+	if o.WebhookTimeout < time.Second || o.WebhookTimeout > 30*time.Second {
+		errs = append(errs, fmt.Errorf("--webhook-timeout must be between 1s and 30s (the API server's limits), got %s", o.WebhookTimeout))
+	}
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace must not be empty"))
 	}
 	return errors.Join(errs...)
 }

@@ -30,13 +30,17 @@ func parse(t *testing.T, args []string, env map[string]string) (*ServeOptions, e
 func TestServeOptionsDefaults(t *testing.T) {
 	opts, err := parse(t, nil, nil)
 	require.NoError(t, err)
-	assert.Equal(t, &ServeOptions{
-		Sync:             time.Hour,
-		Poll:             5 * time.Minute,
-		MaxReconcileRate: 3,
-		HealthProbeAddr:  ":8081",
-		MetricsAddr:      ":8080",
-	}, opts)
+	assert.Equal(t, time.Hour, opts.Sync)
+	assert.Equal(t, 5*time.Minute, opts.Poll)
+	assert.Equal(t, 3, opts.MaxReconcileRate)
+	assert.False(t, opts.Debug)
+	assert.False(t, opts.LeaderElection)
+	assert.Empty(t, opts.RegistryConfigPath)
+	assert.Equal(t, ":8081", opts.HealthProbeAddr)
+	assert.Equal(t, ":8080", opts.MetricsAddr)
+	assert.Equal(t, CertsBuiltin, opts.Certs)
+	assert.Equal(t, 5*time.Second, opts.WebhookTimeout)
+	assert.Equal(t, "compositor-system", opts.Namespace)
 }
 
 func TestServeOptionsFromEnvironment(t *testing.T) {
@@ -93,6 +97,11 @@ func TestServeOptionsRejectBadValues(t *testing.T) {
 			name:    "out of range values name the flag",
 			args:    []string{"--sync=0s", "--max-reconcile-rate=0"},
 			wantErr: []string{"--sync must be positive", "--max-reconcile-rate must be at least 1"},
+		},
+		{
+			name:    "unknown certificate mode and timeouts the API server refuses",
+			args:    []string{"--certs=vault", "--webhook-timeout=45s"},
+			wantErr: []string{`--certs must be builtin or cert-manager, got "vault"`, "--webhook-timeout must be between 1s and 30s"},
 		},
 		{
 			name:    "out of range environment is validated too",

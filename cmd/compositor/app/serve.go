@@ -2,17 +2,32 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/compositor-dev/compositor/api"
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/webhooks"
 )
 
 // leaderElectionID names the lease that replicas of Compositor compete for.
@@ -47,6 +62,21 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	// Reads that must not be cached (Secrets: Compositor never caches them cluster-wide)
+	// and writes before the manager's cache runs go through a direct client.
+	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	provider, err := newCertProvider(live, opts)
+	if err != nil {
+		return err
+	}
+	host, port, err := splitHostPort(opts.WebhookAddr)
+	if err != nil {
+		return fmt.Errorf("--webhook-bind-address: %w", err)
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cache.Options{SyncPeriod: &opts.Sync},
@@ -54,19 +84,124 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        leaderElectionID,
-		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		LeaderElectionNamespace: opts.Namespace,
 		// Stepping down at once on shutdown lets the next replica take over without
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: host,
+			Port: port,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.MinVersion = tls.VersionTLS12
+				c.GetCertificate = provider.GetCertificate
+			}},
+		}),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+
+	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()})
+	// The mutating webhook reads definitions from the cache: start their informer with
+	// the manager rather than on the first admission request.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
+		return err
+	}
+	if err := provider.Ensure(ctx); err != nil {
+		return fmt.Errorf("preparing the webhook certificate: %w", err)
+	}
+	endpoint, err := webhookEndpoint(opts)
+	if err != nil {
+		return err
+	}
+	configOpts := webhooks.ConfigurationOptions{Endpoint: endpoint, TimeoutSeconds: int32(opts.WebhookTimeout / time.Second)}
+	if opts.Certs == CertsCertManager {
+		configOpts.Annotations = certs.InjectCAFrom(opts.Namespace, opts.CertManagerCertificate)
+	}
+	started := mgr.GetWebhookServer().StartedChecker()
+	for _, runnable := range []manager.Runnable{provider, everyReplica(func(ctx context.Context) error {
+		return installWebhooks(ctx, started, live, provider, configOpts)
+	})} {
+		if err := mgr.Add(runnable); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("webhooks", started); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+func newCertProvider(c client.Client, opts *ServeOptions) (certs.Provider, error) {
+	if opts.Certs == CertsCertManager {
+		return certs.NewCertManager(certs.CertManagerOptions{Dir: opts.CertDir})
+	}
+	builtin := certs.BuiltinOptions{Namespace: opts.Namespace}
+	if opts.WebhookURL != "" {
+		u, err := url.Parse(opts.WebhookURL)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-url: %w", err)
+		}
+		if ip := net.ParseIP(u.Hostname()); ip != nil {
+			builtin.IPAddresses = []net.IP{ip}
+		} else {
+			builtin.DNSNames = []string{u.Hostname()}
+		}
+	} else {
+		builtin.DNSNames = certs.ServiceDNSNames(opts.WebhookService, opts.Namespace)
+	}
+	return certs.NewBuiltin(c, builtin)
+}
+
+func webhookEndpoint(opts *ServeOptions) (webhooks.Endpoint, error) {
+	if opts.WebhookURL != "" {
+		return webhooks.Endpoint{URL: opts.WebhookURL}, nil
+	}
+	if opts.WebhookService == "" {
+		return webhooks.Endpoint{}, fmt.Errorf("set --webhook-service or --webhook-url: the API server must reach the webhooks")
+	}
+	return webhooks.Endpoint{Service: &admissionregistrationv1.ServiceReference{
+		Namespace: opts.Namespace,
+		Name:      opts.WebhookService,
+		Port:      ptr.To[int32](443),
+	}}, nil
+}
+
+// installWebhooks waits until the webhook server answers, so that no write is sent to
+// a server that is not there, then installs the webhook configurations and keeps their
+// CA bundle current.
+func installWebhooks(ctx context.Context, started healthz.Checker, c client.Client, bundle webhooks.BundleSource, opts webhooks.ConfigurationOptions) error {
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return started(nil) == nil, nil
+	})
+	if err != nil {
+		return nil // stopped before the server came up
+	}
+	if err := webhooks.Install(ctx, c, bundle, opts); err != nil {
+		return err
+	}
+	log.FromContext(ctx).Info("Webhook configurations installed", "name", webhooks.ConfigurationName)
+	<-ctx.Done()
+	return nil
+}
+
+// everyReplica is a runnable that runs on every replica, leader or not.
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
+
+func splitHostPort(addr string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a number between 1 and 65535", portText)
+	}
+	return host, port, nil
 }

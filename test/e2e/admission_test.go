@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/webhooks"
+)
+
+// startCompositor runs `compositor serve` in this process against cp, with its
+// webhooks on loopback, and waits until the API server has them.
+func startCompositor(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := app.NewServeOptions()
+	opts.HealthProbeAddr, opts.MetricsAddr = "0", "0"
+	opts.WebhookAddr = freePort(t)
+	opts.WebhookURL = "https://" + opts.WebhookAddr
+	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))
+
+	done := make(chan error, 1)
+	go func() { done <- app.RunServe(ctx, cp.Config, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		select {
+		case err := <-done:
+			require.FailNow(t, "compositor serve stopped", "%v", err)
+		default:
+		}
+		for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
+			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: webhooks.ConfigurationName}, obj))
+		}
+	}, time.Minute, 100*time.Millisecond)
+}
+
+func fixture(name string) string {
+	return filepath.Join(controlplane.RepoRoot(), "test", "testdata", "fixtures", name)
+}
+
+func getComposition(t *testing.T, cp *controlplane.ControlPlane, namespace, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("composition.krateo.io/v1-1-5")
+	obj.SetKind("FireworksApp")
+	require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, obj))
+	return obj
+}
+
+func TestAdmissionDefaultsAndGuardsCompositions(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp)
+	ctx := context.Background()
+
+	res := cp.Kubectl(ctx, "", "apply", "-f", fixture("fireworksapps-crd.yaml"))
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, "", "get", "fireworksapps")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 100*time.Millisecond)
+
+	t.Run("defaults", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "apply", "-f", fixture("fireworksapp.yaml"))
+		require.NoError(t, res.Err, res.Stderr)
+		obj := getComposition(t, cp, "default", "demo")
+		assert.Equal(t, "demo", obj.GetAnnotations()["krateo.io/release-name"])
+		assert.Equal(t, "false", obj.GetAnnotations()["krateo.io/paused"])
+		assert.Equal(t, "v1-1-5", obj.GetLabels()["krateo.io/composition-version"])
+		assert.Equal(t, map[string]any{"replicaCount": int64(2)}, obj.Object["spec"], "spec is never defaulted")
+	})
+
+	t.Run("release name is immutable", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "fireworksapp", "demo", "krateo.io/release-name=other")
+		require.Error(t, res.Err)
+		assert.Equal(t, `The FireworksApp "demo" is invalid: metadata.annotations[krateo.io/release-name]: Invalid value: "other": field is immutable: the Helm release is "demo"`+"\n", res.Stderr)
+		assert.Equal(t, "demo", getComposition(t, cp, "default", "demo").GetAnnotations()["krateo.io/release-name"])
+	})
+
+	t.Run("release names are unique in a namespace", func(t *testing.T) {
+		res := cp.Kubectl(ctx, `apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata:
+  name: copycat
+  namespace: default
+  annotations:
+    krateo.io/release-name: demo
+spec: {}
+`, "apply", "-f", "-")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, `metadata.annotations[krateo.io/release-name]: Invalid value: "demo": already used by FireworksApp default/demo`)
+	})
+
+	t.Run("the definition's release name is the default", func(t *testing.T) {
+		def := &corev1alpha1.CompositionDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: "fireworksapp", Namespace: "default", Annotations: map[string]string{"krateo.io/release-name": "shared-release"}},
+			Spec:       corev1alpha1.CompositionDefinitionSpec{Chart: corev1alpha1.ChartInfo{URL: "oci://registry.example/fireworks-app", Version: "1.1.5"}},
+		}
+		require.NoError(t, cp.Client.Create(ctx, def))
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}))
+		def.Status.APIVersion, def.Status.Kind = "composition.krateo.io/v1-1-5", "FireworksApp"
+		require.NoError(t, cp.Client.Status().Update(ctx, def))
+
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: from-definition, namespace: other}\nspec: {}\n", "create", "-f", "-", "--dry-run=server", "-o", "jsonpath={.metadata.annotations.krateo\\.io/release-name}")
+			assert.NoError(c, res.Err, res.Stderr)
+			assert.Equal(c, "shared-release", res.Stdout)
+		}, 30*time.Second, 200*time.Millisecond, "the webhook reads definitions from a cache that catches up")
+	})
+
+	t.Run("deleting a paused composition warns", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "fireworksapp", "demo", "krateo.io/paused=true")
+		require.NoError(t, res.Err, res.Stderr)
+		res = cp.Kubectl(ctx, "", "delete", "fireworksapp", "demo")
+		require.NoError(t, res.Err, res.Stderr)
+		assert.Contains(t, res.Stderr, `Warning: FireworksApp default/demo is paused: its deletion waits until krateo.io/paused is "false"`)
+	})
+
+	t.Run("core objects never pass Compositor's webhooks", func(t *testing.T) {
+		for _, name := range []string{webhooks.ConfigurationName} {
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: name}, m))
+			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: name}, v))
+			for _, rule := range append(m.Webhooks[0].Rules, v.Webhooks[0].Rules...) {
+				for _, group := range rule.APIGroups {
+					assert.True(t, strings.HasSuffix(group, ".krateo.io") || group == "policy.compositor.dev", group)
+				}
+			}
+			assert.NotEmpty(t, m.Webhooks[0].ClientConfig.CABundle)
+		}
+	})
+}
