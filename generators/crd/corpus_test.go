@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
 type suiteGroup struct {
@@ -26,8 +27,10 @@ var knownRefusals = []error{ErrInvalidSchema, ErrUnsupportedDraft, ErrRootNotObj
 
 // TestCorpus runs every schema of the JSON-Schema-Test-Suite (draft7 and draft2020-12)
 // through Translate and Build: each either gives a CRD the API server's validation
-// accepts, which must admit every valid object of the suite unchanged, or a clear,
-// documented error. Never an invalid CRD, never a panic.
+// accepts, or a clear, documented error. Never an invalid CRD, never a panic. Every
+// valid object of the suite must then pass the API server's pruning and validation
+// unchanged — at the root (objects only) and, for schemas without references, nested
+// under a key (any value), with and without a values.yaml default for that key.
 func TestCorpus(t *testing.T) {
 	base := filepath.Join(repoRoot(t), "..", "shared", "testdata", "json-schema-test-suite", "tests")
 	if _, err := os.Stat(base); err != nil {
@@ -44,7 +47,7 @@ func TestCorpus(t *testing.T) {
 			files, err := filepath.Glob(filepath.Join(base, dir.name, "*.json"))
 			require.NoError(t, err)
 			require.NotEmpty(t, files)
-			var total, accepted, refused, lossy, admitted int
+			var total, accepted, refused, lossy, admitted, nested int
 			for _, file := range files {
 				raw, err := os.ReadFile(file)
 				require.NoError(t, err)
@@ -53,41 +56,89 @@ func TestCorpus(t *testing.T) {
 				for _, g := range groups {
 					total++
 					name := filepath.Base(file) + "/" + g.Description
-					schema := withDialect(t, g.Schema, dir.uri)
-					spec, report, err := Translate(schema, nil)
-					if err == nil {
-						crd, _, buildErr := Build(BuildOptions{ChartName: "corpus", Versions: []ServedVersion{{ChartVersion: "1.0.0", Spec: spec}}, Conversion: testWebhook})
-						err = buildErr
-						if err == nil {
-							accepted++
-							if len(report) > 0 {
-								lossy++
-							}
-							a := newAdmitter(t, crd, "v1-0-0")
-							for _, c := range g.Tests {
-								var data any
-								require.NoError(t, json.Unmarshal(c.Data, &data))
-								if _, isObject := data.(map[string]any); !isObject || !c.Valid {
-									continue
-								}
+					crd, report, err := corpusCRD(withDialect(t, g.Schema, dir.uri), nil)
+					if err != nil {
+						refused++
+						if !isKnownRefusal(err) {
+							t.Errorf("%s: unexpected error: %v", name, err)
+						}
+					} else {
+						accepted++
+						if len(report) > 0 {
+							lossy++
+						}
+						a := newAdmitter(t, crd, "v1-0-0")
+						for _, c := range g.Tests {
+							data := decode(t, c.Data)
+							if _, isObject := data.(map[string]any); isObject && c.Valid {
 								admitted++
 								if err := a.admit(data); err != nil {
-									t.Errorf("%s: valid %q refused: %v\nspec schema: %s", name, c.Description, err, mustJSON(spec))
+									t.Errorf("%s: valid %q refused: %v", name, c.Description, err)
 								}
 							}
-							continue
 						}
 					}
-					refused++
-					if !isKnownRefusal(err) {
-						t.Errorf("%s: unexpected error: %v", name, err)
+					inner, ok := nestable(t, g.Schema)
+					if !ok {
+						continue
+					}
+					u, _ := json.Marshal(dir.uri)
+					wrapped := []byte(`{"$schema":` + string(u) + `,"type":"object","properties":{"x":` + string(inner) + `}}`)
+					for _, values := range []string{"", "x: null\n"} {
+						crd, _, err := corpusCRD(wrapped, []byte(values))
+						require.NoError(t, err, "%s nested", name)
+						a := newAdmitter(t, crd, "v1-0-0")
+						for _, c := range g.Tests {
+							if !c.Valid {
+								continue
+							}
+							nested++
+							if err := a.admit(map[string]any{"x": decode(t, c.Data)}); err != nil {
+								t.Errorf("%s: nested valid %q (values %q) refused: %v", name, c.Description, values, err)
+							}
+						}
 					}
 				}
 			}
-			t.Logf("%s: %d schemas: %d accepted (%d with a non-empty lossiness report), %d refused with a clear error; %d valid objects admitted",
-				dir.name, total, accepted, lossy, refused, admitted)
+			t.Logf("%s: %d schemas: %d accepted (%d with a non-empty lossiness report), %d refused with a clear error; valid objects admitted: %d at the root, %d nested",
+				dir.name, total, accepted, lossy, refused, admitted, nested)
 		})
 	}
+}
+
+func corpusCRD(schema, values []byte) (*apiextensionsv1.CustomResourceDefinition, Report, error) {
+	spec, report, err := Translate(schema, values)
+	if err != nil {
+		return nil, nil, err
+	}
+	crd, _, err := Build(BuildOptions{ChartName: "corpus", Versions: []ServedVersion{{ChartVersion: "1.0.0", Spec: spec}}, Conversion: testWebhook})
+	return crd, report, err
+}
+
+// nestable returns schema without its $schema, unless it has references or
+// identifiers, whose meaning would change under another root.
+func nestable(t *testing.T, schema json.RawMessage) ([]byte, bool) {
+	t.Helper()
+	for _, kw := range []string{`"$ref"`, `"$id"`, `"$anchor"`, `"$dynamicRef"`, `"$dynamicAnchor"`, `"$recursiveRef"`, `"$recursiveAnchor"`} {
+		if bytes.Contains(schema, []byte(kw)) {
+			return nil, false
+		}
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(schema, &m); err != nil {
+		return schema, true // a boolean schema
+	}
+	delete(m, "$schema")
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return b, true
+}
+
+func decode(t *testing.T, raw json.RawMessage) any {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(raw, &v))
+	return v
 }
 
 func isKnownRefusal(err error) bool {

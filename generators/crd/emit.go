@@ -3,7 +3,9 @@ package crd
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
@@ -124,11 +126,11 @@ func (t *translator) emitRules(n *node, r rules, p *apiextensionsv1.JSONSchemaPr
 			p.Enum = values
 		}
 	}
-	if r.minimum != nil {
-		p.Minimum, p.ExclusiveMinimum = ptrTo(r.minimum.value), r.minimum.exclusive
+	if b := t.kubeBound(n, r.minimum, "minimum", p.Type); b != nil {
+		p.Minimum, p.ExclusiveMinimum = ptrTo(b.value), b.exclusive
 	}
-	if r.maximum != nil {
-		p.Maximum, p.ExclusiveMaximum = ptrTo(r.maximum.value), r.maximum.exclusive
+	if b := t.kubeBound(n, r.maximum, "maximum", p.Type); b != nil {
+		p.Maximum, p.ExclusiveMaximum = ptrTo(b.value), b.exclusive
 	}
 	p.MultipleOf = r.multipleOf
 	p.MinLength, p.MaxLength = r.minLength, r.maxLength
@@ -152,6 +154,37 @@ func (t *translator) emitRules(n *node, r rules, p *apiextensionsv1.JSONSchemaPr
 			t.loseNode(n, "uniqueItems", "only a list of non-null scalars can be a CRD set; enforced by the webhook")
 		}
 	}
+}
+
+// kubeBound adapts a limit to how Kubernetes compares numbers. On an integer field it
+// refuses any limit that is not a whole int64, so the limit is rounded inwards to the
+// nearest whole number (exact for whole values). Elsewhere it truncates the limit to
+// an int64 before comparing a whole number with it: a fractional exclusive limit
+// would then refuse valid values (0 < 0.5 becomes 0 < 0), so it is made inclusive,
+// and a limit beyond the int64 range would overflow, so it is dropped.
+func (t *translator) kubeBound(n *node, b *bound, kw, typ string) *bound {
+	if b == nil {
+		return nil
+	}
+	out := *b
+	if out.value != math.Trunc(out.value) {
+		if typ == "integer" {
+			out.exclusive = false
+			if kw == "minimum" {
+				out.value = math.Ceil(out.value)
+			} else {
+				out.value = math.Floor(out.value)
+			}
+		} else if out.exclusive {
+			out.exclusive = false
+			t.loseNode(n, "exclusive"+strings.ToUpper(kw[:1])+kw[1:], "a fractional exclusive limit is checked inclusively by the CRD (Kubernetes truncates it for whole numbers); enforced exactly by the webhook")
+		}
+	}
+	if math.Abs(out.value) >= 1<<63 {
+		t.loseNode(n, kw, "beyond the int64 range Kubernetes compares whole numbers in; enforced by the webhook")
+		return nil
+	}
+	return &out
 }
 
 func scalarItems(items *apiextensionsv1.JSONSchemaPropsOrArray) bool {

@@ -161,6 +161,25 @@ func (r *rules) merge(o rules) (rest rules) {
 	return rest
 }
 
+// relevant keeps the rules that can apply to a value of types: a maximum on a schema
+// that only accepts strings never applies, and must not start applying to numbers
+// when that schema's rules join a parent that also accepts numbers.
+func (r rules) relevant(types typeSet) rules {
+	if types&tNumber == 0 {
+		r.minimum, r.maximum, r.multipleOf = nil, nil, nil
+	}
+	if types&tString == 0 {
+		r.minLength, r.maxLength, r.pattern, r.format = nil, nil, "", ""
+	}
+	if types&tArray == 0 {
+		r.minItems, r.maxItems, r.unique = nil, nil, false
+	}
+	if types&tObject == 0 {
+		r.minProps, r.maxProps, r.required = nil, nil, nil
+	}
+	return r
+}
+
 // tighter returns the stricter of two bounds; dir is 1 for minimums, -1 for maximums.
 func tighter(a, b *bound, dir float64) *bound {
 	switch {
@@ -279,16 +298,18 @@ func valueOnly(n *node) *node {
 	if n == nil {
 		return nil
 	}
-	c := &node{types: tAll, v: n.v, allOf: n.allOf, anyOf: n.anyOf, path: n.path, ptr: n.ptr}
-	for k, p := range n.props {
-		if vp := valueOnly(p); !vp.valueEmpty() {
-			if c.props == nil {
-				c.props = map[string]*node{}
+	c := &node{types: tAll, v: n.v.relevant(n.types), allOf: n.allOf, anyOf: n.anyOf, path: n.path, ptr: n.ptr}
+	if n.types&tObject != 0 {
+		for k, p := range n.props {
+			if vp := valueOnly(p); !vp.valueEmpty() {
+				if c.props == nil {
+					c.props = map[string]*node{}
+				}
+				c.props[k] = vp
 			}
-			c.props[k] = vp
 		}
 	}
-	if vi := valueOnly(n.items); !vi.valueEmpty() {
+	if vi := valueOnly(n.items); n.types&tArray != 0 && !vi.valueEmpty() {
 		c.items = vi
 	}
 	// additionalProperties cannot appear in a value validation; a value-only addl is

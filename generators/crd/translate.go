@@ -596,21 +596,26 @@ func disjointKinds(branches []*node) bool {
 	return true
 }
 
-// rulesOf is n without its own types, keeping everything else: merged into a parent
-// whose shape already includes n's, it adds exactly n's validations.
+// rulesOf is n without its own types, keeping the validations that can apply to
+// values of those types: merged into a parent whose shape already includes n's, it
+// adds exactly n's validations.
 func rulesOf(n *node) *node {
 	if n == nil {
 		return nil
 	}
-	c := &node{types: tAll, v: n.v, allOf: n.allOf, anyOf: n.anyOf, path: n.path, ptr: n.ptr, closed: n.closed}
-	if n.props != nil {
-		c.props = make(map[string]*node, len(n.props))
-		for k, p := range n.props {
-			c.props[k] = p
+	c := &node{types: tAll, v: n.v.relevant(n.types), allOf: n.allOf, anyOf: n.anyOf, path: n.path, ptr: n.ptr}
+	if n.types&tObject != 0 {
+		c.closed, c.addl = n.closed, n.addl
+		if n.props != nil {
+			c.props = make(map[string]*node, len(n.props))
+			for k, p := range n.props {
+				c.props[k] = p
+			}
 		}
 	}
-	c.addl = n.addl
-	c.items = n.items
+	if n.types&tArray != 0 {
+		c.items = n.items
+	}
 	return c
 }
 

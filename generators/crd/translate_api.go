@@ -44,7 +44,11 @@ func TranslateChart(ch *chart.Chart) (*apiextensionsv1.JSONSchemaProps, Report, 
 func (t *translator) finish(n *node) (*apiextensionsv1.JSONSchemaProps, Report, error) {
 	p := t.emit(n)
 	p.Nullable = false
-	return &p, t.report.normalize(), nil
+	report := t.report.normalize()
+	if report == nil {
+		report = Report{}
+	}
+	return &p, report, nil
 }
 
 func (t *translator) chartSchema(schema []byte, defaults map[string]any, prefix string) (*node, error) {

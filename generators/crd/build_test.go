@@ -1,0 +1,99 @@
+package crd
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+func simpleSpec(t *testing.T) *apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	spec, _, err := Translate([]byte(`{"type":"object","properties":{"a":{"type":"string","description":"`+strings.Repeat("d", 2000)+`"}}}`), nil)
+	require.NoError(t, err)
+	return spec
+}
+
+func TestBuildErrors(t *testing.T) {
+	spec := simpleSpec(t)
+	ok := BuildOptions{ChartName: "app", Versions: []ServedVersion{{ChartVersion: "1.0.0", Spec: spec}}, Conversion: testWebhook}
+	for _, tc := range []struct {
+		name   string
+		change func(o *BuildOptions)
+		err    error
+	}{
+		{"chart name", func(o *BuildOptions) { o.ChartName = "9lives" }, ErrInvalidChartName},
+		{"no versions", func(o *BuildOptions) { o.Versions = nil }, ErrNoVersions},
+		{"bad version", func(o *BuildOptions) { o.Versions[0].ChartVersion = "one" }, ErrInvalidChartVersion},
+		{"same name twice", func(o *BuildOptions) {
+			o.Versions = append(o.Versions, ServedVersion{ChartVersion: "1.0.0+build.2", Spec: spec})
+		}, ErrDuplicateVersion},
+		{"no webhook", func(o *BuildOptions) { o.Conversion = ConversionWebhook{} }, ErrNoConversionWebhook},
+		{"both service and url", func(o *BuildOptions) {
+			o.Conversion.Service = &apiextensionsv1.ServiceReference{Namespace: "n", Name: "s"}
+		}, ErrNoConversionWebhook},
+		{"invalid schema given", func(o *BuildOptions) {
+			o.Versions[0].Spec = &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "null"}}}
+		}, ErrInvalidCRD},
+		{"too large", func(o *BuildOptions) { o.MaxBytes = 1000 }, ErrTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			o.Versions = append([]ServedVersion(nil), ok.Versions...)
+			tc.change(&o)
+			crd, _, err := Build(o)
+			assert.ErrorIs(t, err, tc.err)
+			assert.Nil(t, crd, "no CRD with an error")
+		})
+	}
+}
+
+// Descriptions go first from the oldest version, until the CRD fits.
+func TestBuildSizeBudget(t *testing.T) {
+	spec := simpleSpec(t)
+	opts := BuildOptions{ChartName: "app", Conversion: testWebhook, Versions: []ServedVersion{
+		{ChartVersion: "2.0.0", Spec: spec}, {ChartVersion: "1.0.0", Spec: spec}}}
+	full, report, err := Build(opts)
+	require.NoError(t, err)
+	assert.Empty(t, report)
+
+	opts.MaxBytes = len(mustJSON(full)) - 1000
+	crd, report, err := Build(opts)
+	require.NoError(t, err)
+	require.Len(t, report, 1)
+	assert.Equal(t, "description", report[0].Keyword)
+	assert.Contains(t, report[0].Reason, "v1-0-0")
+	assert.LessOrEqual(t, len(mustJSON(crd)), opts.MaxBytes)
+	desc := func(v int) string {
+		return crd.Spec.Versions[v].Schema.OpenAPIV3Schema.Properties["spec"].Properties["a"].Description
+	}
+	assert.Empty(t, desc(0), "oldest version loses its descriptions")
+	assert.NotEmpty(t, desc(1), "newest version keeps them")
+	assert.NotEmpty(t, spec.Properties["a"].Description, "the caller's schema is not modified")
+}
+
+func TestBuildDefaults(t *testing.T) {
+	crd, _, err := Build(BuildOptions{ChartName: "app", Versions: []ServedVersion{{ChartVersion: "1.0.0"}}, Conversion: testWebhook, Group: "example.com", Categories: []string{"all-apps"}})
+	require.NoError(t, err)
+	assert.Equal(t, "apps.example.com", crd.Name)
+	assert.Equal(t, []string{"all-apps"}, crd.Spec.Names.Categories)
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	assert.True(t, *spec.XPreserveUnknownFields, "no schema: spec keeps any value")
+	assert.Equal(t, "https://compositor.example:9443/convert", *crd.Spec.Conversion.Webhook.ClientConfig.URL)
+}
+
+func TestValidate(t *testing.T) {
+	crd, _, err := Build(BuildOptions{ChartName: "app", Versions: []ServedVersion{{ChartVersion: "1.0.0", Spec: simpleSpec(t)}}, Conversion: testWebhook})
+	require.NoError(t, err)
+	require.NoError(t, Validate(crd))
+
+	broken := crd.DeepCopy()
+	spec := broken.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	spec.AnyOf = []apiextensionsv1.JSONSchemaProps{{Type: "string"}} // types are not allowed in branches
+	broken.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	err = Validate(broken)
+	assert.ErrorIs(t, err, ErrInvalidCRD)
+	assert.Contains(t, err.Error(), "must be empty to be structural")
+}
