@@ -1,0 +1,86 @@
+package policies
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+)
+
+func refs(objs []RenderedObject) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Ref())
+	}
+	return out
+}
+
+func TestRender(t *testing.T) {
+	ch := loadChart(t, "2.0.0")
+	objs, err := Render(ch, nil, RenderOptions{ReleaseName: "x", Namespace: "team-a"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ConfigMap/x-config", "Deployment/x-fireworks-app", "Service/x-fireworks-app"}, refs(objs))
+
+	objs, err = Render(ch, map[string]any{"exposure": "public", "cache": map[string]any{"enabled": true}}, RenderOptions{ReleaseName: "y", Namespace: "team-a"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ConfigMap/y-cache", "ConfigMap/y-config", "Deployment/y-fireworks-app", "Ingress/y-fireworks-app", "Service/y-fireworks-app"}, refs(objs))
+	assert.Equal(t, 1, len(ch.Metadata.Dependencies), "the shared chart is untouched")
+
+	_, err = Render(nil, nil, RenderOptions{})
+	assert.ErrorIs(t, err, ErrRender)
+}
+
+const haPolicy = `package ha
+
+deny contains {"msg": sprintf("must be at least 2 for a highly available app, not %d", [obj.spec.replicas]), "path": "spec.replicas"} if {
+	some obj in input.rendered
+	obj.kind == "Deployment"
+	obj.spec.replicas < 2
+}
+`
+
+func TestRenderedTarget(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Options{})
+	require.NoError(t, e.Set(ctx, Policy{Name: "ha", Rego: haPolicy, Target: v1alpha1.TargetRendered}))
+	r := compositionRequest(map[string]any{"replicaCount": 1})
+	r.Chart = loadChart(t, "1.1.5")
+	vs, err := e.Evaluate(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Deployment/x-fireworks-app spec.replicas: must be at least 2 for a highly available app, not 1 [policy ha]"}, FormatLines(vs))
+	require.Len(t, vs, 1)
+	assert.Equal(t, "Deployment/x-fireworks-app", vs[0].Object)
+
+	r = compositionRequest(map[string]any{"replicaCount": 3})
+	r.Chart = loadChart(t, "1.1.5")
+	vs, err = e.Evaluate(ctx, r)
+	require.NoError(t, err)
+	assert.Empty(t, vs)
+
+	// Without a chart (a definition) nothing renders and the policy does not apply.
+	vs, err = e.Evaluate(ctx, compositionRequest(map[string]any{"replicaCount": 1}))
+	require.NoError(t, err)
+	assert.Empty(t, vs)
+}
+
+func TestRenderFailureIsAViolation(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Options{})
+	require.NoError(t, e.Set(ctx, Policy{Name: "ha", Rego: haPolicy, Target: v1alpha1.TargetRendered}))
+	r := compositionRequest(map[string]any{})
+	r.Chart = loadChart(t, "1.1.5")
+	r.Chart.Templates = append(r.Chart.Templates[:0:0], r.Chart.Templates...)
+	for i, tpl := range r.Chart.Templates {
+		if tpl.Name == "templates/configmap.yaml" {
+			r.Chart.Templates[i] = withData(tpl, "{{ fail \"broken on purpose\" }}")
+		}
+	}
+	vs, err := e.Evaluate(ctx, r)
+	require.NoError(t, err)
+	require.Len(t, vs, 1)
+	assert.Contains(t, vs[0].Message, "broken on purpose")
+	assert.Equal(t, v1alpha1.EnforcementDeny, vs[0].Action)
+}

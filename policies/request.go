@@ -1,0 +1,193 @@
+package policies
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"helm.sh/helm/v3/pkg/chart"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+)
+
+// Request is what policies are evaluated on: an admission request (or, for the audit
+// and `compositor validate`, one built for an existing object or a file), with what
+// the webhook knows around it.
+type Request struct {
+	// Operation is CREATE, UPDATE, DELETE or CONNECT. Empty means "any": the audit
+	// uses it, so every policy is evaluated whatever its match.operations.
+	Operation string
+	// Kind of the object.
+	Kind metav1.GroupVersionKind
+	// Resource of the object.
+	Resource metav1.GroupVersionResource
+	// Namespace of the object; empty for cluster-scoped objects.
+	Namespace string
+	// Name of the object.
+	Name string
+	// UserInfo is who makes the request.
+	UserInfo authenticationv1.UserInfo
+	// Object is the object being written; nil on DELETE.
+	Object map[string]any
+	// OldObject is the object before the write; nil on CREATE.
+	OldObject map[string]any
+	// NamespaceLabels are the labels of the object's namespace, for namespaceSelector.
+	NamespaceLabels map[string]string
+	// Definition is the chart of the definition the object belongs to (for a
+	// composition: its definition's; for a definition: its own). It becomes
+	// input.definition.
+	Definition *ChartRef
+
+	// Chart is the chart version a composition is written for; nil for other objects.
+	// The schema check and rendered policies need it.
+	Chart *chart.Chart
+	// ChartDigest identifies Chart's content (the archive digest), so its schemas are
+	// compiled once. Empty: computed from the schemas.
+	ChartDigest string
+	// ReleaseName is the composition's Helm release (its krateo.io/release-name).
+	ReleaseName string
+}
+
+// ChartRef is where a definition's chart comes from.
+type ChartRef struct {
+	URL     string
+	Version string
+}
+
+// Spec returns the object's spec: a composition's values.
+func (r *Request) Spec() map[string]any {
+	if r.Object == nil {
+		return nil
+	}
+	spec, _ := r.Object["spec"].(map[string]any)
+	return spec
+}
+
+// inputDoc holds input.review and input.definition, converted to Rego values once
+// per request and shared by every policy evaluated on it.
+type inputDoc struct {
+	review     *ast.Term
+	definition *ast.Term // nil: not known
+}
+
+func newInputDoc(r *Request) (*inputDoc, error) {
+	groups := make([]any, len(r.UserInfo.Groups))
+	for i, g := range r.UserInfo.Groups {
+		groups[i] = g
+	}
+	extra := make(map[string]any, len(r.UserInfo.Extra))
+	for k, vs := range r.UserInfo.Extra {
+		l := make([]any, len(vs))
+		for i, v := range vs {
+			l[i] = v
+		}
+		extra[k] = l
+	}
+	review := map[string]any{
+		"operation": r.Operation,
+		"kind":      map[string]any{"group": r.Kind.Group, "version": r.Kind.Version, "kind": r.Kind.Kind},
+		"resource":  map[string]any{"group": r.Resource.Group, "version": r.Resource.Version, "resource": r.Resource.Resource},
+		"namespace": r.Namespace,
+		"name":      r.Name,
+		"userInfo":  map[string]any{"username": r.UserInfo.Username, "uid": r.UserInfo.UID, "groups": groups, "extra": extra},
+		"object":    nilIfEmpty(r.Object),
+		"oldObject": nilIfEmpty(r.OldObject),
+	}
+	v, err := ast.InterfaceToValue(review)
+	if err != nil {
+		return nil, fmt.Errorf("converting the request for Rego: %w", err)
+	}
+	doc := &inputDoc{review: ast.NewTerm(v)}
+	if r.Definition != nil {
+		doc.definition = ast.ObjectTerm(
+			ast.Item(ast.StringTerm("url"), ast.StringTerm(r.Definition.URL)),
+			ast.Item(ast.StringTerm("version"), ast.StringTerm(r.Definition.Version)),
+		)
+	}
+	return doc, nil
+}
+
+func nilIfEmpty(m map[string]any) any {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+var (
+	keyReview     = ast.StringTerm("review")
+	keyParameters = ast.StringTerm("parameters")
+	keyDefinition = ast.StringTerm("definition")
+	keyRendered   = ast.StringTerm("rendered")
+)
+
+// input is the document one policy sees: input.review, input.parameters,
+// input.definition and, for target rendered, input.rendered.
+func (d *inputDoc) input(params *ast.Term, rendered *ast.Term) ast.Value {
+	items := make([][2]*ast.Term, 0, 4)
+	items = append(items, ast.Item(keyReview, d.review), ast.Item(keyParameters, params))
+	if d.definition != nil {
+		items = append(items, ast.Item(keyDefinition, d.definition))
+	}
+	if rendered != nil {
+		items = append(items, ast.Item(keyRendered, rendered))
+	}
+	return ast.NewObject(items...)
+}
+
+// matches tells whether the policy applies to r (SPEC §3.4). Every field of the match
+// that is set must match:
+//   - kinds: any entry matches; "*" or an empty group matches any group (Compositor
+//     admits only its own groups, none of them the core group), "*" any kind, empty
+//     or "*" versions any version;
+//   - namespaces and namespaceSelector: only namespaced objects can match them;
+//   - labelSelector: the object's labels, or on UPDATE the old object's (as
+//     Kubernetes' objectSelector does);
+//   - operations: empty means CREATE and UPDATE; "*" any; an empty request operation
+//     (the audit) matches every policy.
+func (c *compiled) matches(r *Request) bool {
+	if r.Operation != "" && !slices.Contains(c.operations, "*") && !slices.Contains(c.operations, r.Operation) {
+		return false
+	}
+	if len(c.Match.Kinds) > 0 && !slices.ContainsFunc(c.Match.Kinds, func(k kindMatcher) bool { return kindMatches(k, r.Kind) }) {
+		return false
+	}
+	if len(c.Match.Namespaces) > 0 && (r.Namespace == "" || !slices.Contains(c.Match.Namespaces, r.Namespace)) {
+		return false
+	}
+	if c.nsSelector != nil && (r.Namespace == "" || !c.nsSelector.Matches(labels.Set(r.NamespaceLabels))) {
+		return false
+	}
+	if c.selector != nil && !c.selector.Matches(objectLabels(r.Object)) && (r.OldObject == nil || !c.selector.Matches(objectLabels(r.OldObject))) {
+		return false
+	}
+	return true
+}
+
+type kindMatcher = v1alpha1.KindMatcher
+
+func kindMatches(k kindMatcher, gvk metav1.GroupVersionKind) bool {
+	if k.Group != "" && k.Group != "*" && k.Group != gvk.Group {
+		return false
+	}
+	if k.Kind != "*" && k.Kind != gvk.Kind {
+		return false
+	}
+	return len(k.Versions) == 0 || slices.Contains(k.Versions, "*") || slices.Contains(k.Versions, gvk.Version)
+}
+
+// objectLabels reads metadata.labels of an unstructured object.
+func objectLabels(obj map[string]any) labels.Set {
+	md, _ := obj["metadata"].(map[string]any)
+	raw, _ := md["labels"].(map[string]any)
+	set := make(labels.Set, len(raw))
+	for k, v := range raw {
+		if s, ok := v.(string); ok {
+			set[k] = s
+		}
+	}
+	return set
+}
