@@ -70,16 +70,19 @@ $(CODEGEN_STAMP):
 	rm -f $(BIN)/.controller-gen-* && touch $@
 
 .PHONY: test
-test: control-plane ## Vet, then run unit, integration and e2e tests with the race detector
+test: control-plane ## Vet, run every test with the race detector, then fuzz each target briefly
 	go vet ./...
 	KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(SMOKE_FUZZTIME)
+
+SMOKE_FUZZTIME ?= 3s
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 1m)
-	for pkg in $$(go list ./...); do \
-	  for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
-	  done; \
+	grep -rH --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' . | sed 's|^\(.*\)/[^/]*:func |\1 |' | sort -u | \
+	while read -r dir target; do \
+	  echo "fuzz $$dir $$target for $(FUZZTIME)"; \
+	  go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir"; \
 	done
 
 .PHONY: dev
