@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
+	"github.com/compositor-dev/compositor/test/chartserver"
+	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
 // DevOptions configure `compositor dev`: a local control plane with Compositor in it.
@@ -27,6 +29,9 @@ type DevOptions struct {
 	Kubeconfig string
 	// ControlPlaneDir holds the etcd and kube-apiserver binaries.
 	ControlPlaneDir string
+	// ChartRepositoryAddr is where the sample charts are served as a Helm repository;
+	// empty turns it off.
+	ChartRepositoryAddr string
 	// Serve configures the Compositor that runs against the control plane.
 	Serve ServeOptions
 }
@@ -60,6 +65,7 @@ Compositor against it until Ctrl-C, then stops everything it started.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", filepath.Join(".compositor", "kubeconfig"), "Where to write the admin kubeconfig of the local control plane")
+	fs.StringVar(&opts.ChartRepositoryAddr, "chart-repository-addr", "127.0.0.1:8879", `Where the sample charts are served as a Helm repository ("" turns it off)`)
 	fs.StringVar(&opts.ControlPlaneDir, "control-plane-dir", defaultControlPlaneDir(), "Directory with the etcd and kube-apiserver binaries (env KUBEBUILDER_ASSETS)")
 	opts.Serve.AddFlags(fs)
 	return cmd
@@ -124,8 +130,38 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	if err := createNamespace(ctx, cfg, serve.Namespace); err != nil {
 		return err
 	}
+	if opts.ChartRepositoryAddr != "" {
+		url, stop, err := serveSampleCharts(opts.ChartRepositoryAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(out, "The sample charts are served at %s\n", url)
+	}
 	printWelcome(out, kubeconfig)
 	return RunServe(ctx, rest.CopyConfig(cfg), &serve)
+}
+
+// serveSampleCharts packages the sample charts and serves them as a Helm repository
+// until stop is called.
+func serveSampleCharts(addr string) (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "compositor-charts-")
+	if err != nil {
+		return "", nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := samplecharts.Package(dir); err != nil {
+		return "", nil, fmt.Errorf("packaging the sample charts: %w", err)
+	}
+	repository, err := chartserver.StartRepository(chartserver.RepositoryOptions{Dir: dir, Addr: addr})
+	if err != nil {
+		return "", nil, fmt.Errorf("serving the sample charts on %s (change it with --chart-repository-addr): %w", addr, err)
+	}
+	return repository.URL, func() { repository.Close(); _ = os.RemoveAll(dir) }, nil
 }
 
 // resolvePort replaces port 0 in addr with a port that is free now.

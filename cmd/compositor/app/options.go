@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -52,6 +53,8 @@ type ServeOptions struct {
 	WebhookURL string
 	// WebhookTimeout is how long the API server waits for a webhook's answer.
 	WebhookTimeout time.Duration
+	// ChartCacheDir holds downloaded chart archives, keyed by digest.
+	ChartCacheDir string
 }
 
 // Certificate modes.
@@ -90,6 +93,7 @@ func NewServeOptions() *ServeOptions {
 		WebhookAddr:            ":9443",
 		WebhookService:         "compositor-webhook",
 		WebhookTimeout:         5 * time.Second,
+		ChartCacheDir:          filepath.Join(os.TempDir(), "compositor-charts"),
 	}
 }
 
@@ -112,6 +116,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service through which the API server reaches the webhooks")
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "Base https:// URL of the webhooks for a server outside the cluster; replaces --webhook-service")
 	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", o.WebhookTimeout, "How long the API server waits for a webhook (1s to 30s)")
+	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its

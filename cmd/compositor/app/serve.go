@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -27,6 +28,9 @@ import (
 	"github.com/compositor-dev/compositor/api"
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/reconciler"
 	"github.com/compositor-dev/compositor/webhooks"
 )
 
@@ -126,6 +130,9 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 			return err
 		}
 	}
+	if err := setupReconciler(mgr, live, provider, endpoint, opts); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -133,6 +140,60 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
+// CA bundle of every generated CRD current.
+func setupReconciler(mgr manager.Manager, live client.Client, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
+	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	if err != nil {
+		return err
+	}
+	conversion := crd.ConversionWebhook{URL: endpoint.URL}
+	if endpoint.Service != nil {
+		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
+	} else {
+		conversion.URL += crd.ConvertPath
+	}
+	definitions := &reconciler.DefinitionReconciler{
+		Client:           mgr.GetClient(),
+		Live:             mgr.GetAPIReader(),
+		Fetcher:          fetcher,
+		Conversion:       conversion,
+		Bundle:           provider,
+		Recorder:         mgr.GetEventRecorder("compositor"),
+		Poll:             opts.Poll,
+		MaxReconcileRate: opts.MaxReconcileRate,
+	}
+	if err := definitions.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return mgr.Add(everyReplica(func(ctx context.Context) error {
+		provider.Subscribe(func(bundle []byte) {
+			if err := injectIntoGeneratedCRDs(ctx, live, bundle); err != nil {
+				log.FromContext(ctx).Error(err, "Updating the CA bundle of generated CRDs")
+			}
+		})
+		<-ctx.Done()
+		return nil
+	}))
+}
+
+// injectIntoGeneratedCRDs writes bundle into the conversion config of every CRD that
+// Compositor generated.
+func injectIntoGeneratedCRDs(ctx context.Context, c client.Client, bundle []byte) error {
+	list := &apiextensionsv1.CustomResourceDefinitionList{}
+	if err := c.List(ctx, list, client.MatchingLabels{reconciler.LabelManaged: "true"}); err != nil {
+		return err
+	}
+	objs := make([]client.Object, 0, len(list.Items))
+	for i := range list.Items {
+		objs = append(objs, &list.Items[i])
+	}
+	if len(objs) == 0 {
+		return nil
+	}
+	return certs.InjectCABundle(ctx, c, bundle, objs...)
 }
 
 func newCertProvider(c client.Client, opts *ServeOptions) (certs.Provider, error) {

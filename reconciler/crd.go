@@ -1,0 +1,235 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/crd"
+)
+
+// LabelManaged marks the CRDs Compositor generates.
+const LabelManaged = "compositor.dev/managed"
+
+// labelCompositionVersion is the label the mutating webhook stamps on compositions.
+const labelCompositionVersion = "krateo.io/composition-version"
+
+// applyCRD serves the definition's version in the CRD of its kind, which every
+// definition of that chart shares. It keeps the other served versions that a
+// definition still claims or that compositions still use, moves compositions of
+// versions this definition no longer serves onto its version, and drops versions left
+// with neither.
+func (r *DefinitionReconciler) applyCRD(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+	existing := &apiextensionsv1.CustomResourceDefinition{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, existing); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		existing = nil
+	}
+	claimed, err := r.claimedVersions(ctx, api.Kind, nil)
+	if err != nil {
+		return err
+	}
+	claimed[api.Version] = true
+
+	keep := func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return claimed[v.Name] }
+	if err := r.writeCRD(ctx, api, existing, keep); err != nil {
+		return err
+	}
+	// Compositions of a version this definition served before move to its new one, so
+	// that its controller upgrades their releases; then their old version can go.
+	if previous := previousVersion(def); previous != "" && previous != api.Version && !claimed[previous] {
+		if err := r.moveCompositions(ctx, api, previous); err != nil {
+			return err
+		}
+	}
+	return r.pruneVersions(ctx, api, claimed)
+}
+
+// writeCRD builds the CRD with the definition's version plus the versions of existing
+// that keep accepts, and applies it.
+func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(apiextensionsv1.CustomResourceDefinitionVersion) bool) error {
+	conversion := r.Conversion
+	conversion.CABundle = r.Bundle.CABundle()
+	generated, _, err := crd.Build(crd.BuildOptions{
+		ChartName:  api.ChartName,
+		Versions:   []crd.ServedVersion{{ChartVersion: api.ChartVersion, Spec: api.Spec}},
+		Conversion: conversion,
+	})
+	if err != nil {
+		return &phaseError{reason: ReasonInvalidSchema, terminal: true, err: fmt.Errorf("generating the CRD: %w", err)}
+	}
+	if existing != nil {
+		for _, v := range existing.Spec.Versions {
+			if v.Name != crd.HubVersion && v.Name != api.Version && keep(v) {
+				generated.Spec.Versions = append(generated.Spec.Versions, v)
+			}
+		}
+		slices.SortStableFunc(generated.Spec.Versions, func(a, b apiextensionsv1.CustomResourceDefinitionVersion) int {
+			return compareVersions(a.Name, b.Name)
+		})
+		if err := crd.Validate(generated); err != nil {
+			return fmt.Errorf("merging the versions of %s: %w", generated.Name, err)
+		}
+	}
+	if generated.Labels == nil {
+		generated.Labels = map[string]string{}
+	}
+	generated.Labels[LabelManaged] = "true"
+	return apply(ctx, r.Client, generated)
+}
+
+// compareVersions keeps hub last and served versions in the order Build gives them.
+func compareVersions(a, b string) int {
+	switch {
+	case a == b:
+		return 0
+	case a == crd.HubVersion:
+		return 1
+	case b == crd.HubVersion:
+		return -1
+	case a < b:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// claimedVersions are the served versions of kind that definitions other than except
+// ask for: the version of their spec.chart.version, or the one their status reports.
+func (r *DefinitionReconciler) claimedVersions(ctx context.Context, kind string, except *corev1alpha1.CompositionDefinition) (map[string]bool, error) {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	claimed := map[string]bool{}
+	for i := range list.Items {
+		d := &list.Items[i]
+		if d.Status.Kind != kind || (except != nil && d.UID == except.UID) {
+			continue
+		}
+		if v, err := crd.VersionName(d.Spec.Chart.Version); err == nil && d.Spec.Chart.Version != "" {
+			claimed[v] = true
+		} else if v := previousVersion(d); v != "" {
+			claimed[v] = true
+		}
+	}
+	return claimed, nil
+}
+
+// previousVersion is the served version the definition's status reports.
+func previousVersion(def *corev1alpha1.CompositionDefinition) string {
+	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
+	if err != nil || gv.Group != crd.Group {
+		return ""
+	}
+	return gv.Version
+}
+
+// compositions lists the metadata of the compositions of kind labelled with version,
+// read through the served version via.
+func (r *DefinitionReconciler) compositions(ctx context.Context, api *generatedAPI, via, version string) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: via, Kind: api.Kind + "List"})
+	if err := r.Live.List(ctx, list, client.MatchingLabels{labelCompositionVersion: version}); err != nil {
+		return nil, fmt.Errorf("listing %s compositions of version %s: %w", api.Kind, version, err)
+	}
+	return list.Items, nil
+}
+
+// moveCompositions writes every composition labelled from through the definition's
+// served version, which relabels it (the mutating webhook stamps the version written
+// through), so its controller takes it over.
+func (r *DefinitionReconciler) moveCompositions(ctx context.Context, api *generatedAPI, from string) error {
+	items, err := r.compositions(ctx, api, api.Version, from)
+	if err != nil {
+		return err
+	}
+	for _, item := range items {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind})
+		obj.SetNamespace(item.Namespace)
+		obj.SetName(item.Name)
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labelCompositionVersion, api.Version))
+		if err := r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("moving %s %s/%s to %s: %w", api.Kind, item.Namespace, item.Name, api.Version, err)
+		}
+	}
+	return nil
+}
+
+// pruneVersions removes from the CRD of api every served version that no definition
+// claims and no composition is labelled with.
+func (r *DefinitionReconciler) pruneVersions(ctx context.Context, api *generatedAPI, claimed map[string]bool) error {
+	current := &apiextensionsv1.CustomResourceDefinition{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return r.removeUnusedVersions(ctx, current, api.Kind, claimed)
+}
+
+// removeUnusedVersions drops the served versions of current that are not claimed and
+// hold no composition, and deletes the CRD when no served version is left.
+func (r *DefinitionReconciler) removeUnusedVersions(ctx context.Context, current *apiextensionsv1.CustomResourceDefinition, kind string, claimed map[string]bool) error {
+	api := &generatedAPI{Kind: kind}
+	var kept []apiextensionsv1.CustomResourceDefinitionVersion
+	served := 0
+	for _, v := range current.Spec.Versions {
+		if v.Name == crd.HubVersion || claimed[v.Name] {
+			kept = append(kept, v)
+			served += btoi(v.Served)
+			continue
+		}
+		items, err := r.compositions(ctx, api, v.Name, v.Name)
+		if err != nil {
+			return err
+		}
+		if len(items) > 0 {
+			kept = append(kept, v)
+			served += btoi(v.Served)
+		}
+	}
+	if len(kept) == len(current.Spec.Versions) {
+		return nil
+	}
+	if served == 0 {
+		if err := r.Client.Delete(ctx, current, client.Preconditions{ResourceVersion: &current.ResourceVersion}); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		return nil
+	}
+	current.Spec.Versions = kept
+	return r.Client.Update(ctx, current)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// apply server-side applies obj, which carries its apiVersion and kind, as Compositor.
+func apply(ctx context.Context, c client.Client, obj client.Object) error {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: content}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"golang.org/x/time/rate"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/generators/crd"
+)
+
+// Finalizer holds a CompositionDefinition until its generated objects are removed.
+const Finalizer = "compositor.dev/definition"
+
+// fieldManager owns what the reconciler applies.
+const fieldManager = "compositor"
+
+// BundleSource knows the CA bundle the API server trusts the webhooks with.
+type BundleSource interface {
+	CABundle() []byte
+}
+
+// DefinitionReconciler turns CompositionDefinitions into served APIs: it fetches the
+// chart, generates the CRD version from its schema, applies it and reports status.
+type DefinitionReconciler struct {
+	// Client reads through the manager's cache and writes.
+	Client client.Client
+	// Live reads from the API server: Secrets (never cached) and compositions.
+	Live client.Reader
+	// Fetcher downloads and caches charts.
+	Fetcher *chartsource.Fetcher
+	// Conversion locates the conversion webhook; its CABundle comes from Bundle.
+	Conversion crd.ConversionWebhook
+	Bundle     BundleSource
+	Recorder   recorder.EventRecorder
+	// Poll is how often a Ready definition is checked again for chart changes.
+	Poll time.Duration
+	// MaxReconcileRate is the most reconciliations per second.
+	MaxReconcileRate int
+}
+
+// SetupWithManager registers the reconciler and its watches with mgr.
+func (r *DefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("compositiondefinition").
+		For(&corev1alpha1.CompositionDefinition{}, builder.WithPredicates(
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A generated CRD changed by hand is put back; a Secret with chart credentials
+		// that changes makes its definitions fetch again. Secrets are watched by their
+		// metadata only: Compositor never caches their contents.
+		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfCRD)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfSecret)).
+		WithOptions(controller.Options{
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(max(r.MaxReconcileRate, 1)), max(r.MaxReconcileRate, 1)*10)},
+			),
+		}).
+		Complete(r)
+}
+
+// Reconcile brings one CompositionDefinition's generated API in line with its spec.
+func (r *DefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	def := &corev1alpha1.CompositionDefinition{}
+	if err := r.Client.Get(ctx, req.NamespacedName, def); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := def.DeepCopy()
+	var result ctrl.Result
+	var err error
+	switch {
+	case def.Annotations[corev1alpha1.AnnotationPaused] == "true":
+		r.pause(def)
+	case !def.DeletionTimestamp.IsZero():
+		result, err = r.finalize(ctx, def)
+	default:
+		result, err = r.sync(ctx, def)
+	}
+	if patchErr := r.patchStatus(ctx, before, def); patchErr != nil {
+		err = errors.Join(err, patchErr)
+	}
+	return result, err
+}
+
+// pause touches nothing but the status, which says that the definition is paused.
+func (r *DefinitionReconciler) pause(def *corev1alpha1.CompositionDefinition) {
+	failed(def, ReasonPaused, fmt.Sprintf("%s is \"true\": nothing is reconciled until it is removed or \"false\"", corev1alpha1.AnnotationPaused))
+}
+
+// sync is the life of a definition: chart → schema → CRD version → status.
+func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if controllerutil.AddFinalizer(def, Finalizer) {
+		if err := r.Client.Update(ctx, def); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	chart, err := r.fetchChart(ctx, def)
+	if err != nil {
+		return r.fail(def, err)
+	}
+	api, err := r.describeAPI(def, chart)
+	if err != nil {
+		return r.fail(def, err)
+	}
+	if err := r.applyCRD(ctx, def, api); err != nil {
+		return r.fail(def, err)
+	}
+	r.recordStatus(def, chart, api)
+	return ctrl.Result{RequeueAfter: r.Poll}, nil
+}
+
+// fail records err in the conditions. Errors that only a change of the definition can
+// fix are terminal: they are not retried until the definition changes.
+func (r *DefinitionReconciler) fail(def *corev1alpha1.CompositionDefinition, err error) (ctrl.Result, error) {
+	var pe *phaseError
+	if !errors.As(err, &pe) {
+		pe = &phaseError{reason: ReasonApplyFailed, err: err}
+	}
+	failed(def, pe.reason, pe.Error())
+	if pe.terminal {
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	return ctrl.Result{}, err
+}
+
+// phaseError is a failure of one phase with the condition reason that reports it.
+type phaseError struct {
+	reason   string
+	terminal bool
+	err      error
+}
+
+func (e *phaseError) Error() string { return e.err.Error() }
+func (e *phaseError) Unwrap() error { return e.err }
+
+func (r *DefinitionReconciler) patchStatus(ctx context.Context, before, def *corev1alpha1.CompositionDefinition) error {
+	if equalStatus(before.Status, def.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, def, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+func (r *DefinitionReconciler) definitionsOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+	return r.definitionsWhere(ctx, func(def *corev1alpha1.CompositionDefinition) bool {
+		c := def.Spec.Chart.Credentials
+		return c != nil && c.PasswordRef.Namespace == secret.GetNamespace() && c.PasswordRef.Name == secret.GetName()
+	})
+}
+
+func (r *DefinitionReconciler) definitionsOfCRD(ctx context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetLabels()[LabelManaged] != "true" {
+		return nil
+	}
+	return r.definitionsWhere(ctx, func(def *corev1alpha1.CompositionDefinition) bool {
+		return def.Status.Resource != "" && def.Status.Resource+"."+crd.Group == obj.GetName()
+	})
+}
+
+func (r *DefinitionReconciler) definitionsWhere(ctx context.Context, match func(*corev1alpha1.CompositionDefinition) bool) []reconcile.Request {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing CompositionDefinitions to map an event")
+		return nil
+	}
+	var requests []reconcile.Request
+	for i := range list.Items {
+		if match(&list.Items[i]) {
+			requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
+		}
+	}
+	return requests
+}
+
+var _ = metav1.Now

@@ -1,0 +1,58 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+)
+
+// waitForCompositions is how often a definition being deleted looks again for the
+// compositions that hold it.
+const waitForCompositions = 30 * time.Second
+
+// finalize removes what the definition generated once no composition of its version is
+// left, then lets the definition go.
+func (r *DefinitionReconciler) finalize(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(def, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if version := previousVersion(def); version != "" {
+		done, err := r.releaseVersion(ctx, def, version)
+		if err != nil || !done {
+			return ctrl.Result{RequeueAfter: waitForCompositions}, err
+		}
+	}
+	controllerutil.RemoveFinalizer(def, Finalizer)
+	return ctrl.Result{}, r.Client.Update(ctx, def)
+}
+
+// releaseVersion gives up the definition's served version: it reports false while
+// compositions of that version exist.
+func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
+	api := &generatedAPI{Kind: def.Status.Kind, Plural: def.Status.Resource, Version: version}
+	current := &apiextensionsv1.CustomResourceDefinition{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
+		return true, client.IgnoreNotFound(err)
+	}
+	items, err := r.compositions(ctx, api, version, version)
+	if err != nil {
+		return false, err
+	}
+	if n := len(items); n > 0 {
+		failed(def, ReasonDeleting, fmt.Sprintf("waiting for %d %s of version %s to be deleted: kubectl delete %s.%s.%s --all -A",
+			n, api.Kind, version, api.Plural, version, "composition.krateo.io"))
+		return false, nil
+	}
+	claimed, err := r.claimedVersions(ctx, api.Kind, def)
+	if err != nil {
+		return false, err
+	}
+	return true, r.removeUnusedVersions(ctx, current, api.Kind, claimed)
+}

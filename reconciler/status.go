@@ -1,0 +1,40 @@
+package reconciler
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/generators/crd"
+)
+
+// recordStatus reports the served API and marks the definition Ready and Synced.
+func (r *DefinitionReconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) {
+	def.Status.APIVersion = api.APIVersion()
+	def.Status.Kind = api.Kind
+	def.Status.Resource = api.Plural
+	def.Status.PackageURL = fetched.PackageURL
+	def.Status.Digest = fetched.Digest
+	def.Status.Managed = corev1alpha1.Managed{
+		Group: crd.Group,
+		Kind:  api.Kind,
+		VersionInfo: []corev1alpha1.VersionInfo{
+			{Version: api.Version, Served: true, Stored: false, Chart: api.ChartVersion},
+			{Version: crd.HubVersion, Served: false, Stored: true},
+		},
+	}
+	readyReason, readyMessage := ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())
+	if api.NoSchema {
+		readyReason = ReasonNoSchema
+		readyMessage += "; the chart has no values.schema.json, so spec accepts any value"
+	}
+	setConditions(def,
+		condition(corev1alpha1.ConditionReady, true, readyReason, readyMessage),
+		condition(corev1alpha1.ConditionSynced, true, ReasonReconcileSuccess, "the generated API matches the chart"))
+}
+
+func equalStatus(a, b corev1alpha1.CompositionDefinitionStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}

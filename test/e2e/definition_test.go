@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/test/chartserver"
+	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// sampleRepository serves the sample charts as a Helm repository for the test.
+func sampleRepository(t *testing.T) *chartserver.Repository {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, samplecharts.Package(dir))
+	return chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
+}
+
+// localSeed is the seed manifest for the local chart repository, pointed at repoURL.
+func localSeed(t *testing.T, repoURL string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(seedDir(t), "local-fireworksapp.yaml"))
+	require.NoError(t, err)
+	return strings.ReplaceAll(string(data), "http://127.0.0.1:8879", repoURL)
+}
+
+func condition(t *testing.T, cp *controlplane.ControlPlane, namespace, name, kind string) (string, string) {
+	t.Helper()
+	def := &corev1alpha1.CompositionDefinition{}
+	require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, def))
+	c := meta.FindStatusCondition(def.Status.Conditions, kind)
+	if c == nil {
+		return "", ""
+	}
+	return string(c.Status), c.Reason
+}
+
+func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp)
+	repo := sampleRepository(t)
+	ctx := context.Background()
+
+	res := cp.Kubectl(ctx, "", "apply", "-f", filepath.Join(seedDir(t), "namespaces.yaml"))
+	require.NoError(t, res.Err, res.Stderr)
+	res = cp.Kubectl(ctx, localSeed(t, repo.URL), "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+
+	res = cp.Kubectl(ctx, "", "wait", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--for", "condition=Ready=True", "--timeout", "120s")
+	require.NoError(t, res.Err, res.Stderr)
+
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
+	assert.Equal(t, []string{"v1-1-5", "hub"}, versionNames(crd))
+	assert.Equal(t, apiextensionsv1.WebhookConverter, crd.Spec.Conversion.Strategy)
+	assert.NotEmpty(t, crd.Spec.Conversion.Webhook.ClientConfig.CABundle)
+
+	res = cp.Kubectl(ctx, "", "get", "compositiondefinitions", "-n", "fireworksapp-system", "-o", "wide", "--no-headers")
+	require.NoError(t, res.Err, res.Stderr)
+	cells := columns(res.Stdout)
+	require.Len(t, cells, 7, res.Stdout)
+	assert.Equal(t, []string{"fireworksapp-1-1-5", "True", "True"}, cells[:3])
+	assert.Equal(t, []string{"composition.krateo.io/v1-1-5", "FireworksApp", repo.URL + "/fireworks-app-1.1.5.tgz"}, cells[4:])
+
+	t.Run("a new chart version replaces the old served version", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--type", "merge", "-p", `{"spec":{"chart":{"version":"1.1.6"}}}`)
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
+			assert.Equal(c, []string{"v1-1-6", "hub"}, versionNames(crd))
+			assert.Equal(c, []string{"hub"}, crd.Status.StoredVersions)
+		}, 2*time.Minute, 200*time.Millisecond)
+	})
+
+	t.Run("unreachable charts report ChartFetchFailed", func(t *testing.T) {
+		for _, name := range []string{"readme-fireworksapp.yaml", "readme-postgresql.yaml"} {
+			data, err := os.ReadFile(filepath.Join(seedDir(t), name))
+			require.NoError(t, err)
+			manifest := string(data)
+			if name == "readme-fireworksapp.yaml" {
+				// It shares its name with the local seed applied above.
+				manifest = strings.Replace(manifest, "name: fireworksapp-1-1-5", "name: fireworksapp-remote", 1)
+			}
+			res := cp.Kubectl(ctx, manifest, "apply", "-f", "-")
+			require.NoError(t, res.Err, res.Stderr)
+		}
+		for _, key := range [][2]string{{"fireworksapp-system", "fireworksapp-remote"}, {"krateo-system", "postgresql"}} {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				status, reason := condition(t, cp, key[0], key[1], "Ready")
+				assert.Equal(c, "False", status)
+				assert.Equal(c, "ChartFetchFailed", reason)
+			}, 2*time.Minute, 200*time.Millisecond, "%s/%s", key[0], key[1])
+		}
+	})
+}
+
+func versionNames(crd *apiextensionsv1.CustomResourceDefinition) []string {
+	var names []string
+	for _, v := range crd.Spec.Versions {
+		names = append(names, v.Name)
+	}
+	return names
+}
