@@ -190,4 +190,3 @@ func (r *DefinitionReconciler) definitionsWhere(ctx context.Context, match func(
 	}
 	return requests
 }
-
