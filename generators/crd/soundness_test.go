@@ -3,10 +3,14 @@ package crd
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"helm.sh/helm/v3/pkg/chartutil"
 )
 
 // byteSource turns fuzz input into choices; it yields zeros once exhausted, so every
@@ -81,7 +85,7 @@ func (s *byteSource) schema(depth int) any {
 		}
 	}
 	for i := s.pick(4); i > 0; i-- {
-		switch s.pick(22) {
+		switch s.pick(24) {
 		case 0:
 			m["enum"] = []any{s.value(2), s.value(2)}
 		case 1:
@@ -141,30 +145,49 @@ func (s *byteSource) schema(depth int) any {
 			if depth < 4 {
 				m["patternProperties"] = map[string]any{"^a": s.schema(depth + 1)}
 			}
+		case 22:
+			m["$ref"] = "#/$defs/d"
+		case 23:
+			m["$ref"] = "#/properties/x" // recursion through the root's property
 		}
 	}
 	return m
 }
 
-// checkSoundness builds a schema and a value from data and, if Helm's validator
-// (jsonschema v6) accepts the value, requires the generated CRD to store it unchanged.
+// checkSoundness builds a schema, chart defaults and a value from data and, if Helm's
+// validator (jsonschema v6) accepts the value coalesced with the defaults, requires the
+// generated CRD to store the value unchanged.
 func checkSoundness(t *testing.T, data []byte) {
 	src := &byteSource{b: data}
 	draftURI := []string{"https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"}[src.pick(2)]
 	inner := src.schema(0)
-	withDefault := src.pick(2) == 0
+	def := src.schema(1)
+	defaults := map[string]any{}
+	switch src.pick(3) {
+	case 1:
+		defaults["x"] = nil
+	case 2:
+		defaults["x"] = src.value(0)
+	}
 	value := src.value(0)
 
-	root := map[string]any{"$schema": draftURI, "type": "object", "properties": map[string]any{"x": inner}}
+	root := map[string]any{"$schema": draftURI, "type": "object", "properties": map[string]any{"x": inner},
+		"$defs": map[string]any{"d": def}, "definitions": map[string]any{"d": def}}
+	if draftURI != "https://json-schema.org/draft/2020-12/schema" {
+		delete(root, "$defs")
+		inner, _ := json.Marshal(root)
+		root = nil
+		_ = json.Unmarshal([]byte(strings.ReplaceAll(string(inner), `"#/$defs/d"`, `"#/definitions/d"`)), &root)
+	}
 	schemaJSON, err := json.Marshal(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := ""
-	if withDefault {
-		values = "x: null\n"
+	values, err := json.Marshal(defaults)
+	if err != nil {
+		t.Fatal(err)
 	}
-	spec, _, err := Translate(schemaJSON, []byte(values))
+	spec, _, err := Translate(schemaJSON, values)
 	if err != nil {
 		if !isKnownRefusal(err) {
 			t.Fatalf("undocumented error %v for %s", err, schemaJSON)
@@ -190,18 +213,38 @@ func checkSoundness(t *testing.T, data []byte) {
 	}
 	instance := map[string]any{"x": value}
 	raw, _ := json.Marshal(instance)
-	parsed, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(raw)))
+	// Helm validates the user's values coalesced with the chart's defaults.
+	user, err := chartutil.ReadValues(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartDefaults, err := chartutil.ReadValues(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, _ := json.Marshal(chartutil.CoalesceTables(user, chartDefaults))
+	parsed, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(merged)))
 	if compiled.Validate(parsed) != nil {
 		return // invalid for Helm: the CRD may accept or refuse it
 	}
+	if inferred(defaults["x"], value) {
+		return // the documented exception: see inferType
+	}
 	a := newAdmitter(t, crd, "v1-0-0")
 	if err := a.admit(instance); err != nil {
-		t.Fatalf("Helm accepts %s under\n%s\nbut the CRD refuses it: %v\nspec: %s", raw, schemaJSON, err, mustJSON(spec))
+		t.Fatalf("Helm accepts %s (defaults %s) under\n%s\nbut the CRD refuses it: %v\nspec: %s", raw, values, schemaJSON, err, mustJSON(spec))
 	}
+}
+
+// quietHelm silences the warnings Helm's value coalescing logs.
+func quietHelm(t testing.TB) {
+	log.SetOutput(io.Discard)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 }
 
 // FuzzSoundness: the CRD never refuses (or prunes) a value Helm's validator accepts.
 func FuzzSoundness(f *testing.F) {
+	quietHelm(f)
 	for _, seed := range []string{
 		"", "\x01\x02\x03\x04\x05", "\x00\x07\x0c\x03\x05\x02\x02", "\x01\x02\x0d\x0e\x01\x03\x07\x02\x05",
 		"\x00\x01\x03\x0c\x0c\x01\x01\x04\x05\x06\x07", "\x01\x02\x02\x0b\x06\x01\x07\x07\x00\x03\x03",
@@ -213,6 +256,7 @@ func FuzzSoundness(f *testing.F) {
 
 // TestSoundness runs many generated cases deterministically, without the fuzzer.
 func TestSoundness(t *testing.T) {
+	quietHelm(t)
 	for i := range 5000 {
 		data := make([]byte, 48)
 		x := uint32(i*2654435761 + 1)
@@ -228,4 +272,25 @@ func TestSoundness(t *testing.T) {
 			return
 		}
 	}
+}
+
+// inferred tells whether a value replaces a default map (or list), at any depth, with
+// another kind of value: a schema without a type is taken as the default's kind there.
+func inferred(def, value any) bool {
+	switch d := def.(type) {
+	case map[string]any:
+		v, ok := value.(map[string]any)
+		if !ok {
+			return true
+		}
+		for k, dv := range d {
+			if vv, ok := v[k]; ok && inferred(dv, vv) {
+				return true
+			}
+		}
+	case []any:
+		_, ok := value.([]any)
+		return !ok
+	}
+	return false
 }

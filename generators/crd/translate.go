@@ -143,6 +143,8 @@ func (t *translator) schemaObject(m map[string]any, l loc) *node {
 // inferType types a schema that names no type from what Helm merges into it: a key
 // whose values.yaml default is a map and whose schema describes properties is an
 // object, one whose default is a list and whose schema describes items is an array.
+// This is the one place the CRD may refuse what the JSON Schema allows (a composition
+// replacing a default map with a string); the Report says so.
 func (t *translator) inferType(m map[string]any, n *node, l loc) {
 	if n.types != tAll {
 		return
@@ -151,10 +153,12 @@ func (t *translator) inferType(m map[string]any, n *node, l loc) {
 	case map[string]any:
 		if len(n.props) > 0 {
 			n.types = tObject | tNull
+			t.loseAt(l, "type", "no type given: taken as an object because values.yaml sets a map here (the CRD refuses another kind of value, which Helm only warns about)")
 		}
 	case []any:
 		if _, ok := m["items"]; ok && n.items != nil {
 			n.types = tArray | tNull
+			t.loseAt(l, "type", "no type given: taken as an array because values.yaml sets a list here (the CRD refuses another kind of value)")
 		}
 	}
 }
@@ -468,6 +472,15 @@ func (t *translator) object(n *node, m map[string]any, l loc) {
 		}
 	}
 	n.v.minProps = t.count(m, "minProperties", l, false)
+	if n.v.minProps != nil && len(defaults) > 0 {
+		// Helm counts the keys of the merged map, defaults included.
+		reduced := max(*n.v.minProps-int64(len(defaults)), 0)
+		t.loseAt(l.sub("minProperties"), "minProperties", fmt.Sprintf("values.yaml sets %d keys here, so the CRD asks for %d fewer; the webhook counts the merged keys", len(defaults), *n.v.minProps-reduced))
+		n.v.minProps = &reduced
+		if reduced == 0 {
+			n.v.minProps = nil
+		}
+	}
 	n.v.maxProps = t.count(m, "maxProperties", l, true)
 }
 
