@@ -48,7 +48,10 @@ type Options struct {
 // Register mounts the admission handlers on srv.
 func Register(srv webhook.Server, opts Options) {
 	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached}))
-	srv.Register(ValidatePath, guard(&Validator{Compositions: compositionChecks(opts.Live)}))
+	srv.Register(ValidatePath, guard(&Validator{
+		Compositions: compositionChecks(opts.Live),
+		Definitions:  definitionChecks(opts.Live),
+	}))
 }
 
 // Mutator answers /mutate: it defaults compositions and leaves Compositor's other
@@ -91,6 +94,8 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 type Validator struct {
 	// Compositions checks every write to a composition.
 	Compositions Chain
+	// Definitions checks every write to a CompositionDefinition.
+	Definitions Chain
 }
 
 var _ admission.Handler = &Validator{}
@@ -105,7 +110,9 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	switch req.Kind.Group {
 	case CompositionGroup:
 		checks = v.Compositions
-	case corev1alpha1.GroupVersion.Group, policyGroup:
+	case corev1alpha1.GroupVersion.Group:
+		checks = v.Definitions
+	case policyGroup:
 	default:
 		return unsupportedKind(req.Kind)
 	}
