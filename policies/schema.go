@@ -92,9 +92,20 @@ func (v *JSONSchemaValidator) ValidateValues(_ context.Context, ch *chart.Chart,
 	if entry.err != nil {
 		return nil, entry.err
 	}
+	// Helm refuses a subchart's key holding anything but a map before any schema
+	// applies; say so plainly, as a violation of the values.
+	if vs := subchartKeyViolations(ch, spec, specPath, nil); len(vs) > 0 {
+		SortViolations(vs)
+		return vs, nil
+	}
 	processed, vals, err := helmValues(ch, spec)
 	if err != nil {
-		return nil, err
+		return []Violation{{
+			Path:    specPath.String(),
+			Message: fmt.Sprintf("Helm cannot merge these values with the chart's values.yaml: %v", err),
+			Source:  SourceSchema,
+			Action:  v1alpha1.EnforcementDeny,
+		}}, nil
 	}
 	var out []Violation
 	if err := validateTree(entry, processed, vals.AsMap(), specPath, nil, &out); err != nil {
@@ -252,7 +263,7 @@ func validateTree(entry *schemaEntry, c *chart.Chart, values map[string]any, at 
 		if !ok {
 			*out = append(*out, Violation{
 				Path:    subPath.String(),
-				Message: fmt.Sprintf("must be an object: it holds the values of subchart %s, not %s", sub.Name(), jsonType(raw)),
+				Message: fmt.Sprintf("must be an object: it holds the values of subchart %s, not %s", sub.Name(), withArticle(jsonType(raw))),
 				Source:  source,
 				Action:  v1alpha1.EnforcementDeny,
 			})
@@ -263,4 +274,42 @@ func validateTree(entry *schemaEntry, c *chart.Chart, values map[string]any, at 
 		}
 	}
 	return nil
+}
+
+// subchartKeyViolations finds keys of subcharts (by name or alias) whose value is
+// neither an object nor null.
+func subchartKeyViolations(c *chart.Chart, values map[string]any, at *field.Path, subchart []string) []Violation {
+	var out []Violation
+	source := SourceSchema
+	if len(subchart) > 0 {
+		source = SourceSchema + " of subchart " + strings.Join(subchart, ".")
+	}
+	for _, sub := range c.Dependencies() {
+		keys := []string{sub.Name()}
+		if c.Metadata != nil {
+			for _, d := range c.Metadata.Dependencies {
+				if d != nil && d.Name == sub.Name() && d.Alias != "" {
+					keys = append(keys, d.Alias)
+				}
+			}
+		}
+		for _, k := range keys {
+			raw, ok := values[k]
+			if !ok || raw == nil {
+				continue
+			}
+			m, ok := raw.(map[string]any)
+			if !ok {
+				out = append(out, Violation{
+					Path:    at.Child(k).String(),
+					Message: fmt.Sprintf("must be an object: it holds the values of subchart %s, not %s", sub.Name(), withArticle(jsonType(raw))),
+					Source:  source,
+					Action:  v1alpha1.EnforcementDeny,
+				})
+				continue
+			}
+			out = append(out, subchartKeyViolations(sub, m, at.Child(k), append(subchart, k))...)
+		}
+	}
+	return out
 }

@@ -97,6 +97,9 @@ func TestSchemaMessages(t *testing.T) {
 			"spec.storage.size: must match pattern ^[0-9]+Gi$ (values.schema.json)",
 			"spec.cache.maxMemory: must match pattern ^[0-9]+(Mi|Gi)$ (values.schema.json of subchart cache)",
 		}},
+		// a subchart's key must hold an object, as Helm requires
+		{"1.1.5", "cache: x", []string{"spec.cache: must be an object: it holds the values of subchart cache, not a string (values.schema.json)"}},
+		{"1.1.5", "cache: null", nil},
 		// keys with dots are written as [key]
 		{"1.1.5", "podAnnotations: {example.com/x: y}", nil},
 	}
@@ -157,4 +160,36 @@ func TestSchemaDoesNotChangeTheChart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, len(ch.Dependencies()), "the disabled subchart is dropped from a copy only")
 	assert.Equal(t, false, ch.Metadata.Dependencies[0].Enabled)
+}
+
+func TestSchemaPathsAndKeywords(t *testing.T) {
+	ch := loadChart(t, "2.0.0")
+	ch.Schema = []byte(`{
+		"type": "object",
+		"properties": {
+			"podAnnotations": {"type": "object", "additionalProperties": {"type": "string"}},
+			"hosts": {"type": "array", "maxItems": 3, "items": {"type": "object", "required": ["name"], "additionalProperties": false,
+				"properties": {"name": {"type": "string", "format": "hostname"}, "weight": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}}}},
+			"mode": {"const": "fast"},
+			"tier": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 5}]}
+		}
+	}`)
+	got, err := NewJSONSchemaValidator(0).ValidateValues(context.Background(), ch, "", specOf(t, `
+podAnnotations: {example.com/team: 1}
+hosts:
+  - {name: a, weight: 0}
+  - {weight: 0.7, port: 80}
+mode: slow
+tier: four
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"spec.hosts[0].weight: must be > 0 (values.schema.json)",
+		"spec.hosts[1].name: is required (values.schema.json)",
+		"spec.hosts[1].port: is not allowed: the schema has no such field (values.schema.json)",
+		"spec.hosts[1].weight: must be a multiple of 0.5 (values.schema.json)",
+		"spec.mode: must be fast (values.schema.json)",
+		"spec.podAnnotations[example.com/team]: must be a string, not an integer (values.schema.json)",
+		"spec.tier: must be at most 3 characters long (values.schema.json)",
+	}, FormatLines(got))
 }

@@ -1,0 +1,104 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// typicalSpec is values-full.yaml of 1.1.5: every documented value set.
+func typicalSpec(b *testing.B) map[string]any {
+	b.Helper()
+	examples, err := samplecharts.Examples("1.1.5")
+	require.NoError(b, err)
+	for _, ex := range examples {
+		if ex.Name == "values-full.yaml" {
+			return specOf(b, string(ex.Values))
+		}
+	}
+	b.Fatal("values-full.yaml not found")
+	return nil
+}
+
+func BenchmarkSchemaValidation(b *testing.B) {
+	ch := loadChart(b, "1.1.5")
+	spec := typicalSpec(b)
+	v := NewJSONSchemaValidator(0)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		vs, err := v.ValidateValues(ctx, ch, "sha256:bench", spec)
+		if err != nil || len(vs) != 0 {
+			b.Fatal(err, vs)
+		}
+	}
+}
+
+// fivePolicies are policies of the kinds security teams write, on the object.
+var fivePolicies = []Policy{
+	{Name: "allowed-registries", Rego: registryPolicy, Parameters: map[string]any{"allowed": []any{"registry.example.com/web/nginx", "docker.io"}}},
+	{Name: "max-replicas", Rego: plainPolicy},
+	{Name: "pull-policy", Action: v1alpha1.EnforcementWarn, Rego: `package pull_policy
+
+warn contains {"msg": "use IfNotPresent or Always", "path": "spec.image.pullPolicy"} if {
+	input.review.object.spec.image.pullPolicy == "Never"
+}
+`},
+	{Name: "team-label", Rego: `package team_label
+
+deny contains {"msg": "every composition needs a team label", "path": "metadata.labels.team"} if {
+	not input.review.object.metadata.labels.team
+}
+`},
+	{Name: "no-latest", Rego: `package no_latest
+
+deny contains {"msg": sprintf("image tag %q is not pinned", [tag]), "path": "spec.image.tag"} if {
+	tag := object.get(input.review.object.spec, ["image", "tag"], "")
+	tag in {"", "latest"}
+	input.review.operation == "CREATE"
+	some group in input.review.userInfo.groups
+	not startswith(group, "system:")
+}
+`},
+}
+
+func BenchmarkSchemaAndFivePolicies(b *testing.B) {
+	ctx := context.Background()
+	e := newTestEngine(b, Options{})
+	for _, p := range fivePolicies {
+		require.NoError(b, e.Set(ctx, p))
+	}
+	checker := &Checker{Schemas: NewJSONSchemaValidator(0), Engine: e}
+	r := compositionRequest(typicalSpec(b))
+	r.Chart = loadChart(b, "1.1.5")
+	r.ChartDigest = "sha256:bench"
+	r.UserInfo.Groups = []string{"devs", "system:authenticated"}
+	d, err := checker.Check(ctx, r)
+	require.NoError(b, err)
+	require.Len(b, d.Violations, 2, fmt.Sprint(d.Violations)) // max-replicas and team-label
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := checker.Check(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRenderedPolicy(b *testing.B) {
+	ctx := context.Background()
+	e := newTestEngine(b, Options{})
+	require.NoError(b, e.Set(ctx, Policy{Name: "ha", Rego: haPolicy, Target: v1alpha1.TargetRendered}))
+	r := compositionRequest(typicalSpec(b))
+	r.Chart = loadChart(b, "1.1.5")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Evaluate(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

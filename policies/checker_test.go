@@ -1,0 +1,99 @@
+package policies
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+)
+
+const threeViolations = `apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata:
+  name: shop
+  namespace: team-a
+spec:
+  image:
+    registry: docker.io
+  storage:
+    size: 10GB
+  cache:
+    enabled: true
+    maxMemory: lots
+`
+
+// TestCheckerAllViolationsInOneDenial is what `compositor validate` does with a file
+// (ObjectRequest + Check) and what the webhook answers: the schema error inside the
+// oneOf, the one in the cache subchart and the policy denial, one per line.
+func TestCheckerAllViolationsInOneDenial(t *testing.T) {
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Options{})
+	require.NoError(t, err)
+	require.NoError(t, e.Set(ctx, Policy{Name: "allowed-registries", Rego: registryPolicy, Parameters: map[string]any{"allowed": []any{"registry.example.com"}}}))
+	checker := &Checker{Schemas: NewJSONSchemaValidator(0), Engine: e}
+
+	obj := map[string]any{}
+	require.NoError(t, yaml.Unmarshal([]byte(threeViolations), &obj))
+	r := ObjectRequest(obj, "default")
+	assert.Equal(t, "team-a", r.Namespace)
+	assert.Equal(t, "shop", r.ReleaseName)
+	assert.Equal(t, "FireworksApp", r.Kind.Kind)
+	r.Chart = loadChart(t, "1.1.5")
+
+	d, err := checker.Check(ctx, r)
+	require.NoError(t, err)
+	want := strings.Join([]string{
+		`spec.storage.size: must match pattern ^[0-9]+Gi$ (values.schema.json)`,
+		`spec.cache.maxMemory: must match pattern ^[0-9]+(Mi|Gi)$ (values.schema.json of subchart cache)`,
+		`spec.image.registry: registry "docker.io" is not allowed [policy allowed-registries]`,
+	}, "\n")
+	assert.Equal(t, want, d.Message())
+	statusErr := d.Err(schema.GroupKind{Group: "composition.krateo.io", Kind: "FireworksApp"}, "shop")
+	require.NotNil(t, statusErr)
+	assert.Equal(t, int32(422), statusErr.ErrStatus.Code)
+	assert.Equal(t, want, statusErr.ErrStatus.Message)
+	assert.Len(t, statusErr.ErrStatus.Details.Causes, 3)
+
+	// Only the policy left: 403 Forbidden.
+	spec := obj["spec"].(map[string]any)
+	delete(spec, "storage")
+	delete(spec, "cache")
+	d, err = checker.Check(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, int32(403), d.Err(schema.GroupKind{Kind: "FireworksApp"}, "shop").ErrStatus.Code)
+}
+
+func TestCheckerDeletionSkipsSchema(t *testing.T) {
+	r := compositionRequest(map[string]any{"replicaCount": 100})
+	r.Operation, r.OldObject, r.Object = "DELETE", r.Object, nil
+	r.Chart = loadChart(t, "1.1.5")
+	d, err := (&Checker{Schemas: NewJSONSchemaValidator(0)}).Check(context.Background(), r)
+	require.NoError(t, err)
+	assert.Empty(t, d.Violations)
+}
+
+func TestFormatting(t *testing.T) {
+	vs := []Violation{
+		{Policy: "p", Source: "policy p", Message: "multi\nline\tmessage", Action: "deny", ID: "R1"},
+		{Policy: "p", Source: "policy p", Message: "same id", Action: "deny", ID: "p"},
+		{Source: SourceSchema + " of subchart cache", Path: "spec.cache.x", Message: "m", Action: "deny"},
+		{Source: SourceSchema, Path: "spec.z", Message: "m", Action: "deny"},
+		{Policy: "w", Source: "policy w", Message: strings.Repeat("é", 100), Action: "warn"},
+		{Policy: "d", Source: "policy d", Message: "hidden", Action: "dryrun"},
+	}
+	assert.Equal(t, strings.Join([]string{
+		"spec.z: m (values.schema.json)",
+		"spec.cache.x: m (values.schema.json of subchart cache)",
+		"multi line message [policy p/R1]",
+		"same id [policy p]",
+	}, "\n"), FormatDenial(vs))
+	w := FormatWarnings(vs)
+	require.Len(t, w, 1)
+	assert.LessOrEqual(t, len(w[0]), MaxWarningLength)
+	assert.True(t, strings.HasSuffix(w[0], "..."))
+	assert.NotContains(t, FormatDenial(vs)+strings.Join(w, ""), "hidden")
+}
