@@ -392,3 +392,17 @@ func TestFromCompositionPolicy(t *testing.T) {
 	_, err = FromCompositionPolicy(obj)
 	assert.ErrorIs(t, err, ErrCompile)
 }
+
+func TestCompileErrorsOf(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	err := e.Sync(context.Background(), OriginDir, []Policy{
+		{Name: "a", Rego: "package a\n\ndeny contains x if {\n"},
+		{Name: "b", Rego: "package b\n\nallow := true\n"},
+	})
+	errs := CompileErrorsOf(fmt.Errorf("reloading: %w", err))
+	require.Len(t, errs, 2)
+	assert.Equal(t, int32(4), errs[0].Line)
+	assert.Equal(t, int32(1), errs[1].Line)
+	assert.Equal(t, []v1alpha1.CompileError{{Message: "boom"}}, CompileErrorsOf(errors.New("boom")))
+	assert.Nil(t, CompileErrorsOf(nil))
+}

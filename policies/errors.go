@@ -74,3 +74,36 @@ func FormatCompileError(file string, ce v1alpha1.CompileError) string {
 	}
 	return strings.Join(pos, ":") + ": " + ce.Message
 }
+
+// CompileErrorsOf collects the compile errors inside err, also through joined and
+// wrapped errors, in order: what a CompositionPolicy's status.errors should hold.
+// Errors without positions (no *CompileError inside) give one entry with the message.
+func CompileErrorsOf(err error) []v1alpha1.CompileError {
+	if err == nil {
+		return nil
+	}
+	var out []v1alpha1.CompileError
+	var walk func(error) bool
+	walk = func(e error) bool {
+		if ce, ok := e.(*CompileError); ok {
+			out = append(out, ce.Errors...)
+			return true
+		}
+		found := false
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, inner := range u.Unwrap() {
+				found = walk(inner) || found
+			}
+		case interface{ Unwrap() error }:
+			if inner := u.Unwrap(); inner != nil {
+				found = walk(inner)
+			}
+		}
+		return found
+	}
+	if !walk(err) {
+		out = append(out, v1alpha1.CompileError{Message: err.Error()})
+	}
+	return out
+}
