@@ -1,0 +1,133 @@
+package rbac
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// ErrUnsafe means RBAC objects break an invariant of Check. Generate never returns
+// such objects; the message lists every violation.
+var ErrUnsafe = errors.New("RBAC objects break Compositor's invariants")
+
+// readVerbs are the verbs that change nothing.
+var readVerbs = []string{"get", "list", "watch"}
+
+// dangerousVerbs hand out rights beyond the rules that carry them.
+var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
+
+// Check asserts the invariants of a definition version's RBAC objects and returns
+// ErrUnsafe listing every violation:
+//
+//   - no wildcard ("*") in groups, resources, verbs or resource names, and no
+//     non-resource URLs or aggregation rules;
+//   - no escalate, bind or impersonate, anywhere;
+//   - nothing in the RBAC group, and no write on a type Refused refuses;
+//   - no Secrets in the roles bound cluster-wide (CompositionsRole, ClusterRole):
+//     Helm's release Secrets are only reachable through per-namespace ReleaseBindings;
+//   - no subresources in the chart's rights (ReleaseRole, ClusterRole);
+//   - every binding binds its own role to the ServiceAccount only.
+func Check(objs *Objects) error {
+	if objs == nil {
+		return fmt.Errorf("%w: no objects", ErrUnsafe)
+	}
+	var v []string
+	add := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+
+	if objs.ServiceAccount == nil || objs.CompositionsRole == nil || objs.CompositionsBinding == nil || objs.ReleaseRole == nil {
+		add("the ServiceAccount, CompositionsRole, CompositionsBinding and ReleaseRole are required")
+		return fmt.Errorf("%w: %s", ErrUnsafe, strings.Join(v, "; "))
+	}
+	if (objs.ClusterRole == nil) != (objs.ClusterBinding == nil) {
+		add("ClusterRole and ClusterBinding come together")
+	}
+
+	type role struct {
+		role         *rbacv1.ClusterRole
+		clusterWide  bool
+		subresources bool
+	}
+	roles := []role{
+		{objs.CompositionsRole, true, true},
+		{objs.ReleaseRole, false, false},
+	}
+	if objs.ClusterRole != nil {
+		roles = append(roles, role{objs.ClusterRole, true, false})
+	}
+	for _, r := range roles {
+		checkRole(r.role, r.clusterWide, r.subresources, add)
+	}
+
+	sa := objs.ServiceAccount
+	checkBinding := func(kind, name string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, role *rbacv1.ClusterRole) {
+		want := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
+		if ref != want {
+			add("%s %s refers to %s %s, not to %s", kind, name, ref.Kind, ref.Name, role.Name)
+		}
+		only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+		if !slices.Equal(subjects, only) {
+			add("%s %s binds %v, not only ServiceAccount %s/%s", kind, name, subjects, sa.Namespace, sa.Name)
+		}
+	}
+	b := objs.CompositionsBinding
+	checkBinding("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects, objs.CompositionsRole)
+	if b := objs.ClusterBinding; b != nil && objs.ClusterRole != nil {
+		checkBinding("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects, objs.ClusterRole)
+	}
+	rb := objs.ReleaseBinding(sa.Namespace)
+	checkBinding("RoleBinding", rb.Name, rb.RoleRef, rb.Subjects, objs.ReleaseRole)
+
+	if len(v) > 0 {
+		return fmt.Errorf("%w: %s", ErrUnsafe, strings.Join(v, "; "))
+	}
+	return nil
+}
+
+func checkRole(role *rbacv1.ClusterRole, clusterWide, subresources bool, add func(string, ...any)) {
+	name := "ClusterRole " + role.Name
+	if role.AggregationRule != nil {
+		add("%s aggregates other roles", name)
+	}
+	for i, rule := range role.Rules {
+		at := fmt.Sprintf("%s rule %d", name, i)
+		if len(rule.NonResourceURLs) > 0 {
+			add("%s grants non-resource URLs %v", at, rule.NonResourceURLs)
+		}
+		if len(rule.APIGroups) == 0 || len(rule.Resources) == 0 || len(rule.Verbs) == 0 {
+			add("%s needs groups, resources and verbs", at)
+		}
+		for _, list := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs, rule.ResourceNames} {
+			for _, s := range list {
+				if strings.Contains(s, "*") {
+					add("%s has the wildcard %q", at, s)
+				}
+			}
+		}
+		for _, verb := range rule.Verbs {
+			if slices.Contains(dangerousVerbs, verb) {
+				add("%s grants %s", at, verb)
+			}
+		}
+		writes := slices.ContainsFunc(rule.Verbs, func(verb string) bool { return !slices.Contains(readVerbs, verb) })
+		for _, group := range rule.APIGroups {
+			for _, resource := range rule.Resources {
+				what := formatGR(schema.GroupResource{Group: group, Resource: resource})
+				if group == rbacv1.GroupName {
+					add("%s grants rights on %s", at, what)
+				} else if reason, refused := Refused(group, resource); refused && writes {
+					add("%s writes %s: %s", at, what, reason)
+				}
+				if clusterWide && group == "" && (resource == "secrets" || strings.HasPrefix(resource, "secrets/")) {
+					add("%s grants Secrets cluster-wide", at)
+				}
+				if !subresources && strings.Contains(resource, "/") {
+					add("%s grants the subresource %s", at, what)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package rbac
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/generators/crd"
+)
+
+// Labels on every generated object. Together, LabelDefinitionNamespace, LabelResource
+// and LabelVersion select the objects of one definition version (IdentityLabels).
+const (
+	LabelManagedBy           = "app.kubernetes.io/managed-by"
+	ManagedBy                = "compositor"
+	LabelDefinitionNamespace = "compositor.dev/definition-namespace"
+	LabelDefinitionName      = "compositor.dev/definition-name"
+	LabelResource            = "compositor.dev/resource"
+	LabelVersion             = "compositor.dev/version"
+)
+
+// API groups the controller of a generated API reads or writes besides the chart's.
+const (
+	// DefinitionGroup holds CompositionDefinitions, which the controller reads.
+	DefinitionGroup = "core.krateo.io"
+	// DefinitionResource is the resource of CompositionDefinitions.
+	DefinitionResource = "compositiondefinitions"
+	eventsGroup        = "events.k8s.io"
+)
+
+// HelmVerbs are the verbs Helm needs on a type it installs: get to find the live
+// object, create, patch or update to install and upgrade, delete to uninstall, and
+// list and watch to wait for readiness.
+var HelmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+
+// ReleaseStorageVerbs are the verbs Helm's Secret storage driver needs on the Secrets
+// that hold its releases, in the release namespace.
+var ReleaseStorageVerbs = []string{"create", "delete", "get", "list", "patch", "update"}
+
+// ErrInvalidOptions means Options cannot give valid object names.
+var ErrInvalidOptions = errors.New("invalid RBAC options")
+
+// Options describe one served version of a definition's generated API.
+type Options struct {
+	// Namespace is the definition's namespace; the ServiceAccount lives there.
+	Namespace string
+	// DefinitionName, when set, is recorded in LabelDefinitionName.
+	DefinitionName string
+	// Plural is the generated CRD's resource, e.g. fireworksapps.
+	Plural string
+	// Version is the served CRD version, e.g. v1-1-5.
+	Version string
+	// Group of the generated CRD; defaults to crd.Group.
+	Group string
+	// Types are what the chart creates, from ResourceTypes.
+	Types []ResourceType
+	// Labels are added to every object; the identity labels win over them.
+	Labels map[string]string
+}
+
+// Names are the names of the objects generated for one definition version. They hold
+// the definition namespace, plural and version, so two definitions of one chart
+// version in two namespaces never share an object.
+type Names struct {
+	// ServiceAccount, in the definition namespace.
+	ServiceAccount string
+	// CompositionsRole names the ClusterRole on the compositions and its
+	// ClusterRoleBinding.
+	CompositionsRole string
+	// ReleaseRole names the ClusterRole with the chart's namespaced rights.
+	ReleaseRole string
+	// ClusterRole names the ClusterRole with the chart's cluster-scoped rights and its
+	// ClusterRoleBinding.
+	ClusterRole string
+	// ReleaseBinding names the RoleBinding of ReleaseRole in each composition namespace.
+	ReleaseBinding string
+}
+
+// ServiceAccountName returns the name of the ServiceAccount (and of the controller
+// Deployment) of one served version: <plural>-<version>-controller.
+func ServiceAccountName(plural, version string) string {
+	return plural + "-" + version + "-controller"
+}
+
+// NamesFor returns the object names for a definition namespace, plural and version.
+func NamesFor(namespace, plural, version string) Names {
+	prefix := "compositor:" + namespace + ":" + plural + "-" + version
+	return Names{
+		ServiceAccount:   ServiceAccountName(plural, version),
+		CompositionsRole: prefix + ":compositions",
+		ReleaseRole:      prefix + ":release",
+		ClusterRole:      prefix + ":cluster",
+		ReleaseBinding:   prefix,
+	}
+}
+
+// IdentityLabels select every object generated for one definition version, in any
+// namespace: the ServiceAccount, the roles, the bindings and the controller.
+func IdentityLabels(namespace, plural, version string) map[string]string {
+	return map[string]string{
+		LabelManagedBy:           ManagedBy,
+		LabelDefinitionNamespace: namespace,
+		LabelResource:            plural,
+		LabelVersion:             version,
+	}
+}
+
+// LabelValue makes s a valid label value: s itself when it is one, else a prefix of
+// it followed by a hash of the whole (definition names may be longer than 63).
+func LabelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	prefix := []byte{}
+	for i := 0; i < len(s) && len(prefix) < 52; i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (len(prefix) > 0 && (c == '-' || c == '_' || c == '.')) {
+			prefix = append(prefix, c)
+		}
+	}
+	if len(prefix) == 0 {
+		return hex.EncodeToString(sum[:])[:16]
+	}
+	return string(prefix) + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// Objects are the RBAC objects of one definition version. Apply them with List;
+// bind ReleaseRole in each namespace that holds compositions with ReleaseBinding.
+type Objects struct {
+	// ServiceAccount the version's controller runs as.
+	ServiceAccount *corev1.ServiceAccount
+	// CompositionsRole lets the controller read and update its compositions in every
+	// namespace, record events and read definitions.
+	CompositionsRole *rbacv1.ClusterRole
+	// CompositionsBinding binds CompositionsRole cluster-wide.
+	CompositionsBinding *rbacv1.ClusterRoleBinding
+	// ReleaseRole holds the chart's namespaced rights and Helm's release Secrets. It is
+	// never bound cluster-wide: ReleaseBinding binds it in one namespace.
+	ReleaseRole *rbacv1.ClusterRole
+	// ClusterRole holds the chart's cluster-scoped rights; nil when it has none.
+	ClusterRole *rbacv1.ClusterRole
+	// ClusterBinding binds ClusterRole cluster-wide; nil with ClusterRole.
+	ClusterBinding *rbacv1.ClusterRoleBinding
+
+	releaseBindingName string
+	labels             map[string]string
+}
+
+// Generate returns the RBAC objects of one definition version. They pass Check.
+func Generate(opts Options) (*Objects, error) {
+	if opts.Group == "" {
+		opts.Group = crd.Group
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	names := NamesFor(opts.Namespace, opts.Plural, opts.Version)
+	labels := maps.Clone(opts.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if opts.DefinitionName != "" {
+		labels[LabelDefinitionName] = LabelValue(opts.DefinitionName)
+	}
+	maps.Copy(labels, IdentityLabels(opts.Namespace, opts.Plural, opts.Version))
+
+	var namespaced, cluster []ResourceType
+	for _, t := range opts.Types {
+		if t.Namespaced {
+			namespaced = append(namespaced, t)
+		} else {
+			cluster = append(cluster, t)
+		}
+	}
+
+	sa := &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: objectMeta(names.ServiceAccount, opts.Namespace, labels),
+	}
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
+	objs := &Objects{
+		ServiceAccount:     sa,
+		CompositionsRole:   clusterRole(names.CompositionsRole, labels, compositionRules(opts.Group, opts.Plural)),
+		ReleaseRole:        clusterRole(names.ReleaseRole, labels, releaseRules(namespaced)),
+		releaseBindingName: names.ReleaseBinding,
+		labels:             labels,
+	}
+	objs.CompositionsBinding = clusterRoleBinding(objs.CompositionsRole, subject)
+	if len(cluster) > 0 {
+		objs.ClusterRole = clusterRole(names.ClusterRole, labels, typeRules(cluster, HelmVerbs))
+		objs.ClusterBinding = clusterRoleBinding(objs.ClusterRole, subject)
+	}
+	if err := Check(objs); err != nil {
+		return nil, err
+	}
+	return objs, nil
+}
+
+func (o Options) validate() error {
+	var problems []string
+	for _, f := range []struct{ name, value string }{
+		{"namespace", o.Namespace}, {"plural", o.Plural}, {"version", o.Version},
+	} {
+		for _, msg := range validation.IsDNS1123Label(f.value) {
+			problems = append(problems, fmt.Sprintf("%s %q: %s", f.name, f.value, msg))
+		}
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(o.Group) {
+		problems = append(problems, fmt.Sprintf("group %q: %s", o.Group, msg))
+	}
+	for _, t := range o.Types {
+		if t.Resource == "" {
+			problems = append(problems, fmt.Sprintf("type %s %s has no resource", t.Group, t.Kind))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %v", ErrInvalidOptions, problems)
+	}
+	return nil
+}
+
+// ReleaseBinding returns the RoleBinding, in namespace, of ReleaseRole to the
+// ServiceAccount: it lets the controller install releases in that namespace only.
+func (o *Objects) ReleaseBinding(namespace string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(o.releaseBindingName, namespace, o.labels),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.ReleaseRole.Name},
+		Subjects: []rbacv1.Subject{{
+			Kind: rbacv1.ServiceAccountKind, Name: o.ServiceAccount.Name, Namespace: o.ServiceAccount.Namespace,
+		}},
+	}
+}
+
+// List returns the objects in the order to apply them: the ServiceAccount, the roles,
+// then the bindings. ReleaseBindings are not included.
+func (o *Objects) List() []client.Object {
+	list := []client.Object{o.ServiceAccount, o.CompositionsRole, o.ReleaseRole}
+	if o.ClusterRole != nil {
+		list = append(list, o.ClusterRole)
+	}
+	list = append(list, o.CompositionsBinding)
+	if o.ClusterBinding != nil {
+		list = append(list, o.ClusterBinding)
+	}
+	return list
+}
+
+func objectMeta(name, namespace string, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: maps.Clone(labels)}
+}
+
+func clusterRole(name string, labels map[string]string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+		ObjectMeta: objectMeta(name, "", labels),
+		Rules:      rules,
+	}
+}
+
+func clusterRoleBinding(role *rbacv1.ClusterRole, subject rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"},
+		ObjectMeta: objectMeta(role.Name, "", role.Labels),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+}
+
+// compositionRules let a controller reconcile the compositions of its resource in any
+// namespace: read and update them, their status and finalizers, record events, and
+// read definitions.
+func compositionRules(group, plural string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"get", "list", "patch", "update", "watch"}},
+		{APIGroups: []string{group}, Resources: []string{plural + "/status"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{plural + "/finalizers"}, Verbs: []string{"update"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{eventsGroup}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{DefinitionGroup}, Resources: []string{DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
+	}
+}
+
+// releaseRules grant HelmVerbs on the chart's namespaced types and Helm's release
+// storage on Secrets, unless the chart's own Secrets already cover it.
+func releaseRules(namespaced []ResourceType) []rbacv1.PolicyRule {
+	rules := typeRules(namespaced, HelmVerbs)
+	for _, t := range namespaced {
+		if t.Group == "" && t.Resource == "secrets" {
+			return rules
+		}
+	}
+	return append(rules, rbacv1.PolicyRule{
+		APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: slices.Clone(ReleaseStorageVerbs),
+	})
+}
+
+// typeRules returns one rule per API group, groups and resources sorted.
+func typeRules(types []ResourceType, verbs []string) []rbacv1.PolicyRule {
+	byGroup := map[string][]string{}
+	for _, t := range types {
+		if !slices.Contains(byGroup[t.Group], t.Resource) {
+			byGroup[t.Group] = append(byGroup[t.Group], t.Resource)
+		}
+	}
+	groups := slices.Sorted(maps.Keys(byGroup))
+	rules := make([]rbacv1.PolicyRule, 0, len(groups))
+	for _, g := range groups {
+		resources := byGroup[g]
+		sort.Strings(resources)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: resources, Verbs: slices.Clone(verbs)})
+	}
+	return rules
+}
