@@ -10,6 +10,8 @@ import (
 	"github.com/Masterminds/semver/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/util/webhook"
 )
 
 const (
@@ -35,6 +37,9 @@ var (
 	ErrDuplicateVersion = errors.New("two chart versions give the same version name")
 	// ErrNoConversionWebhook means neither a Service nor a URL was given for /convert.
 	ErrNoConversionWebhook = errors.New("no conversion webhook client configuration")
+	// ErrInvalidCABundle means the conversion webhook's CA bundle is not PEM
+	// certificates; the API server would never mark such a CRD Established.
+	ErrInvalidCABundle = errors.New("invalid conversion webhook CA bundle")
 	// ErrTooLarge means the CRD exceeds the size budget even without descriptions.
 	ErrTooLarge = errors.New("CRD exceeds the size budget")
 	// ErrInvalidCRD means the API server's validation refuses the generated CRD. It
@@ -67,7 +72,8 @@ type ServedVersion struct {
 }
 
 // ConversionWebhook locates Compositor's conversion endpoint: a Service (its Path
-// defaults to ConvertPath) or a URL, and the CA bundle that signs its certificate.
+// defaults to ConvertPath) or a URL, and the PEM CA bundle that signs its certificate
+// (empty while cert-manager's cainjector is to fill it in).
 type ConversionWebhook struct {
 	Service  *apiextensionsv1.ServiceReference
 	URL      string
@@ -163,6 +169,9 @@ func sortedVersions(in []ServedVersion) ([]namedVersion, error) {
 }
 
 func conversionFor(w ConversionWebhook) (*apiextensionsv1.CustomResourceConversion, error) {
+	if errs := webhook.ValidateCABundle(field.NewPath("caBundle"), w.CABundle); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidCABundle, errs.ToAggregate())
+	}
 	cc := &apiextensionsv1.WebhookClientConfig{CABundle: append([]byte(nil), w.CABundle...)}
 	switch {
 	case w.Service != nil && w.URL != "":

@@ -38,6 +38,7 @@ func TestBuildErrors(t *testing.T) {
 			o.Versions[0].Spec = &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"x": {Type: "null"}}}
 		}, ErrInvalidCRD},
 		{"too large", func(o *BuildOptions) { o.MaxBytes = 1000 }, ErrTooLarge},
+		{"CA bundle not PEM", func(o *BuildOptions) { o.Conversion.CABundle = []byte("not a certificate") }, ErrInvalidCABundle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
@@ -96,4 +97,8 @@ func TestValidate(t *testing.T) {
 	err = Validate(broken)
 	assert.ErrorIs(t, err, ErrInvalidCRD)
 	assert.Contains(t, err.Error(), "must be empty to be structural")
+
+	badCA := crd.DeepCopy()
+	badCA.Spec.Conversion.Webhook.ClientConfig.CABundle = []byte("junk")
+	assert.ErrorIs(t, Validate(badCA), ErrInvalidCRD)
 }

@@ -35,7 +35,7 @@ func fireworksVersions(t testing.TB) (map[string]ServedVersion, map[string]Repor
 
 var fireworksWebhook = ConversionWebhook{
 	Service:  &apiextensionsv1.ServiceReference{Namespace: "compositor-system", Name: "compositor-webhook"},
-	CABundle: []byte("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"),
+	CABundle: testCA,
 }
 
 func buildFireworks(t testing.TB, versions ...ServedVersion) *apiextensionsv1.CustomResourceDefinition {
