@@ -101,15 +101,10 @@ func (refusingLoader) Load(string) (any, error) { return nil, errNoFetch }
 // the same library Helm validates with. Schemas with remote references cannot be fully
 // compiled without fetching them; those pass here and their references become
 // unknown-field fragments.
-func compileCheck(doc any, d draft) error {
+func compileCheck(doc any) error {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refusingLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
-	if d == draft4 || d == draft6 || d == draft7 || d == draft2019 {
-		// Only the default matters: a present $schema wins.
-		c.DefaultDraft(map[draft]*jsonschema.Draft{draft4: jsonschema.Draft4, draft6: jsonschema.Draft6,
-			draft7: jsonschema.Draft7, draft2019: jsonschema.Draft2019}[d])
-	}
 	if err := c.AddResource(defaultBase, doc); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSchema, err)
 	}
@@ -141,7 +136,7 @@ func newDocument(b []byte, file string) (*document, error) {
 	} else if _, ok := root.(bool); !ok {
 		return nil, fmt.Errorf("%w: a schema is an object or a boolean, not %T", ErrInvalidSchema, root)
 	}
-	if err := compileCheck(root, d); err != nil {
+	if err := compileCheck(root); err != nil {
 		return nil, err
 	}
 	doc := &document{

@@ -192,6 +192,8 @@ func TestRuleDrafts(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidSchema)
 	_, _, err = Translate([]byte(`{"type":"array"}`), nil)
 	assert.ErrorIs(t, err, ErrRootNotObject)
+	_, _, err = Translate([]byte(`{"type":"object"}`), []byte("- a list\n"))
+	assert.ErrorIs(t, err, ErrInvalidValues)
 }
 
 func TestRuleRefs(t *testing.T) {

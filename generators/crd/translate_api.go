@@ -1,12 +1,16 @@
 package crd
 
 import (
+	"errors"
 	"fmt"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
+
+// ErrInvalidValues means values.yaml is not a YAML map.
+var ErrInvalidValues = errors.New("invalid values.yaml")
 
 // Translate turns a chart's values.schema.json into the structural schema of spec, using
 // the chart's values.yaml (may be empty) for what it defaults: a key with a default is
@@ -19,7 +23,7 @@ import (
 func Translate(schemaJSON, valuesYAML []byte) (*apiextensionsv1.JSONSchemaProps, Report, error) {
 	defaults, err := chartutil.ReadValues(valuesYAML)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read values.yaml: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidValues, err)
 	}
 	t := newTranslator()
 	n, err := t.chartSchema(schemaJSON, defaults, "")
