@@ -125,7 +125,7 @@ func scanTemplate(name string, data []byte, partial bool) (refs []typeRef, dynam
 			continue
 		}
 		if haveAPI && haveKnd {
-			if kind == "List" || strings.HasSuffix(kind, "List") {
+			if kind == "List" {
 				docDynamic = true // the items are what gets created; the render sees them
 			} else {
 				refs = append(refs, typeRef{APIVersion: apiVersion, Kind: kind, Source: name})

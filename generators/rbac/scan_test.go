@@ -28,6 +28,7 @@ func TestScanTemplate(t *testing.T) {
 		{name: "control only", text: "{{- if .Values.x }}\n{{- $a := 1 }}\n{{- /* note */}}\n{{- end }}\n"},
 		{name: "a kind without apiVersion", text: "kind: ConfigMap\nmetadata: {}\n", dynamic: true},
 		{name: "a List", text: "apiVersion: v1\nkind: List\nitems: []\n", dynamic: true},
+		{name: "a kind named like a list", text: "apiVersion: policy.example.com/v1\nkind: AllowList\n", want: []typeRef{pair("policy.example.com/v1", "AllowList")}},
 		{name: "CRLF", text: "apiVersion: v1\r\nkind: Secret\r\n", want: []typeRef{pair("v1", "Secret")}},
 	}
 	for _, tt := range tests {
