@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -42,10 +41,10 @@ type BundleSource interface {
 type DefinitionReconciler struct {
 	// Client reads through the manager's cache and writes.
 	Client client.Client
-	// Live reads from the API server: Secrets (never cached) and compositions.
+	// Live reads compositions from the API server.
 	Live client.Reader
-	// Fetcher downloads and caches charts.
-	Fetcher *chartsource.Fetcher
+	// Charts fetches the definitions' charts.
+	Charts *Charts
 	// Conversion locates the conversion webhook; its CABundle comes from Bundle.
 	Conversion crd.ConversionWebhook
 	Bundle     BundleSource
@@ -111,7 +110,7 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 			return ctrl.Result{}, err
 		}
 	}
-	chart, err := r.fetchChart(ctx, def)
+	chart, err := r.Charts.Fetch(ctx, def)
 	if err != nil {
 		return r.fail(def, err)
 	}

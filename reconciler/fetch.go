@@ -3,7 +3,9 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"helm.sh/helm/v3/pkg/chart"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,8 +14,24 @@ import (
 	"github.com/compositor-dev/compositor/generators/chartsource"
 )
 
-// fetchChart resolves the definition's credentials and fetches its chart.
-func (r *DefinitionReconciler) fetchChart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
+// maxLoadedCharts bounds the charts Charts keeps loaded in memory.
+const maxLoadedCharts = 64
+
+// Charts fetches the charts of CompositionDefinitions, reading their credentials, and
+// keeps the loaded charts in memory by digest so that the admission webhooks find a
+// definition's chart without a network round trip.
+type Charts struct {
+	// Fetcher downloads and caches chart archives.
+	Fetcher *chartsource.Fetcher
+	// Live reads Secrets from the API server; Compositor never caches them.
+	Live client.Reader
+
+	mu     sync.Mutex
+	loaded map[string]*chart.Chart
+}
+
+// Fetch fetches the definition's chart from its source.
+func (c *Charts) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
 	spec := def.Spec.Chart
 	ref := chartsource.Ref{
 		URL:                   spec.URL,
@@ -22,29 +40,63 @@ func (r *DefinitionReconciler) fetchChart(ctx context.Context, def *corev1alpha1
 		InsecureSkipVerifyTLS: spec.InsecureSkipVerifyTLS,
 	}
 	if spec.Credentials != nil {
-		password, err := r.password(ctx, def)
+		password, err := c.password(ctx, def)
 		if err != nil {
 			return nil, err
 		}
 		ref.Username, ref.Password = spec.Credentials.Username, password
 	}
-	result, err := r.Fetcher.Fetch(ctx, ref)
+	result, err := c.Fetcher.Fetch(ctx, ref)
 	if err != nil {
 		return nil, &phaseError{reason: ReasonChartFetchFailed, err: err}
 	}
+	c.remember(result.Digest, result.Chart)
 	return result, nil
+}
+
+// Chart returns the chart the definition serves (the one of its status digest) and its
+// digest, from memory when it was loaded before.
+func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
+	if digest := def.Status.Digest; digest != "" {
+		c.mu.Lock()
+		ch := c.loaded[digest]
+		c.mu.Unlock()
+		if ch != nil {
+			return ch, digest, nil
+		}
+	}
+	result, err := c.Fetch(ctx, def)
+	if err != nil {
+		return nil, "", err
+	}
+	return result.Chart, result.Digest, nil
+}
+
+func (c *Charts) remember(digest string, ch *chart.Chart) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded == nil {
+		c.loaded = map[string]*chart.Chart{}
+	}
+	if _, ok := c.loaded[digest]; !ok && len(c.loaded) >= maxLoadedCharts {
+		for old := range c.loaded { // any one: a miss only costs a fetch from disk
+			delete(c.loaded, old)
+			break
+		}
+	}
+	c.loaded[digest] = ch
 }
 
 // password reads the credentials' Secret. Only a Secret in the definition's own
 // namespace is read: a definition must not be a way to read another team's Secrets.
-func (r *DefinitionReconciler) password(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
+func (c *Charts) password(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
 	ref := def.Spec.Chart.Credentials.PasswordRef
 	if ref.Namespace != def.Namespace {
 		return "", &phaseError{reason: ReasonCredentialsNotAllowed, terminal: true, err: fmt.Errorf(
 			"spec.chart.credentials.passwordRef.namespace is %q: the Secret must be in the definition's namespace %q", ref.Namespace, def.Namespace)}
 	}
 	secret := &corev1.Secret{}
-	if err := r.Live.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", &phaseError{reason: ReasonCredentialsNotFound, err: fmt.Errorf("the Secret %s/%s of spec.chart.credentials.passwordRef does not exist", ref.Namespace, ref.Name)}
 		}

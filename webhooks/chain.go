@@ -106,7 +106,7 @@ func respond(req *Request, errs field.ErrorList, warnings admission.Warnings) ad
 	invalid := apierrors.NewInvalid(gk, req.Name, errs)
 	return admission.Response{
 		AdmissionResponse: admissionv1.AdmissionResponse{
-			Allowed: false,
+			Allowed:  false,
 			Result:   &invalid.ErrStatus,
 			Warnings: warnings,
 		},

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // Paths the webhook server answers on.
@@ -38,20 +39,31 @@ var policyGroup = policyv1alpha1.GroupVersion.Group
 
 // Options are what the handlers need from the cluster.
 type Options struct {
-	// Cached reads CompositionDefinitions; a manager's cached client is right.
+	// Cached reads CompositionDefinitions and Namespaces; a manager's cached client is
+	// right.
 	Cached client.Reader
 	// Live reads from the API server directly, for checks that must see writes made a
 	// moment ago.
 	Live client.Reader
+	// Checker validates against the chart's JSON Schema and the Rego policies; nil
+	// skips both.
+	Checker *policies.Checker
+	// Charts gives compositions the chart of their definition for the schema check.
+	Charts ChartSource
 }
 
 // Register mounts the admission handlers on srv.
 func Register(srv webhook.Server, opts Options) {
 	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached}))
-	srv.Register(ValidatePath, guard(&Validator{
+	v := &Validator{
 		Compositions: compositionChecks(opts.Live),
 		Definitions:  definitionChecks(opts.Live),
-	}))
+		Policies:     Chain{CheckFunc(compilePolicy)},
+	}
+	if opts.Checker != nil {
+		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
+	}
+	srv.Register(ValidatePath, guard(v))
 }
 
 // Mutator answers /mutate: it defaults compositions and leaves Compositor's other
@@ -96,6 +108,11 @@ type Validator struct {
 	Compositions Chain
 	// Definitions checks every write to a CompositionDefinition.
 	Definitions Chain
+	// Policies checks every write to a CompositionPolicy.
+	Policies Chain
+
+	// decider runs the schema and policies after the checks; nil skips them.
+	decider *policyCheck
 }
 
 var _ admission.Handler = &Validator{}
@@ -113,11 +130,19 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	case corev1alpha1.GroupVersion.Group:
 		checks = v.Definitions
 	case policyGroup:
+		checks = v.Policies
 	default:
 		return unsupportedKind(req.Kind)
 	}
 	errs, warnings := checks.Run(ctx, req)
-	return respond(req, errs, warnings)
+	if v.decider == nil || req.Kind.Group == policyGroup {
+		return respond(req, errs, warnings)
+	}
+	decision, err := v.decider.decide(ctx, req)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return verdict(req, errs, warnings, decision)
 }
 
 // reviewServer is the HTTP side of an admission webhook: it reads and decodes one

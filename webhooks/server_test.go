@@ -197,9 +197,9 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	assert.Equal(t, []string{"*"}, v.Rules[0].Resources)
 	for _, w := range []struct {
 		failure, match, side string
-		timeout             int32
-		versions            []string
-		bundle              []byte
+		timeout              int32
+		versions             []string
+		bundle               []byte
 	}{
 		{string(*m.FailurePolicy), string(*m.MatchPolicy), string(*m.SideEffects), *m.TimeoutSeconds, m.AdmissionReviewVersions, m.ClientConfig.CABundle},
 		{string(*v.FailurePolicy), string(*v.MatchPolicy), string(*v.SideEffects), *v.TimeoutSeconds, v.AdmissionReviewVersions, v.ClientConfig.CABundle},

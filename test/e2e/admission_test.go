@@ -59,7 +59,7 @@ func getComposition(t *testing.T, cp *controlplane.ControlPlane, namespace, name
 	t.Helper()
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion("composition.krateo.io/v1-1-5")
-	obj.SetKind("FireworksApp")
+	obj.SetKind("DemoApp")
 	require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, obj))
 	return obj
 }
@@ -69,15 +69,15 @@ func TestAdmissionDefaultsAndGuardsCompositions(t *testing.T) {
 	startCompositor(t, cp)
 	ctx := context.Background()
 
-	res := cp.Kubectl(ctx, "", "apply", "-f", fixture("fireworksapps-crd.yaml"))
+	res := cp.Kubectl(ctx, "", "apply", "-f", fixture("demoapps-crd.yaml"))
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		res := cp.Kubectl(ctx, "", "get", "fireworksapps")
+		res := cp.Kubectl(ctx, "", "get", "demoapps")
 		assert.NoError(c, res.Err, res.Stderr)
 	}, time.Minute, 100*time.Millisecond)
 
 	t.Run("defaults", func(t *testing.T) {
-		res := cp.Kubectl(ctx, "", "apply", "-f", fixture("fireworksapp.yaml"))
+		res := cp.Kubectl(ctx, "", "apply", "-f", fixture("demoapp.yaml"))
 		require.NoError(t, res.Err, res.Stderr)
 		obj := getComposition(t, cp, "default", "demo")
 		assert.Equal(t, "demo", obj.GetAnnotations()["krateo.io/release-name"])
@@ -87,15 +87,15 @@ func TestAdmissionDefaultsAndGuardsCompositions(t *testing.T) {
 	})
 
 	t.Run("release name is immutable", func(t *testing.T) {
-		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "fireworksapp", "demo", "krateo.io/release-name=other")
+		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "demoapp", "demo", "krateo.io/release-name=other")
 		require.Error(t, res.Err)
-		assert.Equal(t, `The FireworksApp "demo" is invalid: metadata.annotations[krateo.io/release-name]: Invalid value: "other": field is immutable: the Helm release is "demo"`+"\n", res.Stderr)
+		assert.Equal(t, `The DemoApp "demo" is invalid: metadata.annotations[krateo.io/release-name]: Invalid value: "other": field is immutable: the Helm release is "demo"`+"\n", res.Stderr)
 		assert.Equal(t, "demo", getComposition(t, cp, "default", "demo").GetAnnotations()["krateo.io/release-name"])
 	})
 
 	t.Run("release names are unique in a namespace", func(t *testing.T) {
 		res := cp.Kubectl(ctx, `apiVersion: composition.krateo.io/v1-1-5
-kind: FireworksApp
+kind: DemoApp
 metadata:
   name: copycat
   namespace: default
@@ -104,32 +104,32 @@ metadata:
 spec: {}
 `, "apply", "-f", "-")
 		require.Error(t, res.Err)
-		assert.Contains(t, res.Stderr, `metadata.annotations[krateo.io/release-name]: Invalid value: "demo": already used by FireworksApp default/demo`)
+		assert.Contains(t, res.Stderr, `metadata.annotations[krateo.io/release-name]: Invalid value: "demo": already used by DemoApp default/demo`)
 	})
 
 	t.Run("the definition's release name is the default", func(t *testing.T) {
 		def := &corev1alpha1.CompositionDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: "fireworksapp", Namespace: "default", Annotations: map[string]string{"krateo.io/release-name": "shared-release"}},
-			Spec:       corev1alpha1.CompositionDefinitionSpec{Chart: corev1alpha1.ChartInfo{URL: "oci://registry.example/fireworks-app", Version: "1.1.5"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "demoapp", Namespace: "default", Annotations: map[string]string{"krateo.io/release-name": "shared-release"}},
+			Spec:       corev1alpha1.CompositionDefinitionSpec{Chart: corev1alpha1.ChartInfo{URL: "oci://registry.example/demo-app", Version: "1.1.5"}},
 		}
 		require.NoError(t, cp.Client.Create(ctx, def))
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}))
-		def.Status.APIVersion, def.Status.Kind = "composition.krateo.io/v1-1-5", "FireworksApp"
+		def.Status.APIVersion, def.Status.Kind = "composition.krateo.io/v1-1-5", "DemoApp"
 		require.NoError(t, cp.Client.Status().Update(ctx, def))
 
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: from-definition, namespace: other}\nspec: {}\n", "create", "-f", "-", "--dry-run=server", "-o", "jsonpath={.metadata.annotations.krateo\\.io/release-name}")
+			res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: DemoApp\nmetadata: {name: from-definition, namespace: other}\nspec: {}\n", "create", "-f", "-", "--dry-run=server", "-o", "jsonpath={.metadata.annotations.krateo\\.io/release-name}")
 			assert.NoError(c, res.Err, res.Stderr)
 			assert.Equal(c, "shared-release", res.Stdout)
 		}, 30*time.Second, 200*time.Millisecond, "the webhook reads definitions from a cache that catches up")
 	})
 
 	t.Run("deleting a paused composition warns", func(t *testing.T) {
-		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "fireworksapp", "demo", "krateo.io/paused=true")
+		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "demoapp", "demo", "krateo.io/paused=true")
 		require.NoError(t, res.Err, res.Stderr)
-		res = cp.Kubectl(ctx, "", "delete", "fireworksapp", "demo")
+		res = cp.Kubectl(ctx, "", "delete", "demoapp", "demo")
 		require.NoError(t, res.Err, res.Stderr)
-		assert.Contains(t, res.Stderr, `Warning: FireworksApp default/demo is paused: its deletion waits until krateo.io/paused is "false"`)
+		assert.Contains(t, res.Stderr, `Warning: DemoApp default/demo is paused: its deletion waits until krateo.io/paused is "false"`)
 	})
 
 	t.Run("core objects never pass Compositor's webhooks", func(t *testing.T) {

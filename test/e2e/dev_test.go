@@ -149,10 +149,10 @@ func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
 	assert.Contains(t, out, "compositionpolicies.policy.compositor.dev")
 
 	// The webhooks are installed: a composition gets its defaults.
-	kubectl("apply", "-f", fixture("fireworksapps-crd.yaml"))
-	kubectl("wait", "--for", "condition=Established", "crd/fireworksapps.composition.krateo.io")
-	kubectl("apply", "-f", fixture("fireworksapp.yaml"))
-	out = kubectl("get", "fireworksapp", "demo", "-o", `jsonpath={.metadata.annotations.krateo\.io/release-name} {.metadata.annotations.krateo\.io/paused} {.metadata.labels.krateo\.io/composition-version}`)
+	kubectl("apply", "-f", fixture("demoapps-crd.yaml"))
+	kubectl("wait", "--for", "condition=Established", "crd/demoapps.composition.krateo.io")
+	kubectl("apply", "-f", fixture("demoapp.yaml"))
+	out = kubectl("get", "demoapp", "demo", "-o", `jsonpath={.metadata.annotations.krateo\.io/release-name} {.metadata.annotations.krateo\.io/paused} {.metadata.labels.krateo\.io/composition-version}`)
 	assert.Equal(t, "demo false v1-1-5", out)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

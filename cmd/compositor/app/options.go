@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // ServeOptions configure `compositor serve`: the manager that runs the webhooks and the
@@ -55,6 +59,14 @@ type ServeOptions struct {
 	WebhookTimeout time.Duration
 	// ChartCacheDir holds downloaded chart archives, keyed by digest.
 	ChartCacheDir string
+	// PolicyDir holds *.rego policies loaded besides the CompositionPolicy objects.
+	PolicyDir string
+	// DisabledPolicies are ids of built-in policies switched off.
+	DisabledPolicies []string
+	// PolicyTimeout bounds the evaluation of every policy for one request.
+	PolicyTimeout time.Duration
+	// PolicyFailOpen admits a request whose policies could not be evaluated in time.
+	PolicyFailOpen bool
 }
 
 // Certificate modes.
@@ -94,6 +106,7 @@ func NewServeOptions() *ServeOptions {
 		WebhookService:         "compositor-webhook",
 		WebhookTimeout:         5 * time.Second,
 		ChartCacheDir:          filepath.Join(os.TempDir(), "compositor-charts"),
+		PolicyTimeout:          2 * time.Second,
 	}
 }
 
@@ -117,6 +130,10 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "Base https:// URL of the webhooks for a server outside the cluster; replaces --webhook-service")
 	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", o.WebhookTimeout, "How long the API server waits for a webhook (1s to 30s)")
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
+	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Directory of *.rego policies, reloaded when its files change")
+	fs.StringSliceVar(&o.DisabledPolicies, "disable-builtin-policy", o.DisabledPolicies, "Built-in policies to switch off, by id: "+strings.Join(policies.BuiltinIDs(), ", "))
+	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
+	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its
@@ -157,6 +174,12 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.WebhookTimeout < time.Second || o.WebhookTimeout > 30*time.Second {
 		errs = append(errs, fmt.Errorf("--webhook-timeout must be between 1s and 30s (the API server's limits), got %s", o.WebhookTimeout))
+	}
+	if o.PolicyTimeout <= 0 || o.PolicyTimeout >= o.WebhookTimeout {
+		errs = append(errs, fmt.Errorf("--policy-timeout must be positive and below --webhook-timeout %s, got %s", o.WebhookTimeout, o.PolicyTimeout))
+	}
+	if unknown := slices.DeleteFunc(slices.Clone(o.DisabledPolicies), func(id string) bool { return slices.Contains(policies.BuiltinIDs(), id) }); len(unknown) > 0 {
+		errs = append(errs, fmt.Errorf("--disable-builtin-policy: unknown ids %s; the built-in policies are %s", strings.Join(unknown, ", "), strings.Join(policies.BuiltinIDs(), ", ")))
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))

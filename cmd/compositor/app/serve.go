@@ -30,6 +30,7 @@ import (
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler"
 	"github.com/compositor-dev/compositor/webhooks"
 )
@@ -105,7 +106,29 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()})
+	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	if err != nil {
+		return err
+	}
+	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
+	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
+	if err != nil {
+		return err
+	}
+	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
+		Cached:  mgr.GetClient(),
+		Live:    mgr.GetAPIReader(),
+		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+		Charts:  charts,
+	})
+	if err := (&reconciler.PolicyReconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if opts.PolicyDir != "" {
+		if err := watchPolicyDir(mgr, engine, opts.PolicyDir); err != nil {
+			return err
+		}
+	}
 	// The mutating webhook reads definitions from the cache: start their informer with
 	// the manager rather than on the first admission request.
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
@@ -130,7 +153,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 			return err
 		}
 	}
-	if err := setupReconciler(mgr, live, provider, endpoint, opts); err != nil {
+	if err := setupReconciler(mgr, live, charts, provider, endpoint, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -144,11 +167,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
-	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
-	if err != nil {
-		return err
-	}
+func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler.Charts, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -158,7 +177,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, provider certs.Pro
 	definitions := &reconciler.DefinitionReconciler{
 		Client:           mgr.GetClient(),
 		Live:             mgr.GetAPIReader(),
-		Fetcher:          fetcher,
+		Charts:           charts,
 		Conversion:       conversion,
 		Bundle:           provider,
 		Recorder:         mgr.GetEventRecorder("compositor"),
@@ -176,6 +195,25 @@ func setupReconciler(mgr manager.Manager, live client.Client, provider certs.Pro
 		})
 		<-ctx.Done()
 		return nil
+	}))
+}
+
+// watchPolicyDir loads the policies of dir now, so that a broken directory stops the
+// start, and reloads them whenever its files change.
+func watchPolicyDir(mgr manager.Manager, engine *policies.Engine, dir string) error {
+	if err := policies.ReloadDir(context.Background(), engine, dir); err != nil {
+		return fmt.Errorf("--policy-dir %s: %w", dir, err)
+	}
+	return mgr.Add(everyReplica(func(ctx context.Context) error {
+		err := policies.WatchDir(ctx, engine, dir, func(err error) {
+			if err != nil {
+				log.FromContext(ctx).Error(err, "Reloading the policy directory; the last good policies stay in force", "dir", dir)
+			}
+		})
+		if ctx.Err() != nil {
+			return nil // stopped
+		}
+		return err
 	}))
 }
 

@@ -1,0 +1,69 @@
+package reconciler
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
+)
+
+// PolicyReconciler keeps the policy engine in step with the CompositionPolicy objects:
+// each change is compiled once and swapped in; a policy that does not compile leaves
+// the last good version of it in force and reports its errors in status.
+type PolicyReconciler struct {
+	Client client.Client
+	Engine *policies.Engine
+}
+
+// SetupWithManager registers the reconciler with mgr. It runs on every replica: each
+// one serves admission requests with its own engine.
+func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("compositionpolicy").
+		For(&policyv1alpha1.CompositionPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controllerOptionsEveryReplica()).
+		Complete(r)
+}
+
+// Reconcile compiles one CompositionPolicy into the engine and reports the result.
+func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := &policyv1alpha1.CompositionPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.Engine.Remove(policies.OriginObject, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !obj.DeletionTimestamp.IsZero() {
+		r.Engine.Remove(policies.OriginObject, obj.Name)
+		return ctrl.Result{}, nil
+	}
+	p, err := policies.FromCompositionPolicy(obj)
+	if err == nil {
+		err = r.Engine.Set(ctx, p)
+	}
+	before := obj.DeepCopy()
+	obj.Status.ObservedGeneration = obj.Generation
+	obj.Status.Compiled = err == nil
+	obj.Status.Errors = policies.CompileErrorsOf(err)
+	if err != nil && len(obj.Status.Errors) == 0 {
+		obj.Status.Errors = []policyv1alpha1.CompileError{{Message: err.Error()}}
+	}
+	if equality.Semantic.DeepEqual(before.Status, obj.Status) {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(before)))
+}
+
+// controllerOptionsEveryReplica runs a controller on every replica, leader or not.
+func controllerOptionsEveryReplica() controller.Options {
+	return controller.Options{NeedLeaderElection: ptr.To(false)}
+}

@@ -1,0 +1,175 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
+)
+
+// ChartSource gives the chart a CompositionDefinition serves and its digest.
+type ChartSource interface {
+	Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error)
+}
+
+// policyCheck runs the chart's JSON Schema and the Rego policies over a request.
+type policyCheck struct {
+	checker *policies.Checker
+	// charts gives compositions their chart; nil skips the schema check.
+	charts ChartSource
+	// cached reads definitions and namespaces.
+	cached client.Reader
+}
+
+// decide builds the policy request for req and decides on it.
+func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decision, error) {
+	r := &policies.Request{
+		Operation: string(req.Operation),
+		Kind:      req.Kind,
+		Resource:  req.Resource,
+		Namespace: req.Namespace,
+		Name:      req.Name,
+		UserInfo:  req.UserInfo,
+	}
+	if req.Object != nil {
+		r.Object = req.Object.Object
+	}
+	if req.OldObject != nil {
+		r.OldObject = req.OldObject.Object
+	}
+	if req.Namespace != "" {
+		ns := &corev1.Namespace{}
+		if err := p.cached.Get(ctx, client.ObjectKey{Name: req.Namespace}, ns); err == nil {
+			r.NamespaceLabels = ns.Labels
+		}
+	}
+	switch req.Kind.Group {
+	case CompositionGroup:
+		if err := p.describeComposition(ctx, req, r); err != nil {
+			return policies.Decision{}, err
+		}
+	case corev1alpha1.GroupVersion.Group:
+		current := req.Object
+		if current == nil {
+			current = req.OldObject
+		}
+		url, _, _ := unstructuredString(current.Object, "spec", "chart", "url")
+		version, _, _ := unstructuredString(current.Object, "spec", "chart", "version")
+		r.Definition = &policies.ChartRef{URL: url, Version: version}
+	}
+	return p.checker.Check(ctx, r)
+}
+
+// describeComposition adds the composition's definition, chart and release to r.
+func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *policies.Request) error {
+	current := req.Object
+	if current == nil {
+		current = req.OldObject
+	}
+	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	def, err := owningDefinition(ctx, p.cached, req.Kind)
+	if err != nil || def == nil {
+		return err
+	}
+	r.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
+	if p.charts == nil {
+		return nil
+	}
+	if r.Chart, r.ChartDigest, err = p.charts.Chart(ctx, def); err != nil {
+		return fmt.Errorf("the chart of CompositionDefinition %s/%s is not available: %w", def.Namespace, def.Name, err)
+	}
+	return nil
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	cur := any(obj)
+	for _, f := range fields {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[f]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}
+
+// compilePolicy refuses a CompositionPolicy whose Rego does not compile, with the line
+// and column of every error.
+func compilePolicy(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil || req.Kind.Kind != "CompositionPolicy" {
+		return nil, nil
+	}
+	obj := &policyv1alpha1.CompositionPolicy{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(req.Object.Object, obj); err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("spec"), nil, err.Error())}, nil
+	}
+	p, err := policies.FromCompositionPolicy(obj)
+	if err == nil {
+		err = policies.Compile(ctx, p)
+	}
+	if err == nil {
+		return nil, nil
+	}
+	regoPath := field.NewPath("spec", "rego")
+	compileErrs := policies.CompileErrorsOf(err)
+	if len(compileErrs) == 0 {
+		return field.ErrorList{field.Invalid(regoPath, field.OmitValueType{}, err.Error())}, nil
+	}
+	var errs field.ErrorList
+	for _, e := range compileErrs {
+		errs = append(errs, field.Invalid(regoPath, field.OmitValueType{}, fmt.Sprintf("%d:%d: %s", e.Line, e.Column, e.Message)))
+	}
+	return errs, nil
+}
+
+// verdict is the answer to a validated request: Compositor's own field errors and the
+// schema and policy decision, in one response.
+func verdict(req *Request, errs field.ErrorList, warnings admission.Warnings, decision policies.Decision) admission.Response {
+	warnings = append(warnings, decision.Warnings()...)
+	if !decision.Denied() {
+		return respond(req, errs, warnings)
+	}
+	var lines []string
+	var causes []metav1.StatusCause
+	for _, e := range errs {
+		lines = append(lines, e.Error())
+		causes = append(causes, metav1.StatusCause{Type: metav1.CauseType(e.Type), Field: e.Field, Message: e.ErrorBody()})
+	}
+	for _, v := range decision.Violations {
+		if v.Action != policyv1alpha1.EnforcementDeny {
+			continue
+		}
+		line := v.String()
+		lines = append(lines, line)
+		causes = append(causes, metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: v.Path, Message: strings.TrimPrefix(line, v.Path+": ")})
+	}
+	code, reason := int32(http.StatusForbidden), metav1.StatusReasonForbidden
+	if len(errs) > 0 || decision.Reason() == metav1.StatusReasonInvalid {
+		code, reason = http.StatusUnprocessableEntity, metav1.StatusReasonInvalid
+	}
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    code,
+			Reason:  reason,
+			Message: strings.Join(lines, "\n"),
+			Details: &metav1.StatusDetails{Group: req.Kind.Group, Kind: req.Kind.Kind, Name: req.Name, Causes: causes},
+		},
+		Warnings: warnings,
+	}}
+}
