@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +55,10 @@ type DefinitionReconciler struct {
 	Poll time.Duration
 	// MaxReconcileRate is the most reconciliations per second.
 	MaxReconcileRate int
+	// Mapper resolves the kinds a chart creates to resources, through discovery.
+	Mapper meta.RESTMapper
+	// ControllerImage runs the generated controller Deployments.
+	ControllerImage string
 }
 
 // SetupWithManager registers the reconciler and its watches with mgr.
@@ -64,6 +70,7 @@ func (r *DefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A generated CRD changed by hand is put back; a Secret with chart credentials
 		// that changes makes its definitions fetch again. Secrets are watched by their
 		// metadata only: Compositor never caches their contents.
+		Owns(&appsv1.Deployment{}).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfCRD)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfSecret)).
 		WithOptions(controller.Options{
@@ -120,6 +127,14 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 	}
 	if err := r.applyCRD(ctx, def, api); err != nil {
 		return r.fail(def, err)
+	}
+	if err := r.applyWorkloads(ctx, def, chart.Chart, api); err != nil {
+		return r.fail(def, err)
+	}
+	if previous := previousVersion(def); previous != "" && previous != api.Version {
+		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, previous); err != nil {
+			return r.fail(def, err)
+		}
 	}
 	r.recordStatus(def, chart, api)
 	return ctrl.Result{RequeueAfter: r.Poll}, nil

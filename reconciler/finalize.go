@@ -39,7 +39,10 @@ func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1al
 	api := &generatedAPI{Kind: def.Status.Kind, Plural: def.Status.Resource, Version: version}
 	current := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
-		return true, client.IgnoreNotFound(err)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		return true, r.deleteWorkloads(ctx, def, api.Plural, version)
 	}
 	items, err := r.compositions(ctx, api, version, version)
 	if err != nil {
@@ -49,6 +52,9 @@ func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1al
 		failed(def, ReasonDeleting, fmt.Sprintf("waiting for %d %s of version %s to be deleted: kubectl delete %s.%s.%s --all -A",
 			n, api.Kind, version, api.Plural, version, "composition.krateo.io"))
 		return false, nil
+	}
+	if err := r.deleteWorkloads(ctx, def, api.Plural, version); err != nil {
+		return false, err
 	}
 	claimed, err := r.claimedVersions(ctx, api.Kind, def)
 	if err != nil {

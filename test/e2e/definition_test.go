@@ -10,7 +10,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,6 +77,22 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 	assert.Equal(t, []string{"fireworksapp-1-1-5", "True", "True"}, cells[:3])
 	assert.Equal(t, []string{"composition.krateo.io/v1-1-5", "FireworksApp", repo.URL + "/fireworks-app-1.1.5.tgz"}, cells[4:])
 
+	// Its controller runs under the narrowest RBAC the chart needs.
+	deployment := &appsv1.Deployment{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}, deployment))
+	assert.Equal(t, []string{"controller", "--group", "composition.krateo.io", "--version", "v1-1-5", "--resource", "fireworksapps"}, deployment.Spec.Template.Spec.Containers[0].Args[:7])
+	assert.Equal(t, "fireworksapps-v1-1-5-controller", deployment.Spec.Template.Spec.ServiceAccountName)
+	roles := &rbacv1.ClusterRoleList{}
+	require.NoError(t, cp.Client.List(ctx, roles, client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
+	require.NotEmpty(t, roles.Items)
+	for _, role := range roles.Items {
+		for _, rule := range role.Rules {
+			assert.NotContains(t, rule.Verbs, "*", role.Name)
+			assert.NotContains(t, rule.Resources, "*", role.Name)
+			assert.NotContains(t, rule.APIGroups, "rbac.authorization.k8s.io", role.Name)
+		}
+	}
+
 	t.Run("a new chart version replaces the old served version", func(t *testing.T) {
 		res := cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--type", "merge", "-p", `{"spec":{"chart":{"version":"1.1.6"}}}`)
 		require.NoError(t, res.Err, res.Stderr)
@@ -82,6 +101,12 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
 			assert.Equal(c, []string{"v1-1-6", "hub"}, versionNames(crd))
 			assert.Equal(c, []string{"hub"}, crd.Status.StoredVersions)
+			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}, &appsv1.Deployment{})
+			assert.True(c, apierrors.IsNotFound(err), "the 1.1.5 controller is gone: %v", err)
+			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-6-controller"}, &appsv1.Deployment{}))
+			old := &rbacv1.ClusterRoleList{}
+			assert.NoError(c, cp.Client.List(ctx, old, client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
+			assert.Empty(c, old.Items, "the 1.1.5 RBAC is gone")
 		}, 2*time.Minute, 200*time.Millisecond)
 	})
 

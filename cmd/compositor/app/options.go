@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -65,6 +66,8 @@ type ServeOptions struct {
 	DisabledPolicies []string
 	// PolicyTimeout bounds the evaluation of every policy for one request.
 	PolicyTimeout time.Duration
+	// ControllerImage is the image of the generated controller Deployments.
+	ControllerImage string
 	// PolicyFailOpen admits a request whose policies could not be evaluated in time.
 	PolicyFailOpen bool
 }
@@ -107,6 +110,7 @@ func NewServeOptions() *ServeOptions {
 		WebhookTimeout:         5 * time.Second,
 		ChartCacheDir:          filepath.Join(os.TempDir(), "compositor-charts"),
 		PolicyTimeout:          2 * time.Second,
+		ControllerImage:        controller.DefaultImage,
 	}
 }
 
@@ -133,6 +137,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Directory of *.rego policies, reloaded when its files change")
 	fs.StringSliceVar(&o.DisabledPolicies, "disable-builtin-policy", o.DisabledPolicies, "Built-in policies to switch off, by id: "+strings.Join(policies.BuiltinIDs(), ", "))
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
+	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
 }
 

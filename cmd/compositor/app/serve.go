@@ -183,6 +183,8 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 		Recorder:         mgr.GetEventRecorder("compositor"),
 		Poll:             opts.Poll,
 		MaxReconcileRate: opts.MaxReconcileRate,
+		Mapper:           mgr.GetRESTMapper(),
+		ControllerImage:  opts.ControllerImage,
 	}
 	if err := definitions.SetupWithManager(mgr); err != nil {
 		return err

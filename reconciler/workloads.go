@@ -1,0 +1,115 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"helm.sh/helm/v3/pkg/chart"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/controller"
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/generators/rbac"
+)
+
+// Reasons of failures to generate the controller's identity.
+const (
+	ReasonUnknownKinds   = "UnknownKinds"
+	ReasonForbiddenKinds = "ForbiddenKinds"
+)
+
+// applyWorkloads gives the definition's version its controller: the narrowest RBAC the
+// chart needs, bound in every namespace that holds compositions of that version, and
+// the controller Deployment running under it.
+func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
+	types, err := rbac.ResourceTypes(ch, r.Mapper)
+	switch {
+	case errors.Is(err, rbac.ErrForbiddenKind):
+		return &phaseError{reason: ReasonForbiddenKinds, terminal: true, err: err}
+	case errors.Is(err, rbac.ErrUnknownKind):
+		// The kinds may come with a CRD installed later: try again.
+		return &phaseError{reason: ReasonUnknownKinds, err: err}
+	case err != nil:
+		return err
+	}
+	objs, err := rbac.Generate(rbac.Options{
+		Namespace:      def.Namespace,
+		DefinitionName: def.Name,
+		Plural:         api.Plural,
+		Version:        api.Version,
+		Group:          crd.Group,
+		Types:          types,
+	})
+	if err != nil {
+		return &phaseError{reason: ReasonApplyFailed, terminal: true, err: err}
+	}
+	for _, obj := range objs.List() {
+		if err := apply(ctx, r.Client, obj); err != nil {
+			return err
+		}
+	}
+	compositions, err := r.compositions(ctx, api, api.Version, api.Version)
+	if err != nil {
+		return err
+	}
+	bound := map[string]bool{}
+	for _, c := range compositions {
+		if !bound[c.Namespace] {
+			bound[c.Namespace] = true
+			if err := apply(ctx, r.Client, objs.ReleaseBinding(c.Namespace)); err != nil {
+				return err
+			}
+		}
+	}
+	return apply(ctx, r.Client, controller.Deployment(controller.Options{
+		Definition: def,
+		Plural:     api.Plural,
+		Version:    api.Version,
+		Group:      crd.Group,
+		Image:      r.ControllerImage,
+	}))
+}
+
+// deleteWorkloads removes the controller and RBAC of one version of the definition.
+func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
+	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
+	deployment := &appsv1.Deployment{}
+	deployment.Namespace, deployment.Name = def.Namespace, controller.Name(plural, version)
+	var errs []error
+	for _, del := range []func() error{
+		func() error { return r.Client.Delete(ctx, deployment) },
+		func() error {
+			return r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(def.Namespace), labels)
+		},
+		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRoleBinding{}, labels) },
+		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRole{}, labels) },
+		func() error { return r.deleteRoleBindings(ctx, labels) },
+	} {
+		if err := client.IgnoreNotFound(del()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing the controller of %s %s: %w", plural, version, err)
+	}
+	return nil
+}
+
+// deleteRoleBindings deletes the release bindings in every namespace: DeleteAllOf works
+// one namespace at a time.
+func (r *DefinitionReconciler) deleteRoleBindings(ctx context.Context, labels client.MatchingLabels) error {
+	list := &rbacv1.RoleBindingList{}
+	if err := r.Client.List(ctx, list, labels); err != nil {
+		return err
+	}
+	var errs []error
+	for i := range list.Items {
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &list.Items[i])))
+	}
+	return errors.Join(errs...)
+}
