@@ -1,0 +1,276 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/compositor-dev/compositor/generators/crd"
+)
+
+// ConvertPath is the path the API server sends the ConversionReviews of every generated
+// CRD to; generators/crd points the CRDs' conversion webhooks at it.
+const ConvertPath = crd.ConvertPath
+
+var (
+	// ErrUnknownVersion means a version the CRD does not have.
+	ErrUnknownVersion = errors.New("unknown version")
+	// ErrWrongKind means an object that is not of the CRD's group and kind.
+	ErrWrongKind = errors.New("object of another kind")
+	// ErrForeignGroup means a desiredAPIVersion outside the group of generated CRDs.
+	ErrForeignGroup = errors.New("not the group of generated CRDs")
+	// ErrMalformedObject means an object that is not a JSON object, or whose metadata
+	// or annotations are not objects.
+	ErrMalformedObject = errors.New("malformed object")
+)
+
+// conversionReviewGVK is the only review the converter reads and writes.
+var conversionReviewGVK = apiextensionsv1.SchemeGroupVersion.WithKind("ConversionReview")
+
+// NewConverter returns the handler of ConvertPath. It converts the objects of the
+// generated CRDs between their served versions and the hub storage version
+// (SPEC §6.3), with the schemas of each CRD from schemas. A ConversionReview it cannot
+// read gets a 4xx status with a message; a review it can read but not convert gets a
+// Failure result naming the object and why, never part of the objects.
+func NewConverter(schemas SchemaSource) http.Handler {
+	return http.TimeoutHandler(&converter{schemas: schemas}, handlerTimeout,
+		"the conversion request took too long to read or answer")
+}
+
+type converter struct {
+	schemas SchemaSource
+}
+
+func (c *converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := logf.FromContext(r.Context())
+	review, status, err := readConversionReview(w, r)
+	if err != nil {
+		log.Info("Refused a malformed ConversionReview", "status", status, "reason", err.Error())
+		resp := &apiextensionsv1.ConversionResponse{Result: failure(int32(status), err)}
+		if review != nil && review.Request != nil {
+			resp.UID = review.Request.UID
+		}
+		writeConversionReview(w, status, resp)
+		return
+	}
+	resp := c.review(r.Context(), review.Request)
+	if resp.Result.Status != metav1.StatusSuccess {
+		log.Info("Refused a conversion", "uid", resp.UID, "desiredAPIVersion", review.Request.DesiredAPIVersion,
+			"objects", len(review.Request.Objects), "reason", resp.Result.Message)
+	}
+	writeConversionReview(w, http.StatusOK, resp)
+}
+
+// review converts every object of req, or none.
+func (c *converter) review(ctx context.Context, req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
+	objects, err := c.convertAll(ctx, req)
+	if err != nil {
+		code := int32(http.StatusBadRequest)
+		if unavailable := (sourceError{}); errors.As(err, &unavailable) {
+			code = http.StatusInternalServerError
+		}
+		return &apiextensionsv1.ConversionResponse{UID: req.UID, Result: failure(code, err)}
+	}
+	return &apiextensionsv1.ConversionResponse{
+		UID:              req.UID,
+		ConvertedObjects: objects,
+		Result:           metav1.Status{Status: metav1.StatusSuccess},
+	}
+}
+
+// sourceError is a failure of the SchemaSource other than an unknown kind: the request
+// may be fine, the converter could not do its part.
+type sourceError struct{ error }
+
+func (e sourceError) Unwrap() error { return e.error }
+
+// decodedObject is one object of a review and its version.
+type decodedObject struct {
+	content map[string]any
+	version string
+}
+
+func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.ConversionRequest) ([]runtime.RawExtension, error) {
+	desired, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
+	if err != nil || desired.Version == "" {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w: expected %s/<version>", req.DesiredAPIVersion, ErrUnknownVersion, CompositionGroup)
+	}
+	if desired.Group != CompositionGroup {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w: only %s is converted here", req.DesiredAPIVersion, ErrForeignGroup, CompositionGroup)
+	}
+	if len(req.Objects) == 0 {
+		return []runtime.RawExtension{}, nil
+	}
+
+	objects := make([]decodedObject, len(req.Objects))
+	gk := schema.GroupKind{Group: desired.Group}
+	versions := []string{desired.Version}
+	for i, raw := range req.Objects {
+		obj, err := decodeConversionObject(raw.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+		gv, err := schema.ParseGroupVersion(stringField(obj, "apiVersion"))
+		kind := stringField(obj, "kind")
+		switch {
+		case err != nil || gv.Version == "":
+			return nil, fmt.Errorf("object %d: %w: apiVersion %q", i, ErrUnknownVersion, stringField(obj, "apiVersion"))
+		case gv.Group != desired.Group:
+			return nil, fmt.Errorf("object %d: %w: apiVersion %q is not in the group %s", i, ErrWrongKind, gv, desired.Group)
+		case kind == "":
+			return nil, fmt.Errorf("object %d: %w: it has no kind", i, ErrWrongKind)
+		case gk.Kind == "":
+			gk.Kind = kind
+		case kind != gk.Kind:
+			return nil, fmt.Errorf("object %d: %w: %s, while object 0 is a %s", i, ErrWrongKind, kind, gk.Kind)
+		}
+		objects[i] = decodedObject{content: obj, version: gv.Version}
+		versions = append(versions, gv.Version)
+	}
+
+	schemas, err := c.schemas.Schemas(ctx, gk, versions)
+	if err != nil {
+		err = fmt.Errorf("schemas of %s: %w", gk, err)
+		if !errors.Is(err, ErrUnknownKind) {
+			err = sourceError{err}
+		}
+		return nil, err
+	}
+	if !schemas.has(desired.Version) {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", req.DesiredAPIVersion, ErrUnknownVersion, gk, strings.Join(schemas.knownVersions(), ", "))
+	}
+	out := make([]runtime.RawExtension, len(objects))
+	for i, obj := range objects {
+		if !schemas.has(obj.version) {
+			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, ErrUnknownVersion, obj.version, gk, strings.Join(schemas.knownVersions(), ", "))
+		}
+		if err := schemas.convertObject(obj.content, obj.version, desired.Version); err != nil {
+			return nil, fmt.Errorf("object %d (%s): %w", i, objectName(obj.content), err)
+		}
+		raw, err := json.Marshal(obj.content)
+		if err != nil {
+			return nil, fmt.Errorf("object %d (%s): encoding: %w", i, objectName(obj.content), err)
+		}
+		out[i] = runtime.RawExtension{Raw: raw}
+	}
+	return out, nil
+}
+
+// decodeConversionObject decodes a JSON object keeping its numbers exactly as written.
+func decodeConversionObject(raw []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformedObject, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: it is %s", ErrMalformedObject, jsonKind(v))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the object", ErrMalformedObject)
+	}
+	return obj, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	default:
+		return "a number"
+	}
+}
+
+func stringField(obj map[string]any, key string) string {
+	s, _ := obj[key].(string)
+	return s
+}
+
+// objectName names an object in messages: namespace/name, or name.
+func objectName(obj map[string]any) string {
+	metadata, _ := obj["metadata"].(map[string]any)
+	name, _ := metadata["name"].(string)
+	if ns, _ := metadata["namespace"].(string); ns != "" {
+		return ns + "/" + name
+	}
+	return name
+}
+
+func failure(code int32, err error) metav1.Status {
+	reason := metav1.StatusReasonBadRequest
+	if code >= http.StatusInternalServerError {
+		reason = metav1.StatusReasonInternalError
+	}
+	return metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: err.Error()}
+}
+
+// readConversionReview reads the ConversionReview of r, or says which status refuses it
+// and why. The review comes back with the error when it could be decoded, so the answer
+// can echo its uid.
+func readConversionReview(w http.ResponseWriter, r *http.Request) (*apiextensionsv1.ConversionReview, int, error) {
+	if r.Method != http.MethodPost {
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s is not allowed; send a POST", r.Method)
+	}
+	if r.ContentLength > MaxRequestBytes {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is %d bytes; the limit is %d", r.ContentLength, MaxRequestBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is over the limit of %d bytes", MaxRequestBytes)
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
+	}
+	if mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mediaType != "application/json" {
+		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not supported; send application/json", r.Header.Get("Content-Type"))
+	}
+	if len(body) == 0 {
+		return nil, http.StatusBadRequest, errors.New("the request body is empty")
+	}
+	review := &apiextensionsv1.ConversionReview{}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("the body is not a ConversionReview: %w", err)
+	}
+	if gvk := review.GroupVersionKind(); gvk != conversionReviewGVK {
+		return review, http.StatusBadRequest, fmt.Errorf("expected a ConversionReview of %s, got apiVersion %q kind %q",
+			apiextensionsv1.SchemeGroupVersion, review.APIVersion, review.Kind)
+	}
+	if review.Request == nil {
+		return review, http.StatusBadRequest, errors.New("the ConversionReview has no request")
+	}
+	if review.Request.UID == "" {
+		return review, http.StatusBadRequest, errors.New("the ConversionReview's request has no uid")
+	}
+	return review, http.StatusOK, nil
+}
+
+func writeConversionReview(w http.ResponseWriter, status int, resp *apiextensionsv1.ConversionResponse) {
+	review := apiextensionsv1.ConversionReview{Response: resp}
+	review.SetGroupVersionKind(conversionReviewGVK)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(review)
+}

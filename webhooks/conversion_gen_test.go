@@ -1,0 +1,476 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"regexp/syntax"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// fireworksFixture is the CRD of every sample chart version, with what the tests need
+// to make and check objects of it.
+type fireworksFixture struct {
+	crd        *apiextensionsv1.CustomResourceDefinition
+	schemas    *Schemas
+	validators map[string]validation.SchemaValidator
+	conv       *converter
+}
+
+var (
+	fireworksOnce sync.Once
+	fireworksFx   *fireworksFixture
+	fireworksErr  error
+)
+
+// fireworksCRD builds the fireworks-app CRD with all sample versions, as the reconciler
+// does, with its conversion webhook at conversion.
+func fireworksCRD(conversion crd.ConversionWebhook) (*apiextensionsv1.CustomResourceDefinition, error) {
+	var versions []crd.ServedVersion
+	for _, v := range samplecharts.Versions() {
+		ch, err := samplecharts.Load(v)
+		if err != nil {
+			return nil, err
+		}
+		spec, _, err := crd.TranslateChart(ch)
+		if err != nil {
+			return nil, fmt.Errorf("translating %s: %w", v, err)
+		}
+		versions = append(versions, crd.ServedVersion{ChartVersion: v, Spec: spec})
+	}
+	out, _, err := crd.Build(crd.BuildOptions{ChartName: samplecharts.ChartName, Versions: versions, Conversion: conversion})
+	return out, err
+}
+
+func fireworks(t testing.TB) *fireworksFixture {
+	t.Helper()
+	fireworksOnce.Do(func() {
+		c, err := fireworksCRD(crd.ConversionWebhook{URL: "https://127.0.0.1:9443" + ConvertPath})
+		if err != nil {
+			fireworksErr = err
+			return
+		}
+		fireworksFx, fireworksErr = newFixture(c)
+	})
+	require.NoError(t, fireworksErr)
+	return fireworksFx
+}
+
+func newFixture(c *apiextensionsv1.CustomResourceDefinition) (*fireworksFixture, error) {
+	schemas, err := SchemasFromCRD(c)
+	if err != nil {
+		return nil, err
+	}
+	fx := &fireworksFixture{crd: c, schemas: schemas, validators: map[string]validation.SchemaValidator{}}
+	for _, v := range c.Spec.Versions {
+		internal := &apiextensions.JSONSchemaProps{}
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
+			return nil, err
+		}
+		validator, _, err := validation.NewSchemaValidator(internal)
+		if err != nil {
+			return nil, err
+		}
+		fx.validators[v.Name] = validator
+	}
+	fx.conv = &converter{schemas: staticSchemas(schemas)}
+	return fx, nil
+}
+
+// staticSchemas is a SchemaSource that knows one CRD.
+func staticSchemas(s *Schemas) SchemaSource {
+	return SchemaSourceFunc(func(_ context.Context, gk schema.GroupKind, _ []string) (*Schemas, error) {
+		if gk != s.GroupKind() {
+			return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gk)
+		}
+		return s, nil
+	})
+}
+
+// convert runs one ConversionReview request of objs to version through the converter
+// and returns the response.
+func (fx *fireworksFixture) convert(t testing.TB, version string, objs ...any) *apiextensionsv1.ConversionResponse {
+	t.Helper()
+	req := &apiextensionsv1.ConversionRequest{UID: "7f1c2a52-0d1e-4a0b-9a51-3c9e5e0f2d11", DesiredAPIVersion: crd.Group + "/" + version}
+	for _, o := range objs {
+		raw, ok := o.([]byte)
+		if !ok {
+			var err error
+			raw, err = json.Marshal(o)
+			require.NoError(t, err)
+		}
+		req.Objects = append(req.Objects, rawObject(raw))
+	}
+	return fx.conv.review(context.Background(), req)
+}
+
+// convertOne converts one object and decodes the result; the conversion must succeed.
+func (fx *fireworksFixture) convertOne(t testing.TB, version string, obj any) map[string]any {
+	t.Helper()
+	resp := fx.convert(t, version, obj)
+	require.Equal(t, "Success", resp.Result.Status, resp.Result.Message)
+	require.Len(t, resp.ConvertedObjects, 1)
+	return decodeJSON(t, resp.ConvertedObjects[0].Raw)
+}
+
+// decodeJSON decodes like the converter does, so values compare exactly.
+func decodeJSON(t testing.TB, raw []byte) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var out map[string]any
+	require.NoError(t, dec.Decode(&out))
+	return out
+}
+
+// normalize gives v the types decodeJSON would give it.
+func normalize(t testing.TB, v map[string]any) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	return decodeJSON(t, raw)
+}
+
+// objectGen makes random objects valid under a served version's schema by walking its
+// structural schema. Fields a schema keeps unknown get extra keys no sample version
+// declares, so the tests see unknown fields kept through every version.
+type objectGen struct {
+	r *rand.Rand
+}
+
+const maxGenDepth = 4
+
+// valid returns a random object of version, checked with the API server's validation
+// of that version.
+func (g objectGen) valid(t testing.TB, fx *fireworksFixture, version string) map[string]any {
+	t.Helper()
+	root := fx.schemas.Structural(version)
+	require.NotNil(t, root, version)
+	for range 200 {
+		spec := root.Properties["spec"]
+		status := root.Properties["status"]
+		obj := map[string]any{
+			"apiVersion": crd.Group + "/" + version,
+			"kind":       fx.schemas.GroupKind().Kind,
+			"metadata":   g.metadata(version),
+			"spec":       g.value(&spec, 0),
+		}
+		if g.r.IntN(2) == 0 {
+			obj["status"] = g.value(&status, 0)
+		}
+		if errs := validation.ValidateCustomResource(nil, obj, fx.validators[version]); len(errs) == 0 {
+			return obj
+		}
+	}
+	t.Fatalf("the generator made no valid %s object in 200 tries", version)
+	return nil
+}
+
+func (g objectGen) metadata(version string) map[string]any {
+	m := map[string]any{
+		"name":              fmt.Sprintf("app-%d", g.r.IntN(1000)),
+		"namespace":         "team-" + strconv.Itoa(g.r.IntN(5)),
+		"uid":               fmt.Sprintf("%08x-0000-4000-8000-%012x", g.r.Uint32(), g.r.Uint64()&0xffffffffffff),
+		"resourceVersion":   strconv.Itoa(g.r.IntN(100000)),
+		"generation":        int64(1 + g.r.IntN(20)),
+		"creationTimestamp": time.Unix(1.7e9+g.r.Int64N(1e7), 0).UTC().Format(time.RFC3339),
+		"labels":            map[string]any{"krateo.io/composition-version": version},
+		"managedFields": []any{map[string]any{
+			"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": crd.Group + "/" + version,
+			"time": "2025-01-02T03:04:05Z", "fieldsType": "FieldsV1",
+			"fieldsV1": map[string]any{"f:spec": map[string]any{"f:replicaCount": map[string]any{}}},
+		}},
+	}
+	if g.r.IntN(2) == 0 {
+		m["annotations"] = map[string]any{
+			"krateo.io/release-name":                           "rel-" + strconv.Itoa(g.r.IntN(10)),
+			"kubectl.kubernetes.io/last-applied-configuration": `{"spec":{"replicaCount":1}}`,
+		}
+	}
+	if g.r.IntN(3) == 0 {
+		m["finalizers"] = []any{"composition.krateo.io/finalizer"}
+	}
+	return m
+}
+
+func (g objectGen) value(s *structuralschema.Structural, depth int) any {
+	if s == nil {
+		return g.anything(depth)
+	}
+	if s.Nullable && g.r.IntN(10) == 0 {
+		return nil
+	}
+	if enum := enumOf(s); len(enum) > 0 {
+		return enum[g.r.IntN(len(enum))].Object
+	}
+	if s.XIntOrString {
+		if g.r.IntN(2) == 0 {
+			return g.r.Int64N(100)
+		}
+		return g.word(1, 8)
+	}
+	switch s.Type {
+	case "object":
+		return g.object(s, depth)
+	case "array":
+		return g.array(s, depth)
+	case "string":
+		return g.str(s)
+	case "integer":
+		lo, hi := bounds(s, -1000, 1000)
+		return int64(lo) + g.r.Int64N(int64(hi-lo)+1)
+	case "number":
+		lo, hi := bounds(s, -1000, 1000)
+		return lo + g.r.Float64()*(hi-lo)
+	case "boolean":
+		return g.r.IntN(2) == 0
+	}
+	return g.anything(depth) // no type: the schema keeps any value
+}
+
+func (g objectGen) object(s *structuralschema.Structural, depth int) map[string]any {
+	m := map[string]any{}
+	var required []string
+	if s.ValueValidation != nil {
+		required = s.ValueValidation.Required
+	}
+	keys := make([]string, 0, len(s.Properties))
+	for k := range s.Properties {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same seed gives the same object
+	for _, k := range keys {
+		if slices.Contains(required, k) || g.r.IntN(3) > 0 {
+			p := s.Properties[k]
+			m[k] = g.value(&p, depth+1)
+		}
+	}
+	if ap := s.AdditionalProperties; ap != nil && ap.Structural != nil {
+		for range g.r.IntN(3) {
+			m[g.word(1, 6)] = g.value(ap.Structural, depth+1)
+		}
+	}
+	if s.XPreserveUnknownFields && depth < maxGenDepth && (len(s.Properties) == 0 || g.r.IntN(3) == 0) {
+		for range 1 + g.r.IntN(2) {
+			m["extra"+strconv.Itoa(g.r.IntN(100))] = g.anything(depth + 1)
+		}
+	}
+	return m
+}
+
+func (g objectGen) array(s *structuralschema.Structural, depth int) []any {
+	lo, hi := 0, 3
+	if vv := s.ValueValidation; vv != nil {
+		if vv.MinItems != nil {
+			lo = int(*vv.MinItems)
+			hi = max(hi, lo)
+		}
+		if vv.MaxItems != nil {
+			hi = min(hi, int(*vv.MaxItems))
+		}
+	}
+	n := lo + g.r.IntN(hi-lo+1)
+	out := []any{}
+	seen := map[string]bool{}
+	for try := 0; len(out) < n && try < 5*n; try++ {
+		v := g.value(s.Items, depth+1)
+		if key, unique := listKey(s, v); unique {
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// listKey is what makes an item unique in a list of type map or set.
+func listKey(s *structuralschema.Structural, v any) (string, bool) {
+	if s.XListType == nil {
+		return "", false
+	}
+	switch *s.XListType {
+	case "map":
+		m, _ := v.(map[string]any)
+		var key []string
+		for _, k := range s.XListMapKeys {
+			key = append(key, fmt.Sprint(m[k]))
+		}
+		return strings.Join(key, "\x00"), true
+	case "set":
+		return fmt.Sprint(v), true
+	}
+	return "", false
+}
+
+func (g objectGen) str(s *structuralschema.Structural) string {
+	vv := s.ValueValidation
+	if vv == nil {
+		return g.word(0, 10)
+	}
+	if vv.Format == "date-time" {
+		return time.Unix(g.r.Int64N(2e9), 0).UTC().Format(time.RFC3339)
+	}
+	if p := patternOf(vv); p != "" {
+		if re, err := syntax.Parse(p, syntax.Perl); err == nil {
+			var b strings.Builder
+			g.matching(&b, re.Simplify())
+			return b.String()
+		}
+	}
+	lo, hi := 0, 10
+	if vv.MinLength != nil {
+		lo = int(*vv.MinLength)
+		hi = max(hi, lo)
+	}
+	if vv.MaxLength != nil {
+		hi = min(hi, int(*vv.MaxLength))
+	}
+	return g.word(lo, hi)
+}
+
+// matching writes a random string re matches.
+func (g objectGen) matching(b *strings.Builder, re *syntax.Regexp) {
+	repeat := func(lo, hi int) {
+		if hi < 0 {
+			hi = lo + 2
+		}
+		for range lo + g.r.IntN(hi-lo+1) {
+			g.matching(b, re.Sub[0])
+		}
+	}
+	switch re.Op {
+	case syntax.OpLiteral:
+		b.WriteString(string(re.Rune))
+	case syntax.OpCharClass:
+		i := 2 * g.r.IntN(len(re.Rune)/2)
+		lo, hi := re.Rune[i], re.Rune[i+1]
+		b.WriteRune(lo + rune(g.r.IntN(int(min(hi-lo, 25))+1)))
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		b.WriteString(g.word(1, 1))
+	case syntax.OpCapture:
+		g.matching(b, re.Sub[0])
+	case syntax.OpStar:
+		repeat(0, 2)
+	case syntax.OpPlus:
+		repeat(1, 3)
+	case syntax.OpQuest:
+		repeat(0, 1)
+	case syntax.OpRepeat:
+		repeat(re.Min, re.Max)
+	case syntax.OpConcat:
+		for _, sub := range re.Sub {
+			g.matching(b, sub)
+		}
+	case syntax.OpAlternate:
+		g.matching(b, re.Sub[g.r.IntN(len(re.Sub))])
+	}
+}
+
+// anything is a random JSON value, for fields that keep any value.
+func (g objectGen) anything(depth int) any {
+	n := 6
+	if depth < maxGenDepth {
+		n = 8
+	}
+	switch g.r.IntN(n) {
+	case 0:
+		return nil
+	case 1:
+		return g.r.IntN(2) == 0
+	case 2:
+		return g.r.Int64N(1 << 40)
+	case 3:
+		return float64(g.r.IntN(1000)) / 8
+	case 4, 5:
+		return g.word(0, 12)
+	case 6:
+		m := map[string]any{}
+		for range g.r.IntN(3) {
+			m[g.word(1, 6)] = g.anything(depth + 1)
+		}
+		return m
+	default:
+		var l []any
+		for range g.r.IntN(3) {
+			l = append(l, g.anything(depth+1))
+		}
+		return l
+	}
+}
+
+const wordRunes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/~ é"
+
+func (g objectGen) word(lo, hi int) string {
+	n := lo + g.r.IntN(hi-lo+1)
+	runes := []rune(wordRunes)
+	var b strings.Builder
+	for range n {
+		b.WriteRune(runes[g.r.IntN(len(runes))])
+	}
+	return b.String()
+}
+
+func enumOf(s *structuralschema.Structural) []structuralschema.JSON {
+	vv := s.ValueValidation
+	if vv == nil {
+		return nil
+	}
+	if len(vv.Enum) > 0 {
+		return vv.Enum
+	}
+	for _, sub := range vv.AllOf {
+		if len(sub.Enum) > 0 {
+			return sub.Enum
+		}
+	}
+	return nil
+}
+
+func patternOf(vv *structuralschema.ValueValidation) string {
+	if vv.Pattern != "" {
+		return vv.Pattern
+	}
+	for _, sub := range vv.AllOf {
+		if sub.Pattern != "" {
+			return sub.Pattern
+		}
+	}
+	return ""
+}
+
+func bounds(s *structuralschema.Structural, lo, hi float64) (float64, float64) {
+	if vv := s.ValueValidation; vv != nil {
+		if vv.Minimum != nil {
+			lo = *vv.Minimum
+			if vv.ExclusiveMinimum {
+				lo++
+			}
+		}
+		if vv.Maximum != nil {
+			hi = *vv.Maximum
+			if vv.ExclusiveMaximum {
+				hi--
+			}
+		}
+	}
+	return lo, max(lo, hi)
+}
