@@ -64,6 +64,7 @@ func Register(srv webhook.Server, opts Options) {
 		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
 	}
 	srv.Register(ValidatePath, guard(v))
+	srv.Register(ConvertPath, NewConverter(NewCRDSchemas(opts.Cached, opts.Live)))
 }
 
 // Mutator answers /mutate: it defaults compositions and leaves Compositor's other

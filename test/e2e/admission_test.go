@@ -32,17 +32,23 @@ func startCompositor(t *testing.T, cp *controlplane.ControlPlane) {
 	opts.WebhookURL = "https://" + opts.WebhookAddr
 	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))
 
-	done := make(chan error, 1)
-	go func() { done <- app.RunServe(ctx, cp.Config, opts) }()
+	var serveErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		serveErr = app.RunServe(ctx, cp.Config, opts)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		require.NoError(t, <-done)
+		<-stopped
+		require.NoError(t, serveErr)
 	})
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		select {
-		case err := <-done:
-			require.FailNow(t, "compositor serve stopped", "%v", err)
+		case <-stopped:
+			c.Errorf("compositor serve stopped: %v", serveErr)
+			return
 		default:
 		}
 		for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
