@@ -1,0 +1,319 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/test/chartserver"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// runCLI runs `compositor args...` as main does and returns what it printed.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := NewCommand()
+	cmd.SetArgs(args)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// sampleDir is the directory of a fireworks-app version (1.1.6 has none of its own).
+func sampleDir(t *testing.T, version string) string {
+	t.Helper()
+	dir, err := samplecharts.Dir(version)
+	require.NoError(t, err)
+	return dir
+}
+
+// sampleRepo serves every packaged fireworks-app version as a Helm repository on
+// loopback and returns its URL.
+func sampleRepo(t *testing.T) *chartserver.Repository {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, samplecharts.Package(dir))
+	return chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
+}
+
+// writeChart writes a chart into a temporary directory: files maps paths to contents.
+func writeChart(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	return dir
+}
+
+const lossySchema = `{
+  "type": "object",
+  "properties": {
+    "replicas": {"type": "integer"},
+    "auth": {"oneOf": [
+      {"properties": {"token": {"type": "string"}}, "required": ["token"]},
+      {"properties": {"user": {"type": "string"}}, "required": ["user"]}
+    ]}
+  }
+}`
+
+func TestCRDPrintsWhatTheReconcilerGenerates(t *testing.T) {
+	stdout, stderr, err := runCLI(t, "", "crd", sampleDir(t, "1.1.5"))
+	require.NoError(t, err)
+	assert.Empty(t, stderr, "fireworks-app 1.1.5 loses nothing")
+	var manifest map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(stdout), &manifest))
+	assert.NotContains(t, manifest, "status", "a manifest to apply, without status")
+	assert.Equal(t, map[string]any{"name": "fireworksapps.composition.krateo.io"}, manifest["metadata"])
+
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(stdout), got))
+	ch, err := samplecharts.Load("1.1.5")
+	require.NoError(t, err)
+	want, _, err := generateCRD(ch, crd.ConversionWebhook{URL: DefaultConversionURL})
+	require.NoError(t, err)
+	assert.Equal(t, want.Spec, got.Spec)
+	assert.Equal(t, "fireworksapps.composition.krateo.io", got.Name)
+	assert.Equal(t, "https://compositor-webhook.compositor-system.svc/convert", *got.Spec.Conversion.Webhook.ClientConfig.URL)
+	require.NoError(t, crd.Validate(got), "the printed CRD passes the API server's validation")
+}
+
+func TestCRDFromRepositoryAsJSON(t *testing.T) {
+	repo := sampleRepo(t)
+	stdout, _, err := runCLI(t, "", "crd", repo.URL, "--repo", samplecharts.ChartName, "--version", "2.0.0",
+		"--chart-cache-dir", t.TempDir(), "-o", "json", "--conversion-url", "https://webhook.example.com/convert")
+	require.NoError(t, err)
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	require.NoError(t, json.Unmarshal([]byte(stdout), got))
+	assert.Equal(t, "https://webhook.example.com/convert", *got.Spec.Conversion.Webhook.ClientConfig.URL)
+	var served []string
+	for _, v := range got.Spec.Versions {
+		if v.Served {
+			served = append(served, v.Name)
+		}
+	}
+	assert.Equal(t, []string{"v2-0-0"}, served)
+	assert.Equal(t, "FireworksApp", got.Spec.Names.Kind)
+}
+
+func TestCRDReportsLossesOnStderr(t *testing.T) {
+	dir := writeChart(t, map[string]string{
+		"Chart.yaml":         "apiVersion: v2\nname: lossy-app\nversion: 0.3.0\n",
+		"values.yaml":        "replicas: 1\n",
+		"values.schema.json": lossySchema,
+	})
+	stdout, stderr, err := runCLI(t, "", "crd", dir)
+	require.NoError(t, err)
+	assert.Contains(t, stdout, "name: lossyapps.composition.krateo.io")
+
+	_, report, err := crd.Translate([]byte(lossySchema), []byte("replicas: 1\n"))
+	require.NoError(t, err)
+	require.NotEmpty(t, report)
+	assert.Equal(t, report.String(), stderr, "one line per loss: path, keyword, reason")
+	assert.Contains(t, stderr, "auth.token: oneOf: ")
+}
+
+func TestCRDUsageErrors(t *testing.T) {
+	_, stderr, err := runCLI(t, "", "crd")
+	require.ErrorIs(t, err, ErrUsage)
+	assert.Equal(t, ExitUsage, ExitCode(err))
+	assert.Contains(t, stderr, "missing argument REF|DIR")
+
+	_, _, err = runCLI(t, "", "crd", sampleDir(t, "1.1.5"), "-o", "xml")
+	require.ErrorIs(t, err, ErrUsage)
+
+	_, _, err = runCLI(t, "", "crd", sampleDir(t, "1.1.5"), "--no-such-flag")
+	require.ErrorIs(t, err, ErrUsage)
+
+	_, _, err = runCLI(t, "", "crd", sampleDir(t, "1.1.5"), "--version", "1.1.5")
+	require.ErrorIs(t, err, ErrUsage, "--version is for chart URLs")
+
+	_, _, err = runCLI(t, "", "crd", filepath.Join(t.TempDir(), "nothing"))
+	require.Error(t, err)
+	assert.Equal(t, ExitFailure, ExitCode(err))
+}
+
+func TestLintSampleCharts(t *testing.T) {
+	for _, v := range []string{"1.1.5", "2.0.0"} {
+		t.Run(v, func(t *testing.T) {
+			stdout, _, err := runCLI(t, "", "lint", sampleDir(t, v))
+			require.NoError(t, err, stdout)
+			assert.NotContains(t, stdout, "[ERROR]")
+			assert.NotContains(t, stdout, "[WARNING]")
+			version, err := crd.VersionName(v)
+			require.NoError(t, err)
+			assert.Contains(t, stdout, "[INFO] Chart.yaml: API composition.krateo.io/"+version+", kind FireworksApp, resource fireworksapps.composition.krateo.io\n")
+			assert.Contains(t, stdout, "[INFO] templates: RBAC in each composition namespace: create, delete, get, list, patch, update, watch on deployments.apps\n")
+			assert.Contains(t, stdout, "0 error(s), 0 warning(s)\n")
+		})
+	}
+	stdout, _, err := runCLI(t, "", "lint", sampleDir(t, "2.0.0"))
+	require.NoError(t, err)
+	assert.Contains(t, stdout, "on ingresses.networking.k8s.io", "2.0.0 renders an Ingress when public")
+}
+
+func TestLintFromRepository(t *testing.T) {
+	repo := sampleRepo(t)
+	stdout, _, err := runCLI(t, "", "lint", repo.URL, "--repo", samplecharts.ChartName, "--version", "1.1.6", "--chart-cache-dir", t.TempDir())
+	require.NoError(t, err)
+	assert.Contains(t, stdout, "==> Linting fireworks-app 1.1.6\n")
+	assert.Contains(t, stdout, "API composition.krateo.io/v1-1-6")
+}
+
+const configMapTemplate = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n"
+
+func TestLintBrokenSchema(t *testing.T) {
+	dir := writeChart(t, map[string]string{
+		"Chart.yaml":              "apiVersion: v2\nname: broken-app\nversion: 0.1.0\n",
+		"values.yaml":             "replicas: 1\n",
+		"values.schema.json":      `{"type": "object", "properties": {"replicas": {"type": "integr"}}}`,
+		"templates/configmap.yml": configMapTemplate,
+	})
+	stdout, _, err := runCLI(t, "", "lint", dir)
+	require.ErrorIs(t, err, ErrLint)
+	assert.Equal(t, ExitFailure, ExitCode(err))
+	assert.Contains(t, stdout, "[ERROR] values.schema.json: values.schema.json does not compile: ")
+	assert.Contains(t, stdout, "1 error(s), 0 warning(s)\n")
+}
+
+func TestLintFindings(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  []LintFinding // each must be among the findings, message as a prefix
+		clean bool          // no error
+	}{{
+		name: "subchart schema that is not JSON",
+		files: map[string]string{
+			"Chart.yaml":                    "apiVersion: v2\nname: parent\nversion: 1.0.0\ndependencies:\n  - name: sub\n    version: 0.1.0\n",
+			"values.schema.json":            `{"type": "object"}`,
+			"charts/sub/Chart.yaml":         "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+			"charts/sub/values.schema.json": `{"type": `,
+			"charts/sub/templates/cm.yaml":  configMapTemplate,
+			"templates/configmap.yaml":      configMapTemplate,
+		},
+		want: []LintFinding{{SeverityError, "charts/sub/values.schema.json", "values.schema.json does not compile"}},
+	}, {
+		name: "no schema, a custom resource, defaults breaking the schema",
+		files: map[string]string{
+			"Chart.yaml":                   "apiVersion: v2\nname: web-app\nversion: 1.0.0\n",
+			"templates/certificate.yaml":   "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata:\n  name: x\n",
+			"templates/configmap.yaml":     configMapTemplate,
+			"charts/db/Chart.yaml":         "apiVersion: v2\nname: db\nversion: 0.1.0\n",
+			"charts/db/values.schema.json": `{"type": "object", "required": ["password"]}`,
+		},
+		want: []LintFinding{
+			{SeverityWarning, "values.schema.json", "missing"},
+			{SeverityWarning, "values.yaml", "a composition with an empty spec would be denied: spec.db.password: "},
+			{SeverityWarning, "templates", "chart creates kinds the API server does not serve: cert-manager.io/v1 Certificate"},
+			{SeverityInfo, "templates", "RBAC in each composition namespace: create, delete, get, list, patch, update, watch on certificates.cert-manager.io"},
+		},
+		clean: true,
+	}, {
+		name: "a kind Compositor never grants",
+		files: map[string]string{
+			"Chart.yaml":              "apiVersion: v2\nname: admin-app\nversion: 1.0.0\n",
+			"values.schema.json":      `{"type": "object"}`,
+			"templates/binding.yaml":  "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: x\n",
+			"templates/configmap.yml": configMapTemplate,
+		},
+		want: []LintFinding{{SeverityError, "templates", "chart creates types Compositor does not grant"}},
+	}, {
+		name: "a name that cannot become a kind",
+		files: map[string]string{
+			"Chart.yaml":         "apiVersion: v2\nname: 2048-game\nversion: 1.0.0\n",
+			"values.schema.json": `{"type": "object"}`,
+		},
+		want: []LintFinding{{SeverityError, "Chart.yaml", "name: chart name cannot become a Kubernetes kind"}},
+	}, {
+		name: "losses are information",
+		files: map[string]string{
+			"Chart.yaml":         "apiVersion: v2\nname: lossy-app\nversion: 1.0.0\n",
+			"values.schema.json": lossySchema,
+		},
+		want:  []LintFinding{{SeverityInfo, "values.schema.json#/properties/auth/oneOf/0/properties/token", "CRD: auth.token: oneOf: "}},
+		clean: true,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lc, err := loadChart(context.Background(), ChartOptions{Chart: writeChart(t, tt.files)})
+			require.NoError(t, err)
+			findings := LintChart(context.Background(), lc.Chart)
+			for _, want := range tt.want {
+				assert.True(t, hasFinding(findings, want), "want %s among\n%s", want, findingLines(findings))
+			}
+			if tt.clean {
+				for _, f := range findings {
+					assert.NotEqual(t, SeverityError, f.Severity, "%s", f)
+				}
+			}
+		})
+	}
+}
+
+func hasFinding(fs []LintFinding, want LintFinding) bool {
+	for _, f := range fs {
+		if f.Severity == want.Severity && f.File == want.File && strings.HasPrefix(f.Message, want.Message) {
+			return true
+		}
+	}
+	return false
+}
+
+func findingLines(fs []LintFinding) string {
+	var b strings.Builder
+	for _, f := range fs {
+		b.WriteString(f.String() + "\n")
+	}
+	return b.String()
+}
+
+func TestBuiltinRESTMapper(t *testing.T) {
+	m := builtinRESTMapper()
+	tests := []struct {
+		gvk        schema.GroupVersionKind
+		resource   string
+		namespaced bool
+	}{
+		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", true},
+		{schema.GroupVersionKind{Version: "v1", Kind: "Endpoints"}, "endpoints", true},
+		{schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", false},
+		{schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"}, "ingresses", true},
+		{schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "IngressClass"}, "ingressclasses", false},
+		{schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, "clusterroles", false},
+		{schema.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "StorageClass"}, "storageclasses", false},
+		{schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}, "customresourcedefinitions", false},
+		{schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}, "poddisruptionbudgets", true},
+	}
+	for _, tt := range tests {
+		mapping, err := m.RESTMapping(tt.gvk.GroupKind(), tt.gvk.Version)
+		require.NoError(t, err, "%s", tt.gvk)
+		assert.Equal(t, tt.resource, mapping.Resource.Resource, "%s", tt.gvk)
+		assert.Equal(t, tt.namespaced, mapping.Scope.Name() == meta.RESTScopeNameNamespace, "%s", tt.gvk)
+	}
+	for _, gvk := range []schema.GroupVersionKind{
+		{Group: "extensions", Version: "v1beta1", Kind: "Ingress"}, // removed from the API server in 1.22
+		{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"},
+		{Version: "v1", Kind: "ListOptions"},
+	} {
+		_, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
+		assert.True(t, meta.IsNoMatchError(err), "%s: %v", gvk, err)
+	}
+}
