@@ -97,17 +97,23 @@ func decodeObject(name string, raw []byte) (*unstructured.Unstructured, error) {
 }
 
 // respond turns the outcome of a chain into an admission response: allowed with the
-// warnings when there are no errors, else denied as 422 Invalid with every error.
+// warnings when there are no errors, else denied with every error, as 403 Forbidden
+// when they all forbid the operation and 422 Invalid otherwise.
 func respond(req *Request, errs field.ErrorList, warnings admission.Warnings) admission.Response {
 	if len(errs) == 0 {
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
-	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
-	invalid := apierrors.NewInvalid(gk, req.Name, errs)
+	var denial *apierrors.StatusError
+	if len(errs.Filter(field.NewErrorTypeMatcher(field.ErrorTypeForbidden))) == 0 {
+		gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
+		denial = apierrors.NewForbidden(gr, req.Name, errs.ToAggregate())
+	} else {
+		denial = apierrors.NewInvalid(schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}, req.Name, errs)
+	}
 	return admission.Response{
 		AdmissionResponse: admissionv1.AdmissionResponse{
 			Allowed:  false,
-			Result:   &invalid.ErrStatus,
+			Result:   &denial.ErrStatus,
 			Warnings: warnings,
 		},
 	}

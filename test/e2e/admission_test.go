@@ -73,6 +73,7 @@ func getComposition(t *testing.T, cp *controlplane.ControlPlane, namespace, name
 func TestAdmissionDefaultsAndGuardsCompositions(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp)
+	repo := sampleRepository(t)
 	ctx := context.Background()
 
 	res := cp.Kubectl(ctx, "", "apply", "-f", fixture("demoapps-crd.yaml"))
@@ -114,14 +115,19 @@ spec: {}
 	})
 
 	t.Run("the definition's release name is the default", func(t *testing.T) {
+		// Paused, so that the reconciler leaves the status this test writes alone.
 		def := &corev1alpha1.CompositionDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: "demoapp", Namespace: "default", Annotations: map[string]string{"krateo.io/release-name": "shared-release"}},
-			Spec:       corev1alpha1.CompositionDefinitionSpec{Chart: corev1alpha1.ChartInfo{URL: "oci://registry.example/demo-app", Version: "1.1.5"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "demoapp", Namespace: "default", Annotations: map[string]string{
+				"krateo.io/release-name": "shared-release",
+				"krateo.io/paused":       "true",
+			}},
+			Spec: corev1alpha1.CompositionDefinitionSpec{Chart: corev1alpha1.ChartInfo{URL: repo.URL, Repo: "fireworks-app", Version: "1.1.5"}},
 		}
 		require.NoError(t, cp.Client.Create(ctx, def))
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}))
-		def.Status.APIVersion, def.Status.Kind = "composition.krateo.io/v1-1-5", "DemoApp"
-		require.NoError(t, cp.Client.Status().Update(ctx, def))
+		before := def.DeepCopy()
+		def.Status.APIVersion, def.Status.Kind, def.Status.Resource = "composition.krateo.io/v1-1-5", "DemoApp", "demoapps"
+		require.NoError(t, cp.Client.Status().Patch(ctx, def, client.MergeFrom(before)))
 
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: DemoApp\nmetadata: {name: from-definition, namespace: other}\nspec: {}\n", "create", "-f", "-", "--dry-run=server", "-o", "jsonpath={.metadata.annotations.krateo\\.io/release-name}")
@@ -136,6 +142,19 @@ spec: {}
 		res = cp.Kubectl(ctx, "", "delete", "demoapp", "demo")
 		require.NoError(t, res.Err, res.Stderr)
 		assert.Contains(t, res.Stderr, `Warning: DemoApp default/demo is paused: its deletion waits until krateo.io/paused is "false"`)
+	})
+
+	t.Run("a definition is deleted only when no composition needs it", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: DemoApp\nmetadata: {name: keeper, namespace: default}\nspec: {}\n", "create", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		res = cp.Kubectl(ctx, "", "delete", "compositiondefinition", "demoapp")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, `compositiondefinitions.core.krateo.io "demoapp" is forbidden: metadata.name: Forbidden: 1 DemoApp of version v1-1-5 still exist and no other definition serves that version: delete them first (kubectl delete demoapps.v1-1-5.composition.krateo.io --all -A)`)
+
+		res = cp.Kubectl(ctx, "", "delete", "demoapp", "keeper")
+		require.NoError(t, res.Err, res.Stderr)
+		res = cp.Kubectl(ctx, "", "delete", "compositiondefinition", "demoapp")
+		require.NoError(t, res.Err, res.Stderr)
 	})
 
 	t.Run("core objects never pass Compositor's webhooks", func(t *testing.T) {

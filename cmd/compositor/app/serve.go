@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -93,6 +94,10 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		// Stepping down at once on shutdown lets the next replica take over without
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+		// Controller names are unique within one manager; RunServe may start more than
+		// one manager in a process over its life (the e2e tests do), and the global
+		// check would refuse the second.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: host,
 			Port: port,
