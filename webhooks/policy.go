@@ -131,7 +131,11 @@ func compilePolicy(ctx context.Context, req *Request) (field.ErrorList, admissio
 	}
 	var errs field.ErrorList
 	for _, e := range compileErrs {
-		errs = append(errs, field.Invalid(regoPath, field.OmitValueType{}, fmt.Sprintf("%d:%d: %s", e.Line, e.Column, e.Message)))
+		at := fmt.Sprintf("%d:%d", e.Line, e.Column)
+		if e.Column == 0 { // OPA knows only the line of some errors
+			at = fmt.Sprintf("line %d", e.Line)
+		}
+		errs = append(errs, field.Invalid(regoPath, field.OmitValueType{}, at+": "+e.Message))
 	}
 	return errs, nil
 }
