@@ -16,6 +16,6 @@ func main() {
 	err := app.NewCommand().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		os.Exit(1)
+		os.Exit(app.ExitCode(err))
 	}
 }
