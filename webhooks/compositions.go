@@ -8,6 +8,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,19 +35,27 @@ var (
 // of a composition being created or updated. It never touches spec: Helm merges the
 // chart's defaults at render time.
 func defaultComposition(ctx context.Context, definitions client.Reader, req *Request) error {
-	obj := req.Object
+	releaseName := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	if releaseName == "" {
+		var err error
+		if releaseName, err = defaultReleaseName(ctx, definitions, req); err != nil {
+			return err
+		}
+	}
+	DefaultComposition(req.Object, req.Kind.Version, releaseName)
+	return nil
+}
+
+// DefaultComposition stamps obj as written through version: the release name when it
+// has none (empty leaves it unset), krateo.io/paused "false" when absent and the version
+// label. The webhook and `compositor validate` both default with it.
+func DefaultComposition(obj *unstructured.Unstructured, version, releaseName string) {
 	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	if annotations[corev1alpha1.AnnotationReleaseName] == "" {
-		name, err := defaultReleaseName(ctx, definitions, req)
-		if err != nil {
-			return err
-		}
-		if name != "" {
-			annotations[corev1alpha1.AnnotationReleaseName] = name
-		}
+	if annotations[corev1alpha1.AnnotationReleaseName] == "" && releaseName != "" {
+		annotations[corev1alpha1.AnnotationReleaseName] = releaseName
 	}
 	if _, ok := annotations[corev1alpha1.AnnotationPaused]; !ok {
 		annotations[corev1alpha1.AnnotationPaused] = "false"
@@ -57,9 +66,8 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelCompositionVersion] = req.Kind.Version
+	labels[LabelCompositionVersion] = version
 	obj.SetLabels(labels)
-	return nil
 }
 
 // defaultReleaseName is the release name an object without one gets: the one it had

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -231,24 +230,9 @@ func failure(code int32, err error) metav1.Status {
 // and why. The review comes back with the error when it could be decoded, so the answer
 // can echo its uid.
 func readConversionReview(w http.ResponseWriter, r *http.Request) (*apiextensionsv1.ConversionReview, int, error) {
-	if r.Method != http.MethodPost {
-		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s is not allowed; send a POST", r.Method)
-	}
-	if r.ContentLength > MaxRequestBytes {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is %d bytes; the limit is %d", r.ContentLength, MaxRequestBytes)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is over the limit of %d bytes", MaxRequestBytes)
-	}
+	body, status, err := readJSONBody(w, r)
 	if err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
-	}
-	if mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mediaType != "application/json" {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not supported; send application/json", r.Header.Get("Content-Type"))
-	}
-	if len(body) == 0 {
-		return nil, http.StatusBadRequest, errors.New("the request body is empty")
+		return nil, status, err
 	}
 	review := &apiextensionsv1.ConversionReview{}
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {

@@ -172,6 +172,30 @@ func (s reviewServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // readReview reads the AdmissionReview of r, or says which status refuses it and why.
 func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
+	body, status, err := readJSONBody(w, r)
+	if err != nil {
+		return nil, status, err
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
+	}
+	if gvk := review.GroupVersionKind(); gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
+		return nil, http.StatusBadRequest, fmt.Errorf("expected an AdmissionReview of %s, got apiVersion %q kind %q",
+			admissionv1.SchemeGroupVersion, review.APIVersion, review.Kind)
+	}
+	if review.Request == nil {
+		return nil, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
+	}
+	return review, http.StatusOK, nil
+}
+
+// readJSONBody reads the JSON body of a POST of at most MaxRequestBytes, or says which
+// status refuses it and why.
+func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+	if r.Method != http.MethodPost {
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s is not allowed; send a POST", r.Method)
+	}
 	if r.ContentLength > MaxRequestBytes {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is %d bytes; the limit is %d", r.ContentLength, MaxRequestBytes)
 	}
@@ -188,18 +212,7 @@ func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionR
 	if mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mediaType != "application/json" {
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not supported; send application/json", r.Header.Get("Content-Type"))
 	}
-	review := &admissionv1.AdmissionReview{}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
-		return nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
-	}
-	if gvk := review.GroupVersionKind(); gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
-		return nil, http.StatusBadRequest, fmt.Errorf("expected an AdmissionReview of %s, got apiVersion %q kind %q",
-			admissionv1.SchemeGroupVersion, review.APIVersion, review.Kind)
-	}
-	if review.Request == nil {
-		return nil, http.StatusBadRequest, errors.New("the AdmissionReview has no request")
-	}
-	return review, http.StatusOK, nil
+	return body, http.StatusOK, nil
 }
 
 func writeReview(w http.ResponseWriter, status int, resp admissionv1.AdmissionResponse) {

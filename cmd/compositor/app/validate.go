@@ -420,29 +420,11 @@ func servedBy(gvk schema.GroupVersionKind, lc *loadedChart) (string, error) {
 // the validating webhook sees it: the release name (the definition's default, else
 // the object's name), the pause annotation and the version label.
 func defaultComposition(obj *unstructured.Unstructured, version, definitionReleaseName string) {
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
+	name := definitionReleaseName
+	if name == "" {
+		name = obj.GetName()
 	}
-	if annotations[corev1alpha1.AnnotationReleaseName] == "" {
-		name := definitionReleaseName
-		if name == "" {
-			name = obj.GetName()
-		}
-		if name != "" {
-			annotations[corev1alpha1.AnnotationReleaseName] = name
-		}
-	}
-	if _, ok := annotations[corev1alpha1.AnnotationPaused]; !ok {
-		annotations[corev1alpha1.AnnotationPaused] = "false"
-	}
-	obj.SetAnnotations(annotations)
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[webhooks.LabelCompositionVersion] = version
-	obj.SetLabels(labels)
+	webhooks.DefaultComposition(obj, version, name)
 }
 
 // namespaceLabels are the labels of namespace ns: the given ones, and the name label
