@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,8 +53,27 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 		}
 	}
 
+	// The compositions are listed through any version the CRD still serves: the
+	// definition's own may be gone already (an upgrade in flight).
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := k.reader.Get(ctx, client.ObjectKey{Name: def.Status.Resource + "." + gv.Group}, crd); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil // no API, no compositions
+		}
+		return field.ErrorList{field.InternalError(nil, fmt.Errorf("reading the CRD of %s: %w", def.Status.Kind, err))}, nil
+	}
+	via := ""
+	for _, v := range crd.Spec.Versions {
+		if v.Served {
+			via = v.Name
+			break
+		}
+	}
+	if via == "" {
+		return nil, nil
+	}
 	compositions := &metav1.PartialObjectMetadataList{}
-	compositions.SetGroupVersionKind(gv.WithKind(def.Status.Kind + "List"))
+	compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: gv.Group, Version: via, Kind: def.Status.Kind + "List"})
 	if err := k.reader.List(ctx, compositions, client.MatchingLabels{LabelCompositionVersion: gv.Version}); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing %s compositions: %w", def.Status.Kind, err))}, nil
 	}

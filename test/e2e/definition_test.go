@@ -110,6 +110,45 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		}, 2*time.Minute, 200*time.Millisecond)
 	})
 
+	t.Run("a paused definition is left alone", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "krateo.io/paused=true")
+		require.NoError(t, res.Err, res.Stderr)
+		res = cp.Kubectl(ctx, "", "wait", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--for", "jsonpath={.status.conditions[?(@.type=='Synced')].reason}=Paused", "--timeout", "60s")
+		require.NoError(t, res.Err, res.Stderr)
+
+		res = cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--type", "merge", "-p", `{"spec":{"chart":{"version":"2.0.0"}}}`)
+		require.NoError(t, res.Err, res.Stderr)
+		// Nothing to wait for can prove a non-event; the unpause below proves the
+		// reconciler was running all along.
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
+		assert.Equal(t, []string{"v1-1-6", "hub"}, versionNames(crd))
+
+		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "krateo.io/paused=false")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
+			assert.Equal(c, []string{"v2-0-0", "hub"}, versionNames(crd))
+		}, 2*time.Minute, 200*time.Millisecond)
+	})
+
+	t.Run("deleting the last definition removes everything it generated", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "delete", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--timeout", "120s")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			// The API server removes a deleted CRD once its objects are cleaned up.
+			err := cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, &apiextensionsv1.CustomResourceDefinition{})
+			assert.True(c, apierrors.IsNotFound(err), "the CRD is gone: %v", err)
+		}, time.Minute, 200*time.Millisecond)
+		deployments := &appsv1.DeploymentList{}
+		require.NoError(t, cp.Client.List(ctx, deployments, client.InNamespace("fireworksapp-system")))
+		assert.Empty(t, deployments.Items)
+		roles := &rbacv1.ClusterRoleList{}
+		require.NoError(t, cp.Client.List(ctx, roles, client.MatchingLabels{"compositor.dev/resource": "fireworksapps"}))
+		assert.Empty(t, roles.Items)
+	})
+
 	t.Run("unreachable charts report ChartFetchFailed", func(t *testing.T) {
 		for _, name := range []string{"readme-fireworksapp.yaml", "readme-postgresql.yaml"} {
 			data, err := os.ReadFile(filepath.Join(seedDir(t), name))

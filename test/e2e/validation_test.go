@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,10 +95,12 @@ spec:
     maxMemory: lots
 `, "apply", "-f", "-")
 		require.Error(t, res.Err)
-		assert.Equal(t, `The FireworksApp "broken" is invalid: 
-* spec.storage.size: Invalid value: "10G": spec.storage.size in body should match '^[0-9]+Gi$'
-* spec.cache.maxMemory: Invalid value: "lots": spec.cache.maxMemory in body should match '^[0-9]+(Mi|Gi)$'
-`, res.Stderr)
+		// The API server lists them in no fixed order.
+		assert.ElementsMatch(t, []string{
+			`The FireworksApp "broken" is invalid: `,
+			`* spec.storage.size: Invalid value: "10G": spec.storage.size in body should match '^[0-9]+Gi$'`,
+			`* spec.cache.maxMemory: Invalid value: "lots": spec.cache.maxMemory in body should match '^[0-9]+(Mi|Gi)$'`,
+		}, strings.Split(strings.TrimSuffix(res.Stderr, "\n"), "\n"))
 	})
 
 	// What only the merged values show (a null deleting a required default) and the
