@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -122,6 +127,38 @@ spec:
 * spec.service: is required (values.schema.json)
 * spec.image.repository: registry "docker.io" is not allowed [policy no-docker-hub]
 `, res.Stderr)
+	})
+
+	t.Run("compositor validate says what the webhook says", func(t *testing.T) {
+		composition := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: same, namespace: fireworksapp-system}\nspec:\n  replicaCount: 3\n  service: null\n  image: {repository: docker.io/nginx}\n"
+		dir := t.TempDir()
+		file := filepath.Join(dir, "same.yaml")
+		require.NoError(t, os.WriteFile(file, []byte(composition), 0o600))
+		policyDir := filepath.Join(dir, "policies")
+		require.NoError(t, os.Mkdir(policyDir, 0o700))
+		policy := &unstructured.Unstructured{}
+		require.NoError(t, yaml.Unmarshal([]byte(noDockerHub), &policy.Object))
+		rego, _, _ := unstructured.NestedString(policy.Object, "spec", "rego")
+		match, _, _ := unstructured.NestedMap(policy.Object, "spec", "match")
+		sidecar, err := yaml.Marshal(map[string]any{"match": match})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(policyDir, "no-docker-hub.rego"), []byte(rego), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(policyDir, "no-docker-hub.yaml"), sidecar, 0o600))
+
+		cli := exec.Command(buildCompositor(t), "validate", "-f", file, "--policy-dir", policyDir,
+			"--chart", filepath.Join(controlplane.RepoRoot(), "test", "testdata", "charts", "fireworks-app", "1.1.5"))
+		var stderr strings.Builder
+		cli.Stderr = &stderr
+		require.Error(t, cli.Run(), "validate must exit non-zero on a denial")
+
+		obj := &unstructured.Unstructured{}
+		require.NoError(t, yaml.Unmarshal([]byte(composition), &obj.Object))
+		err = cp.Client.Create(ctx, obj)
+		var status apierrors.APIStatus
+		require.ErrorAs(t, err, &status)
+		webhookLines := strings.TrimPrefix(status.Status().Message, `admission webhook "validate.compositor.dev" denied the request: `)
+		assert.Equal(t, "spec.service: is required (values.schema.json)\nspec.image.repository: registry \"docker.io\" is not allowed [policy no-docker-hub]", webhookLines)
+		assert.Contains(t, stderr.String(), "\n"+webhookLines+"\n", "the CLI prints the webhook's lines byte for byte")
 	})
 
 	t.Run("a warn policy prints a warning and admits", func(t *testing.T) {
