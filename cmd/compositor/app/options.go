@@ -70,6 +70,9 @@ type ServeOptions struct {
 	ControllerImage string
 	// PolicyFailOpen admits a request whose policies could not be evaluated in time.
 	PolicyFailOpen bool
+	// AuditInterval is the time between audit passes over existing definitions and
+	// compositions; 0 turns the audit off.
+	AuditInterval time.Duration
 }
 
 // Certificate modes.
@@ -111,6 +114,7 @@ func NewServeOptions() *ServeOptions {
 		ChartCacheDir:          filepath.Join(os.TempDir(), "compositor-charts"),
 		PolicyTimeout:          2 * time.Second,
 		ControllerImage:        controller.DefaultImage,
+		AuditInterval:          time.Minute,
 	}
 }
 
@@ -139,6 +143,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
+	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its
@@ -182,6 +187,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.PolicyTimeout <= 0 || o.PolicyTimeout >= o.WebhookTimeout {
 		errs = append(errs, fmt.Errorf("--policy-timeout must be positive and below --webhook-timeout %s, got %s", o.WebhookTimeout, o.PolicyTimeout))
+	}
+	if o.AuditInterval < 0 {
+		errs = append(errs, fmt.Errorf("--audit-interval must not be negative (0 turns the audit off), got %s", o.AuditInterval))
 	}
 	if unknown := slices.DeleteFunc(slices.Clone(o.DisabledPolicies), func(id string) bool { return slices.Contains(policies.BuiltinIDs(), id) }); len(unknown) > 0 {
 		errs = append(errs, fmt.Errorf("--disable-builtin-policy: unknown ids %s; the built-in policies are %s", strings.Join(unknown, ", "), strings.Join(policies.BuiltinIDs(), ", ")))

@@ -129,6 +129,13 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err := (&reconciler.PolicyReconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if opts.AuditInterval > 0 {
+		// Leader only: one replica writes the audit status.
+		auditor := &reconciler.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval}
+		if err := mgr.Add(auditor); err != nil {
+			return err
+		}
+	}
 	if opts.PolicyDir != "" {
 		if err := watchPolicyDir(mgr, engine, opts.PolicyDir); err != nil {
 			return err
