@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// definition is a CompositionDefinition of the sample chart at version in namespace.
+func definition(repoURL, namespace, name, version string) string {
+	return `apiVersion: core.krateo.io/v1alpha1
+kind: CompositionDefinition
+metadata:
+  name: ` + name + `
+  namespace: ` + namespace + `
+spec:
+  chart:
+    repo: fireworks-app
+    url: ` + repoURL + `
+    version: ` + version + "\n"
+}
+
+func TestSeveralDefinitionsOfOneChart(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp)
+	repo := sampleRepository(t)
+	ctx := context.Background()
+
+	for _, ns := range []string{"team-a", "team-b"} {
+		res := cp.Kubectl(ctx, "", "create", "namespace", ns)
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	for _, def := range [][3]string{{"team-a", "fireworks-115", "1.1.5"}, {"team-b", "fireworks-115", "1.1.5"}, {"team-b", "fireworks-200", "2.0.0"}} {
+		res := cp.Kubectl(ctx, definition(repo.URL, def[0], def[1], def[2]), "apply", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	for _, def := range [][2]string{{"team-a", "fireworks-115"}, {"team-b", "fireworks-115"}, {"team-b", "fireworks-200"}} {
+		res := cp.Kubectl(ctx, "", "wait", "compositiondefinition", def[1], "-n", def[0], "--for", "condition=Ready=True", "--timeout", "120s")
+		require.NoError(t, res.Err, res.Stderr)
+	}
+
+	t.Run("both chart versions are served by one CRD", func(t *testing.T) {
+		crdObj := &apiextensionsv1.CustomResourceDefinition{}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crdObj))
+			assert.Equal(c, []string{"v1-1-5", "v2-0-0", "hub"}, versionNames(crdObj))
+		}, time.Minute, 200*time.Millisecond)
+	})
+
+	t.Run("definitions of one version in two namespaces keep their own objects", func(t *testing.T) {
+		for _, ns := range []string{"team-a", "team-b"} {
+			d := &appsv1.Deployment{}
+			require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fireworksapps-v1-1-5-controller"}, d))
+			require.Len(t, d.OwnerReferences, 1)
+			assert.Equal(t, "fireworks-115", d.OwnerReferences[0].Name)
+			roles := &rbacv1.ClusterRoleList{}
+			require.NoError(t, cp.Client.List(ctx, roles, client.MatchingLabels{"compositor.dev/definition-namespace": ns, "compositor.dev/version": "v1-1-5"}))
+			assert.NotEmpty(t, roles.Items, "the RBAC of the definition in %s", ns)
+		}
+		// Deleting one leaves the version served for the other.
+		res := cp.Kubectl(ctx, "", "delete", "compositiondefinition", "fireworks-115", "-n", "team-a", "--timeout", "120s")
+		require.NoError(t, res.Err, res.Stderr)
+		crdObj := &apiextensionsv1.CustomResourceDefinition{}
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crdObj))
+		assert.Equal(t, []string{"v1-1-5", "v2-0-0", "hub"}, versionNames(crdObj))
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "fireworksapps-v1-1-5-controller"}, &appsv1.Deployment{}))
+	})
+
+	// No false rejections: every sample values file helm accepts is accepted through its
+	// version, every one it refuses is refused.
+	for _, version := range []string{"1.1.5", "2.0.0"} {
+		served, err := crd.VersionName(version)
+		require.NoError(t, err)
+		examples, err := samplecharts.Examples(version)
+		require.NoError(t, err)
+		require.NotEmpty(t, examples)
+		for _, example := range examples {
+			t.Run(version+"/"+example.Name, func(t *testing.T) {
+				values := map[string]any{}
+				require.NoError(t, yaml.Unmarshal(example.Values, &values))
+				object, err := yaml.Marshal(map[string]any{
+					"apiVersion": "composition.krateo.io/" + served,
+					"kind":       "FireworksApp",
+					"metadata":   map[string]any{"name": strings.ToLower(strings.TrimSuffix(example.Name, ".yaml")), "namespace": "team-b"},
+					"spec":       values,
+				})
+				require.NoError(t, err)
+				res := cp.Kubectl(ctx, string(object), "create", "--dry-run=server", "-f", "-")
+				if example.Valid {
+					assert.NoError(t, res.Err, "a valid example is refused: %s", res.Stderr)
+				} else {
+					assert.Error(t, res.Err, "an invalid example is accepted")
+				}
+			})
+		}
+	}
+}
