@@ -22,14 +22,18 @@ import (
 )
 
 // startCompositor runs `compositor serve` in this process against cp, with its
-// webhooks on loopback, and waits until the API server has them.
-func startCompositor(t *testing.T, cp *controlplane.ControlPlane) {
+// webhooks on loopback and the options changed by each of tweaks, and waits until the
+// API server has its webhooks.
+func startCompositor(t *testing.T, cp *controlplane.ControlPlane, tweaks ...func(*app.ServeOptions)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := app.NewServeOptions()
 	opts.HealthProbeAddr, opts.MetricsAddr = "0", "0"
 	opts.WebhookAddr = freePort(t)
 	opts.WebhookURL = "https://" + opts.WebhookAddr
+	for _, tweak := range tweaks {
+		tweak(opts)
+	}
 	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))
 
 	var serveErr error

@@ -8,49 +8,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/test/controlplane"
-	"github.com/compositor-dev/compositor/webhooks"
 )
-
-// startAuditingCompositor is startCompositor with an audit pass every second.
-func startAuditingCompositor(t *testing.T, cp *controlplane.ControlPlane) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	opts := app.NewServeOptions()
-	opts.HealthProbeAddr, opts.MetricsAddr = "0", "0"
-	opts.WebhookAddr = freePort(t)
-	opts.WebhookURL = "https://" + opts.WebhookAddr
-	opts.AuditInterval = time.Second
-	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))
-
-	var serveErr error
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		serveErr = app.RunServe(ctx, cp.Config, opts)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-stopped
-		require.NoError(t, serveErr)
-	})
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		select {
-		case <-stopped:
-			c.Errorf("compositor serve stopped: %v", serveErr)
-			return
-		default:
-		}
-		assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: webhooks.ConfigurationName}, &admissionregistrationv1.ValidatingWebhookConfiguration{}))
-	}, time.Minute, 100*time.Millisecond)
-}
 
 const auditReplicas = `apiVersion: policy.compositor.dev/v1alpha1
 kind: CompositionPolicy
@@ -137,7 +100,7 @@ func fireworksViolation(name, message string) policyv1alpha1.AuditViolation {
 
 func TestAuditReportsExistingViolationsInPolicyStatus(t *testing.T) {
 	cp := controlplane.Start(t)
-	startAuditingCompositor(t, cp)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.AuditInterval = time.Second })
 	readyDefinition(t, cp)
 	ctx := context.Background()
 
