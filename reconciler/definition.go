@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,10 +68,10 @@ func (r *DefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("compositiondefinition").
 		For(&corev1alpha1.CompositionDefinition{}, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&appsv1.Deployment{}).
 		// A generated CRD changed by hand is put back; a Secret with chart credentials
 		// that changes makes its definitions fetch again. Secrets are watched by their
 		// metadata only: Compositor never caches their contents.
-		Owns(&appsv1.Deployment{}).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfCRD)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfSecret)).
 		WithOptions(controller.Options{
@@ -99,10 +100,29 @@ func (r *DefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	default:
 		result, err = r.sync(ctx, def)
 	}
+	r.recordEvents(before, def)
 	if patchErr := r.patchStatus(ctx, before, def); patchErr != nil {
 		err = errors.Join(err, patchErr)
 	}
 	return result, err
+}
+
+// recordEvents emits an event when the Synced condition changed: only when something
+// happened, never once per reconciliation.
+func (r *DefinitionReconciler) recordEvents(before, after *corev1alpha1.CompositionDefinition) {
+	if r.Recorder == nil {
+		return
+	}
+	was := meta.FindStatusCondition(before.Status.Conditions, corev1alpha1.ConditionSynced)
+	now := meta.FindStatusCondition(after.Status.Conditions, corev1alpha1.ConditionSynced)
+	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason && was.ObservedGeneration == now.ObservedGeneration) {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	if now.Status != metav1.ConditionTrue {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(after, nil, eventType, now.Reason, "Reconcile", "%s", now.Message)
 }
 
 // pause touches nothing but the status, which says that the definition is paused.

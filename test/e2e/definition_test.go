@@ -77,6 +77,13 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 	assert.Equal(t, []string{"fireworksapp-1-1-5", "True", "True"}, cells[:3])
 	assert.Equal(t, []string{"composition.krateo.io/v1-1-5", "FireworksApp", repo.URL + "/fireworks-app-1.1.5.tgz"}, cells[4:])
 
+	// Becoming Synced is an event; reconciling again without change is none.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, "", "get", "events", "-n", "fireworksapp-system", "--field-selector", "involvedObject.name=fireworksapp-1-1-5", "-o", "jsonpath={.items[*].reason}")
+		assert.NoError(c, res.Err, res.Stderr)
+		assert.Equal(c, "ReconcileSuccess", res.Stdout)
+	}, time.Minute, 200*time.Millisecond)
+
 	// Its controller runs under the narrowest RBAC the chart needs.
 	deployment := &appsv1.Deployment{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}, deployment))
