@@ -60,6 +60,9 @@ type DefinitionReconciler struct {
 	Mapper meta.RESTMapper
 	// ControllerImage runs the generated controller Deployments.
 	ControllerImage string
+	// Controllers, when set, run the composition controllers in process instead of the
+	// generated Deployments.
+	Controllers CompositionControllers
 }
 
 // SetupWithManager registers the reconciler and its watches with mgr.

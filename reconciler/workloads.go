@@ -66,6 +66,9 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 			}
 		}
 	}
+	if r.Controllers != nil {
+		return r.Controllers.Ensure(ctx, def, api.Kind, api.Plural, api.Version)
+	}
 	return apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition: def,
 		Plural:     api.Plural,
@@ -77,6 +80,9 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 
 // deleteWorkloads removes the controller and RBAC of one version of the definition.
 func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
+	if r.Controllers != nil {
+		r.Controllers.Stop(def.Namespace, plural, version)
+	}
 	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
 	deployment := &appsv1.Deployment{}
 	deployment.Namespace, deployment.Name = def.Namespace, controller.Name(plural, version)

@@ -73,7 +73,18 @@ type ServeOptions struct {
 	// AuditInterval is the time between audit passes over existing definitions and
 	// compositions; 0 turns the audit off.
 	AuditInterval time.Duration
+	// Controllers is where the composition controllers run: ControllersDeployments or
+	// ControllersInProcess.
+	Controllers string
 }
+
+// Where composition controllers run.
+const (
+	// ControllersDeployments generates one controller Deployment per served version.
+	ControllersDeployments = "deployments"
+	// ControllersInProcess runs them inside serve, impersonating their ServiceAccounts.
+	ControllersInProcess = "in-process"
+)
 
 // Certificate modes.
 const (
@@ -115,6 +126,7 @@ func NewServeOptions() *ServeOptions {
 		PolicyTimeout:          2 * time.Second,
 		ControllerImage:        controller.DefaultImage,
 		AuditInterval:          time.Minute,
+		Controllers:            ControllersDeployments,
 	}
 }
 
@@ -143,6 +155,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
+	fs.StringVar(&o.Controllers, "controllers", o.Controllers, "Where composition controllers run: deployments (one generated Deployment per served version) or in-process (inside serve, impersonating the generated ServiceAccounts)")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
 }
 
@@ -187,6 +200,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.PolicyTimeout <= 0 || o.PolicyTimeout >= o.WebhookTimeout {
 		errs = append(errs, fmt.Errorf("--policy-timeout must be positive and below --webhook-timeout %s, got %s", o.WebhookTimeout, o.PolicyTimeout))
+	}
+	if o.Controllers != ControllersDeployments && o.Controllers != ControllersInProcess {
+		errs = append(errs, fmt.Errorf("--controllers must be %s or %s, got %q", ControllersDeployments, ControllersInProcess, o.Controllers))
 	}
 	if o.AuditInterval < 0 {
 		errs = append(errs, fmt.Errorf("--audit-interval must not be negative (0 turns the audit off), got %s", o.AuditInterval))

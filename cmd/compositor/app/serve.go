@@ -198,6 +198,20 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 		Mapper:           mgr.GetRESTMapper(),
 		ControllerImage:  opts.ControllerImage,
 	}
+	if opts.Controllers == ControllersInProcess {
+		inProcess := &reconciler.InProcess{
+			Config:           mgr.GetConfig(),
+			Client:           mgr.GetClient(),
+			Scheme:           mgr.GetScheme(),
+			Charts:           charts,
+			MaxReconcileRate: opts.MaxReconcileRate,
+			Sync:             opts.Sync,
+		}
+		if err := mgr.Add(inProcess); err != nil {
+			return err
+		}
+		definitions.Controllers = inProcess
+	}
 	if err := definitions.SetupWithManager(mgr); err != nil {
 		return err
 	}

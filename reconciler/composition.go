@@ -1,0 +1,354 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+)
+
+// CompositionFinalizer holds a composition until its release is uninstalled.
+const CompositionFinalizer = "compositor.dev/composition"
+
+// LabelCompositionVersion selects the compositions a version's controller owns.
+const LabelCompositionVersion = labelCompositionVersion
+
+// Events of the composition controller.
+const (
+	EventHelmInstalled     = "HelmInstalled"
+	EventHelmUpgraded      = "HelmUpgraded"
+	EventHelmSkip          = "HelmSkip"
+	EventHelmInstallFailed = "HelmInstallFailed"
+	EventHelmUninstalled   = "HelmUninstalled"
+)
+
+// Reasons of a composition's conditions.
+const (
+	ReasonDefinitionNotFound = "DefinitionNotFound"
+	ReasonInstallFailed      = "InstallFailed"
+	ReasonUninstallFailed    = "UninstallFailed"
+	ReasonBindFailed         = "BindFailed"
+)
+
+// waitForDefinition is how often a composition without a Ready definition looks again;
+// definition changes also wake it.
+const waitForDefinition = 30 * time.Second
+
+// CompositionReconciler installs one Helm release per composition of one served version
+// of a generated kind (SPEC §6.5).
+type CompositionReconciler struct {
+	// Client reads and writes compositions and reads definitions, as the controller's
+	// identity.
+	Client client.Client
+	// GVK is the served version's group, version and kind.
+	GVK schema.GroupVersionKind
+	// Charts loads the definitions' charts.
+	Charts *Charts
+	// Helm acts with the same identity as Client.
+	Helm     *Helm
+	Recorder recorder.EventRecorder
+	// DefinitionNamespace, when set, limits the controller to the compositions whose
+	// definition lives there: each definition namespace runs its own controller.
+	DefinitionNamespace string
+	// Bind, when set, gives the controller's identity the right to install releases in a
+	// namespace before it acts there.
+	Bind func(ctx context.Context, namespace string) error
+	// MaxReconcileRate is the most reconciliations per second.
+	MaxReconcileRate int
+}
+
+// NewComposition returns an empty object of the controller's kind.
+func (r *CompositionReconciler) NewComposition() *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.GVK)
+	return obj
+}
+
+// SetupWithManager registers the controller with mgr, whose cache should select only
+// the compositions labelled with the version (CompositionCacheOptions).
+func (r *CompositionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	rateLimit := max(r.MaxReconcileRate, 1)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(strings.ToLower(r.GVK.Kind) + "-" + r.GVK.Version).
+		For(r.NewComposition(), builder.WithPredicates(
+			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[labelCompositionVersion] == r.GVK.Version }),
+			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}))).
+		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.compositionsOfDefinition)).
+		WithOptions(controller.Options{
+			SkipNameValidation: ptrTo(true),
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(rateLimit), rateLimit*10)},
+			),
+		}).
+		Complete(r)
+}
+
+// deletionStarted passes the update that sets an object's deletionTimestamp.
+type deletionStarted struct{ predicate.Funcs }
+
+func (deletionStarted) Update(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
+
+// Reconcile brings one composition's release in line with its spec.
+func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := r.NewComposition()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[labelCompositionVersion] != r.GVK.Version {
+		return ctrl.Result{}, nil // another version's controller owns it now
+	}
+	def, err := r.definition(ctx, obj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if def != nil && r.DefinitionNamespace != "" && def.Namespace != r.DefinitionNamespace {
+		return ctrl.Result{}, nil // the controller of that definition's namespace owns it
+	}
+	before := obj.DeepCopy()
+	var result ctrl.Result
+	switch {
+	case isPaused(obj) || (def != nil && isPaused(def)):
+		r.setConditions(obj, false, ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", corev1alpha1.AnnotationPaused))
+	case !obj.GetDeletionTimestamp().IsZero():
+		result, err = r.remove(ctx, obj)
+	case def == nil:
+		r.setConditions(obj, false, ReasonDefinitionNotFound, fmt.Sprintf("no Ready CompositionDefinition serves %s %s", r.GVK.Kind, r.GVK.GroupVersion()))
+		result = ctrl.Result{RequeueAfter: waitForDefinition}
+	default:
+		result, err = r.install(ctx, obj, def)
+	}
+	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
+		if patchErr := r.patchStatus(ctx, before, obj); patchErr != nil {
+			err = errors.Join(err, patchErr)
+		}
+	}
+	return result, err
+}
+
+// install runs helm upgrade --install unless the release already is what the
+// composition asks for.
+func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if controllerutil.AddFinalizer(obj, CompositionFinalizer) {
+		if err := r.Client.Update(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	ch, digest, err := r.Charts.Chart(ctx, def)
+	if err != nil {
+		r.setConditions(obj, false, ReasonChartFetchFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	values := spec(obj)
+	fingerprint, err := Fingerprint(digest, values)
+	if err != nil {
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	name := releaseName(obj)
+	status, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
+	if status == fingerprint {
+		if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil && last != nil && last.Info.Status == "deployed" {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
+			r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
+			return ctrl.Result{}, nil
+		}
+	}
+	if r.Bind != nil {
+		if err := r.Bind(ctx, obj.GetNamespace()); err != nil {
+			r.setConditions(obj, false, ReasonBindFailed, err.Error())
+			return ctrl.Result{}, err
+		}
+	}
+	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values)
+	if err != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	reason := EventHelmInstalled
+	if outcome == Upgraded {
+		reason = EventHelmUpgraded
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, reason, "Install", "release %s is chart %s %s, revision %d", name, ch.Metadata.Name, ch.Metadata.Version, rel.Version)
+	for field, value := range map[string]string{
+		"helmChartUrl":     def.Status.PackageURL,
+		"helmChartVersion": ch.Metadata.Version,
+		"releaseName":      name,
+		"digest":           fingerprint,
+	} {
+		_ = unstructured.SetNestedField(obj.Object, value, "status", field)
+	}
+	r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
+	return ctrl.Result{}, nil
+}
+
+// remove uninstalls the release, then lets the composition go.
+func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Unstructured) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	name := releaseName(obj)
+	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name)
+	if err != nil {
+		r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	if removed {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled", name)
+	}
+	controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+}
+
+// definition returns the CompositionDefinition that serves the controller's version
+// for obj: the one in obj's namespace, else the oldest. nil when none is Ready for it.
+func (r *CompositionReconciler) definition(ctx context.Context, obj client.Object) (*corev1alpha1.CompositionDefinition, error) {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
+	}
+	return chooseDefinition(list.Items, r.GVK, obj.GetNamespace()), nil
+}
+
+// chooseDefinition picks, among defs serving gvk, the one in namespace, else the
+// oldest (then by namespace and name), so that every controller picks the same.
+func chooseDefinition(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind, namespace string) *corev1alpha1.CompositionDefinition {
+	var candidates []*corev1alpha1.CompositionDefinition
+	for i := range defs {
+		d := &defs[i]
+		if d.Status.APIVersion == gvk.GroupVersion().String() && d.Status.Kind == gvk.Kind && d.DeletionTimestamp.IsZero() {
+			candidates = append(candidates, d)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	slices.SortFunc(candidates, func(a, b *corev1alpha1.CompositionDefinition) int {
+		switch {
+		case (a.Namespace == namespace) != (b.Namespace == namespace):
+			if a.Namespace == namespace {
+				return -1
+			}
+			return 1
+		case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
+			if a.CreationTimestamp.Before(&b.CreationTimestamp) {
+				return -1
+			}
+			return 1
+		default:
+			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		}
+	})
+	return candidates[0]
+}
+
+func (r *CompositionReconciler) compositionsOfDefinition(ctx context.Context, obj client.Object) []reconcile.Request {
+	def, ok := obj.(*corev1alpha1.CompositionDefinition)
+	if !ok || def.Status.Kind != r.GVK.Kind {
+		return nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.GVK.GroupVersion().WithKind(r.GVK.Kind + "List"))
+	if err := r.Client.List(ctx, list, client.MatchingLabels{labelCompositionVersion: r.GVK.Version}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing compositions to map a definition event")
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(list.Items))
+	for _, item := range list.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: item.GetNamespace(), Name: item.GetName()}})
+	}
+	return requests
+}
+
+// setConditions sets Ready and Synced for the composition's generation; a condition
+// whose status does not change keeps its lastTransitionTime.
+func (r *CompositionReconciler) setConditions(obj *unstructured.Unstructured, ok bool, reason, message string) {
+	var conditions []metav1.Condition
+	if raw, found, _ := unstructured.NestedSlice(obj.Object, "status", "conditions"); found {
+		for _, item := range raw {
+			m, isMap := item.(map[string]interface{})
+			if !isMap {
+				continue
+			}
+			var c metav1.Condition
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
+				conditions = append(conditions, c)
+			}
+		}
+	}
+	for _, kind := range []string{corev1alpha1.ConditionReady, corev1alpha1.ConditionSynced} {
+		c := condition(kind, ok, reason, message)
+		c.ObservedGeneration = obj.GetGeneration()
+		meta.SetStatusCondition(&conditions, c)
+	}
+	out := make([]interface{}, 0, len(conditions))
+	for i := range conditions {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conditions[i])
+		if err == nil {
+			out = append(out, m)
+		}
+	}
+	_ = unstructured.SetNestedSlice(obj.Object, out, "status", "conditions")
+	_ = unstructured.SetNestedField(obj.Object, obj.GetGeneration(), "status", "observedGeneration")
+}
+
+func (r *CompositionReconciler) patchStatus(ctx context.Context, before, obj *unstructured.Unstructured) error {
+	if equality.Semantic.DeepEqual(before.Object["status"], obj.Object["status"]) {
+		return nil
+	}
+	// The status is replaced as a whole, so that a merge patch never mixes condition lists.
+	patch := obj.DeepCopy()
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, patch, client.MergeFrom(before)))
+}
+
+// spec returns a copy of the composition's spec: the release values.
+func spec(obj *unstructured.Unstructured) map[string]interface{} {
+	values, found, err := unstructured.NestedMap(obj.Object, "spec")
+	if err != nil || !found || values == nil {
+		return map[string]interface{}{}
+	}
+	return values
+}
+
+// releaseName is the composition's release: the annotation the webhook defaults, else
+// its name.
+func releaseName(obj client.Object) string {
+	if name := obj.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; name != "" {
+		return name
+	}
+	return obj.GetName()
+}
+
+func isPaused(obj client.Object) bool {
+	return obj.GetAnnotations()[corev1alpha1.AnnotationPaused] == "true"
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,248 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/mitchellh/copystructure"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage/driver"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// maxReleaseHistory bounds the release Secrets Helm keeps per composition.
+const maxReleaseHistory = 10
+
+// Helm runs Helm actions with one identity: the REST config it is built from, so that
+// Helm and the controller's client are the same user for the API server.
+type Helm struct {
+	config    *rest.Config
+	discovery discovery.CachedDiscoveryInterface
+	mapper    meta.RESTMapper
+	log       logr.Logger
+}
+
+// NewHelm returns Helm acting as the user of cfg.
+func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating a discovery client for Helm: %w", err)
+	}
+	cached := memory.NewMemCacheClient(dc)
+	return &Helm{
+		config:    rest.CopyConfig(cfg),
+		discovery: cached,
+		mapper:    restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil),
+		log:       log,
+	}, nil
+}
+
+// Getter returns the RESTClientGetter Helm uses for releases in namespace.
+func (h *Helm) Getter(namespace string) genericclioptions.RESTClientGetter {
+	return &restClientGetter{helm: h, namespace: namespace}
+}
+
+// restClientGetter gives Helm the Helm's config, its shared discovery and a namespace.
+type restClientGetter struct {
+	helm      *Helm
+	namespace string
+}
+
+var _ genericclioptions.RESTClientGetter = (*restClientGetter)(nil)
+
+func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
+	return rest.CopyConfig(g.helm.config), nil
+}
+
+func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	return g.helm.discovery, nil
+}
+
+func (g *restClientGetter) ToRESTMapper() (meta.RESTMapper, error) {
+	return g.helm.mapper, nil
+}
+
+func (g *restClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return &namespacedConfig{config: g.helm.config, namespace: g.namespace}
+}
+
+// namespacedConfig is the kubeconfig loader Helm asks for: it knows no kubeconfig file,
+// only the REST config and the release namespace.
+type namespacedConfig struct {
+	config    *rest.Config
+	namespace string
+}
+
+func (c *namespacedConfig) RawConfig() (clientcmdapi.Config, error) { return clientcmdapi.Config{}, nil }
+func (c *namespacedConfig) ClientConfig() (*rest.Config, error) {
+	return rest.CopyConfig(c.config), nil
+}
+func (c *namespacedConfig) Namespace() (string, bool, error) { return c.namespace, true, nil }
+func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
+	return clientcmd.NewDefaultClientConfigLoadingRules()
+}
+
+// actions returns Helm's action configuration for releases in namespace, stored in
+// Secrets there.
+func (h *Helm) actions(namespace string) (*action.Configuration, error) {
+	cfg := &action.Configuration{}
+	debug := func(format string, v ...interface{}) { h.log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
+	if err := cfg.Init(h.Getter(namespace), namespace, "secret", debug); err != nil {
+		return nil, fmt.Errorf("initialising Helm for namespace %s: %w", namespace, err)
+	}
+	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
+		kc.Namespace = namespace
+	}
+	return cfg, nil
+}
+
+// lastRelease returns the latest revision of the release, or nil when there is none.
+func (h *Helm) lastRelease(namespace, name string) (*release.Release, error) {
+	cfg, err := h.actions(namespace)
+	if err != nil {
+		return nil, err
+	}
+	last, err := cfg.Releases.Last(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	return last, err
+}
+
+// Outcome is what an upgrade --install did.
+type Outcome string
+
+const (
+	Installed Outcome = "Installed"
+	Upgraded  Outcome = "Upgraded"
+)
+
+// UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
+// of ch (Helm writes into the charts it installs).
+func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}) (Outcome, *release.Release, error) {
+	cfg, err := h.actions(namespace)
+	if err != nil {
+		return "", nil, err
+	}
+	fresh, err := copyChart(ch)
+	if err != nil {
+		return "", nil, err
+	}
+	last, err := cfg.Releases.Last(name)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return "", nil, fmt.Errorf("reading the history of release %s/%s: %w", namespace, name, err)
+	}
+	// A first install that failed has nothing to upgrade from: install it again.
+	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed) {
+		if last != nil {
+			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
+			}
+			if cfg, err = h.actions(namespace); err != nil {
+				return "", nil, err
+			}
+		}
+		install := action.NewInstall(cfg)
+		install.ReleaseName, install.Namespace = name, namespace
+		rel, err := install.RunWithContext(ctx, fresh, values)
+		if err != nil {
+			return "", nil, fmt.Errorf("installing release %s/%s: %w", namespace, name, err)
+		}
+		return Installed, rel, nil
+	}
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
+	rel, err := upgrade.RunWithContext(ctx, name, fresh, values)
+	if err != nil {
+		return "", nil, fmt.Errorf("upgrading release %s/%s: %w", namespace, name, err)
+	}
+	return Upgraded, rel, nil
+}
+
+// Uninstall removes the release and what it created; a release that does not exist is
+// not an error.
+func (h *Helm) Uninstall(namespace, name string) (bool, error) {
+	cfg, err := h.actions(namespace)
+	if err != nil {
+		return false, err
+	}
+	if _, err := action.NewUninstall(cfg).Run(name); err != nil {
+		if errors.Is(err, driver.ErrReleaseNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("uninstalling release %s/%s: %w", namespace, name, err)
+	}
+	return true, nil
+}
+
+// Fingerprint identifies what a release is installed from: the chart digest and the
+// values in canonical JSON (encoding/json sorts map keys).
+func Fingerprint(chartDigest string, values map[string]interface{}) (string, error) {
+	if values == nil {
+		values = map[string]interface{}{}
+	}
+	canonical, err := json.Marshal(values)
+	if err != nil {
+		return "", fmt.Errorf("encoding values: %w", err)
+	}
+	sum := sha256.New()
+	sum.Write([]byte(chartDigest))
+	sum.Write([]byte{0})
+	sum.Write(canonical)
+	return "sha256:" + hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// copyChart copies the parts of a chart tree Helm writes to when it installs: the
+// metadata and its dependency list, the values, the templates slice and the
+// dependencies, so that the cached chart is never modified.
+func copyChart(c *chart.Chart) (*chart.Chart, error) {
+	out := *c
+	if c.Metadata != nil {
+		md := *c.Metadata
+		md.Dependencies = nil
+		for _, d := range c.Metadata.Dependencies {
+			if d == nil {
+				continue
+			}
+			dd := *d
+			dd.Tags = append([]string(nil), d.Tags...)
+			dd.ImportValues = append([]interface{}(nil), d.ImportValues...)
+			md.Dependencies = append(md.Dependencies, &dd)
+		}
+		out.Metadata = &md
+	}
+	if c.Values != nil {
+		v, err := copystructure.Copy(c.Values)
+		if err != nil {
+			return nil, fmt.Errorf("copying the values of %s: %w", c.Name(), err)
+		}
+		out.Values = v.(map[string]interface{})
+	}
+	out.Templates = append([]*chart.File(nil), c.Templates...)
+	out.Files = append([]*chart.File(nil), c.Files...)
+	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
+	for _, d := range c.Dependencies() {
+		dc, err := copyChart(d)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(deps, dc)
+	}
+	out.SetDependencies(deps...)
+	return &out, nil
+}

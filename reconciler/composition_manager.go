@@ -1,0 +1,97 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// CompositionManagerOptions configure the manager of one version's composition
+// controller.
+type CompositionManagerOptions struct {
+	// GVK is the served version's group, version and kind.
+	GVK schema.GroupVersionKind
+	// Scheme knows Compositor's own types.
+	Scheme *runtime.Scheme
+	// Charts loads the definitions' charts.
+	Charts *Charts
+	// DefinitionNamespace, Bind and MaxReconcileRate: see CompositionReconciler.
+	DefinitionNamespace string
+	Bind                func(ctx context.Context, namespace string) error
+	MaxReconcileRate    int
+	// Sync is the resync period.
+	Sync time.Duration
+	// HealthProbeAddr and MetricsAddr: "0" turns them off.
+	HealthProbeAddr string
+	MetricsAddr     string
+}
+
+// NewCompositionManager returns a manager, acting as the user of cfg, that runs the
+// composition controller of one served version. Its cache holds only the compositions
+// labelled with that version.
+func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (manager.Manager, error) {
+	r := &CompositionReconciler{
+		GVK:                 opts.GVK,
+		Charts:              opts.Charts,
+		DefinitionNamespace: opts.DefinitionNamespace,
+		Bind:                opts.Bind,
+		MaxReconcileRate:    opts.MaxReconcileRate,
+	}
+	sync := opts.Sync
+	if sync <= 0 {
+		sync = time.Hour
+	}
+	healthAddr, metricsAddr := opts.HealthProbeAddr, opts.MetricsAddr
+	if healthAddr == "" {
+		healthAddr = "0"
+	}
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: opts.Scheme,
+		Cache: cache.Options{
+			SyncPeriod: &sync,
+			ByObject: map[client.Object]cache.ByObject{
+				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: opts.GVK.Version})},
+			},
+		},
+		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: healthAddr,
+		Controller:             ctrlconfig.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager of %s: %w", opts.GVK, err)
+	}
+	helm, err := NewHelm(cfg, mgr.GetLogger().WithName("helm"))
+	if err != nil {
+		return nil, err
+	}
+	r.Client, r.Helm = mgr.GetClient(), helm
+	r.Recorder = mgr.GetEventRecorder(r.GVK.Kind + "-" + r.GVK.Version + "-controller")
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if healthAddr != "0" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+	return mgr, nil
+}
