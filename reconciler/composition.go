@@ -94,7 +94,7 @@ func (r *CompositionReconciler) NewComposition() *unstructured.Unstructured {
 func (r *CompositionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	rateLimit := max(r.MaxReconcileRate, 1)
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(strings.ToLower(r.GVK.Kind) + "-" + r.GVK.Version).
+		Named(strings.ToLower(r.GVK.Kind)+"-"+r.GVK.Version).
 		For(r.NewComposition(), builder.WithPredicates(
 			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[labelCompositionVersion] == r.GVK.Version }),
 			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}))).

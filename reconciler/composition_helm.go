@@ -88,7 +88,9 @@ type namespacedConfig struct {
 	namespace string
 }
 
-func (c *namespacedConfig) RawConfig() (clientcmdapi.Config, error) { return clientcmdapi.Config{}, nil }
+func (c *namespacedConfig) RawConfig() (clientcmdapi.Config, error) {
+	return clientcmdapi.Config{}, nil
+}
 func (c *namespacedConfig) ClientConfig() (*rest.Config, error) {
 	return rest.CopyConfig(c.config), nil
 }

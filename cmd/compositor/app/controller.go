@@ -1,0 +1,174 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/compositor-dev/compositor/api"
+	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/reconciler"
+)
+
+// serviceAccountNamespaceFile names the namespace a pod runs in.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ControllerOptions configure `compositor controller`: the composition controller of
+// one served version of a generated API.
+type ControllerOptions struct {
+	// Group, Version and Resource name the served version, e.g. composition.krateo.io,
+	// v1-1-5, fireworksapps.
+	Group    string
+	Version  string
+	Resource string
+	// Namespace is the namespace of the definition whose compositions the controller
+	// owns; empty means the namespace the pod runs in.
+	Namespace string
+
+	Debug              bool
+	Sync               time.Duration
+	MaxReconcileRate   int
+	HealthProbeAddr    string
+	MetricsAddr        string
+	ChartCacheDir      string
+	RegistryConfigPath string
+}
+
+// NewControllerOptions returns the defaults of `compositor controller`.
+func NewControllerOptions() *ControllerOptions {
+	return &ControllerOptions{
+		Sync:             time.Hour,
+		MaxReconcileRate: 3,
+		HealthProbeAddr:  ":8081",
+		MetricsAddr:      ":8080",
+		ChartCacheDir:    filepath.Join(os.TempDir(), "compositor-charts"),
+	}
+}
+
+// AddFlags registers the controller flags on fs.
+func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Group, "group", o.Group, "Group of the generated API")
+	fs.StringVar(&o.Version, "version", o.Version, "Served version whose compositions this controller owns")
+	fs.StringVar(&o.Resource, "resource", o.Resource, "Resource (plural) of the generated API")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the owning CompositionDefinition (env POD_NAMESPACE; default: the pod's namespace)")
+	fs.BoolVarP(&o.Debug, "debug", "d", o.Debug, "Development logging (env CORE_PROVIDER_DEBUG)")
+	fs.DurationVarP(&o.Sync, "sync", "s", o.Sync, "Resync period of every composition (env CORE_PROVIDER_SYNC)")
+	fs.IntVar(&o.MaxReconcileRate, "max-reconcile-rate", o.MaxReconcileRate, "Most reconciliations per second (env CORE_PROVIDER_MAX_RECONCILE_RATE)")
+	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, `Address of /healthz and /readyz ("0" turns them off)`)
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
+	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
+	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
+}
+
+// Validate reports every option that is missing or out of range.
+func (o *ControllerOptions) Validate() error {
+	var errs []error
+	for flag, value := range map[string]string{"--group": o.Group, "--version": o.Version, "--resource": o.Resource} {
+		if value == "" {
+			errs = append(errs, fmt.Errorf("%s is required", flag))
+		}
+	}
+	if o.Sync <= 0 {
+		errs = append(errs, fmt.Errorf("--sync must be positive, got %s", o.Sync))
+	}
+	if o.MaxReconcileRate < 1 {
+		errs = append(errs, fmt.Errorf("--max-reconcile-rate must be at least 1, got %d", o.MaxReconcileRate))
+	}
+	return errors.Join(errs...)
+}
+
+func newControllerCommand() *cobra.Command {
+	opts := NewControllerOptions()
+	cmd := &cobra.Command{
+		Use:   "controller --group GROUP --version VERSION --resource RESOURCE",
+		Short: "Run the composition controller of one served version: one Helm release per composition",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return fmt.Errorf("loading kubeconfig: %w", err)
+			}
+			return RunController(cmd.Context(), cfg, opts)
+		},
+	}
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// RunController runs the controller of one served version against cfg until ctx is
+// done.
+func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOptions) error {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(opts.Debug)))
+	scheme, err := api.NewScheme()
+	if err != nil {
+		return err
+	}
+	gvk, err := kindOf(cfg, schema.GroupVersionResource{Group: opts.Group, Version: opts.Version, Resource: opts.Resource})
+	if err != nil {
+		return err
+	}
+	live, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	if err != nil {
+		return err
+	}
+	namespace := opts.Namespace
+	if namespace == "" {
+		if data, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+			namespace = strings.TrimSpace(string(data))
+		}
+	}
+	mgr, err := reconciler.NewCompositionManager(cfg, reconciler.CompositionManagerOptions{
+		GVK:                 gvk,
+		Scheme:              scheme,
+		Charts:              &reconciler.Charts{Fetcher: fetcher, Live: live},
+		DefinitionNamespace: namespace,
+		MaxReconcileRate:    opts.MaxReconcileRate,
+		Sync:                opts.Sync,
+		HealthProbeAddr:     opts.HealthProbeAddr,
+		MetricsAddr:         opts.MetricsAddr,
+	})
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// kindOf finds the kind of a served resource through discovery.
+func kindOf(cfg *rest.Config, gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	gvk, err := mapper.KindFor(gvr)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("finding the kind of %s: %w", gvr, err)
+	}
+	return gvk, nil
+}
