@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -201,5 +202,23 @@ func TestJourneyFromDefinitionToReleases(t *testing.T) {
 			assert.NotEqual(t, "app-one", d.Annotations["meta.helm.sh/release-name"], d.Name)
 		}
 		assert.Contains(t, eventReasons(t, cp, "app-one"), "HelmUninstalled")
+	})
+
+	t.Run("the controller acts as the generated ServiceAccount", func(t *testing.T) {
+		// Without the release binding the ServiceAccount may not touch Helm's release
+		// Secrets: the API server, not the controller, says no.
+		binding := &rbacv1.RoleBinding{}
+		binding.Namespace, binding.Name = journeyNamespace, "compositor:fireworksapp-system:fireworksapps-v1-1-6"
+		require.NoError(t, cp.Client.Delete(ctx, binding))
+		res := cp.Kubectl(ctx, strings.ReplaceAll(fireworksApp("app-two", 2), "v1-1-5", "v1-1-6"), "apply", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, "InstallFailed", compositionField(c, cp, "v1-1-6", "app-two", `{.status.conditions[?(@.type=="Synced")].reason}`))
+			message := compositionField(c, cp, "v1-1-6", "app-two", `{.status.conditions[?(@.type=="Synced")].message}`)
+			assert.Contains(c, message, "forbidden")
+			assert.Contains(c, message, `"system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-6-controller"`)
+			assert.Contains(c, eventReasons(c, cp, "app-two"), "HelmInstallFailed")
+		}, 30*time.Second, 250*time.Millisecond)
+		assert.Equal(t, "3", helmReleases(t, cp)["app-two"].Revision, "no new revision")
 	})
 }
