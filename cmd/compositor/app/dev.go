@@ -225,6 +225,21 @@ kubectl get crd
 kubectl explain compositiondefinition.spec.chart
 kubectl get compositiondefinitions -A -o wide
 
+A walk-through with the sample chart repository (--chart-repository-addr):
+
+kubectl create namespace fireworksapp-system
+echo 'apiVersion: core.krateo.io/v1alpha1
+kind: CompositionDefinition
+metadata: {name: fireworksapp-1-1-5, namespace: fireworksapp-system}
+spec: {chart: {repo: fireworks-app, url: http://127.0.0.1:8879, version: 1.1.5}}' | kubectl apply -f -
+kubectl wait compositiondefinition fireworksapp-1-1-5 -n fireworksapp-system --for condition=Ready=True
+echo 'apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: demo, namespace: fireworksapp-system}
+spec: {replicaCount: 1}' | kubectl apply -f -
+kubectl wait fireworksapp demo -n fireworksapp-system --for condition=Ready=True
+helm list -n fireworksapp-system
+
 Press Ctrl-C to stop; nothing keeps running.
 `, kubeconfig)
 }
