@@ -173,8 +173,10 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	name := releaseName(obj)
-	status, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
-	if status == fingerprint {
+	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
+	// status fields, so it is stored as it is.
+	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
+	if installed == fingerprint {
 		if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil && last != nil && last.Info.Status == "deployed" {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
 			r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
@@ -202,7 +204,8 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 		"helmChartUrl":     def.Status.PackageURL,
 		"helmChartVersion": ch.Metadata.Version,
 		"releaseName":      name,
-		"digest":           fingerprint,
+		"digest":           digest,
+		"fingerprint":      fingerprint,
 	} {
 		_ = unstructured.SetNestedField(obj.Object, value, "status", field)
 	}

@@ -120,6 +120,9 @@ func TestJourneyFromDefinitionToReleases(t *testing.T) {
 		assert.Equal(c, "1.1.5 app-one", compositionField(c, cp, "v1-1-5", "app-one", `{.status.helmChartVersion} {.status.releaseName}`))
 		assert.Contains(c, eventReasons(c, cp, "app-one"), "HelmInstalled")
 	}, 30*time.Second, 250*time.Millisecond)
+	definitionDigest := cp.Kubectl(ctx, "", "get", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "-o", "jsonpath={.status.digest}").Stdout
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, definitionDigest)
+	assert.Equal(t, definitionDigest, compositionField(t, cp, "v1-1-5", "app-one", "{.status.digest}"), "status.digest is the chart's")
 
 	t.Run("an unchanged composition makes no new revision; a change makes one", func(t *testing.T) {
 		res := cp.Kubectl(ctx, fireworksApp("app-one", 1), "apply", "-f", "-")
