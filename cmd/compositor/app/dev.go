@@ -238,7 +238,7 @@ kind: FireworksApp
 metadata: {name: demo, namespace: fireworksapp-system}
 spec: {replicaCount: 1}' | kubectl apply -f -
 kubectl wait fireworksapp demo -n fireworksapp-system --for condition=Ready=True
-helm list -n fireworksapp-system
+bin/k8s/helm list -n fireworksapp-system
 
 Press Ctrl-C to stop; nothing keeps running.
 `, kubeconfig)
