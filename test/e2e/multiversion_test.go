@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+// TestMultiVersionManagement follows the seed README's "Multi-Version Management": the
+// 1.1.5 definition is paused, a 2.0.0 definition of the same chart serves v2-0-0 next
+// to v1-1-5, a composition written through v2-0-0 is upgraded by its controller under
+// the same release, and the reverse steps roll it back.
+func TestMultiVersionManagement(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	repo := sampleRepository(t)
+	ctx := context.Background()
+
+	kubectl := func(stdin string, args ...string) {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+	}
+	waitReady := func(name string) {
+		t.Helper()
+		kubectl("", "wait", "compositiondefinition", name, "-n", journeyNamespace, "--for", "condition=Ready=True", "--timeout", "120s")
+	}
+	releaseAt := func(chart, revision string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			release := helmReleases(c, cp)["shop"]
+			assert.Equal(c, chart, release.Chart)
+			assert.Equal(c, revision, release.Revision)
+			assert.Equal(c, "deployed", release.Status)
+		}, 2*time.Minute, 250*time.Millisecond)
+	}
+	const shop115 = "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: shop, namespace: fireworksapp-system}\nspec: {replicaCount: 2}\n"
+	const shop200 = "apiVersion: composition.krateo.io/v2-0-0\nkind: FireworksApp\nmetadata: {name: shop, namespace: fireworksapp-system}\nspec: {replicaCount: 2, exposure: public}\n"
+
+	kubectl("", "create", "namespace", journeyNamespace)
+	kubectl(definition(repo.URL, journeyNamespace, "fireworksapp-1-1-5", "1.1.5"), "apply", "-f", "-")
+	waitReady("fireworksapp-1-1-5")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, cp.Kubectl(ctx, shop115, "apply", "-f", "-").Err)
+	}, time.Minute, 250*time.Millisecond)
+	releaseAt("fireworks-app-1.1.5", "1")
+
+	// Pause A, add B: both versions are served.
+	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", journeyNamespace, "krateo.io/paused=true")
+	kubectl(definition(repo.URL, journeyNamespace, "fireworksapp-2-0-0", "2.0.0"), "apply", "-f", "-")
+	waitReady("fireworksapp-2-0-0")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io,fireworksapps.v2-0-0.composition.krateo.io", "-A").Err)
+	}, time.Minute, 250*time.Millisecond)
+
+	// Move the composition to v2-0-0: B's controller upgrades the same release.
+	kubectl(shop200, "apply", "-f", "-")
+	releaseAt("fireworks-app-2.0.0", "2")
+	assert.Equal(t, "v2-0-0", compositionField(t, cp, "v2-0-0", "shop", `{.metadata.labels.krateo\.io/composition-version}`))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "shop-fireworks-app"}, &networkingv1.Ingress{}), "exposure: public renders an Ingress")
+	}, time.Minute, 250*time.Millisecond)
+
+	// Roll back by the reverse steps.
+	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-2-0-0", "-n", journeyNamespace, "krateo.io/paused=true")
+	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", journeyNamespace, "krateo.io/paused=false")
+	kubectl(shop115, "apply", "-f", "-")
+	releaseAt("fireworks-app-1.1.5", "3")
+	assert.Equal(t, "public", compositionField(t, cp, "v2-0-0", "shop", "{.spec.exposure}"), "what v1-1-5 does not know is kept")
+}
