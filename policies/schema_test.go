@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/generators"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
@@ -61,9 +62,10 @@ func TestSchemaSampleExamples(t *testing.T) {
 // helmValidate runs Helm's install-time path: dependencies, coalescing, schema check.
 func helmValidate(t *testing.T, ch *chart.Chart, spec map[string]any) error {
 	t.Helper()
-	c := cloneChart(ch)
+	c, err := generators.CopyChart(ch)
+	require.NoError(t, err)
 	require.NoError(t, chartutil.ProcessDependenciesWithMerge(c, spec))
-	_, err := chartutil.ToRenderValues(c, spec, chartutil.ReleaseOptions{Name: "x", Namespace: "default"}, nil)
+	_, err = chartutil.ToRenderValues(c, spec, chartutil.ReleaseOptions{Name: "x", Namespace: "default"}, nil)
 	return err
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/compositor-dev/compositor/generators"
 )
 
 // helmValues computes what `helm install` would work with for spec: a private copy of
@@ -15,7 +17,10 @@ func helmValues(ch *chart.Chart, spec map[string]any) (*chart.Chart, chartutil.V
 	if ch == nil || ch.Metadata == nil {
 		return nil, nil, fmt.Errorf("%w: no chart or no Chart.yaml", ErrNoChart)
 	}
-	c := cloneChart(ch)
+	c, err := generators.CopyChart(ch)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := chartutil.ProcessDependenciesWithMerge(c, spec); err != nil {
 		return nil, nil, fmt.Errorf("processing the dependencies of chart %s: %w", ch.Name(), err)
 	}
@@ -24,32 +29,4 @@ func helmValues(ch *chart.Chart, spec map[string]any) (*chart.Chart, chartutil.V
 		return nil, nil, fmt.Errorf("coalescing values with chart %s: %w", ch.Name(), err)
 	}
 	return c, vals, nil
-}
-
-// cloneChart copies the parts of a chart tree that Helm's dependency processing
-// changes (metadata, the dependency list, values), sharing templates, files and
-// schemas, which nothing writes.
-func cloneChart(c *chart.Chart) *chart.Chart {
-	out := *c
-	if c.Metadata != nil {
-		md := *c.Metadata
-		md.Dependencies = make([]*chart.Dependency, len(c.Metadata.Dependencies))
-		for i, d := range c.Metadata.Dependencies {
-			if d != nil {
-				dc := *d
-				md.Dependencies[i] = &dc
-			}
-		}
-		if c.Metadata.Dependencies == nil {
-			md.Dependencies = nil
-		}
-		out.Metadata = &md
-	}
-	deps := c.Dependencies()
-	children := make([]*chart.Chart, len(deps))
-	for i, d := range deps {
-		children[i] = cloneChart(d)
-	}
-	out.SetDependencies(children...)
-	return &out
 }

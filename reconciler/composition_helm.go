@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"github.com/mitchellh/copystructure"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
@@ -23,6 +22,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/compositor-dev/compositor/generators"
 )
 
 // maxReleaseHistory bounds the release Secrets Helm keeps per composition.
@@ -141,7 +142,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	if err != nil {
 		return "", nil, err
 	}
-	fresh, err := copyChart(ch)
+	fresh, err := generators.CopyChart(ch)
 	if err != nil {
 		return "", nil, err
 	}
@@ -207,44 +208,4 @@ func Fingerprint(chartDigest string, values map[string]interface{}) (string, err
 	sum.Write([]byte{0})
 	sum.Write(canonical)
 	return "sha256:" + hex.EncodeToString(sum.Sum(nil)), nil
-}
-
-// copyChart copies the parts of a chart tree Helm writes to when it installs: the
-// metadata and its dependency list, the values, the templates slice and the
-// dependencies, so that the cached chart is never modified.
-func copyChart(c *chart.Chart) (*chart.Chart, error) {
-	out := *c
-	if c.Metadata != nil {
-		md := *c.Metadata
-		md.Dependencies = nil
-		for _, d := range c.Metadata.Dependencies {
-			if d == nil {
-				continue
-			}
-			dd := *d
-			dd.Tags = append([]string(nil), d.Tags...)
-			dd.ImportValues = append([]interface{}(nil), d.ImportValues...)
-			md.Dependencies = append(md.Dependencies, &dd)
-		}
-		out.Metadata = &md
-	}
-	if c.Values != nil {
-		v, err := copystructure.Copy(c.Values)
-		if err != nil {
-			return nil, fmt.Errorf("copying the values of %s: %w", c.Name(), err)
-		}
-		out.Values = v.(map[string]interface{})
-	}
-	out.Templates = append([]*chart.File(nil), c.Templates...)
-	out.Files = append([]*chart.File(nil), c.Files...)
-	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
-	for _, d := range c.Dependencies() {
-		dc, err := copyChart(d)
-		if err != nil {
-			return nil, err
-		}
-		deps = append(deps, dc)
-	}
-	out.SetDependencies(deps...)
-	return &out, nil
 }

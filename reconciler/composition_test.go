@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators"
 )
 
 func TestFingerprint(t *testing.T) {
@@ -81,7 +82,7 @@ func TestCopyChartLeavesTheOriginalAlone(t *testing.T) {
 	}
 	parent.SetDependencies(sub)
 
-	copied, err := copyChart(parent)
+	copied, err := generators.CopyChart(parent)
 	require.NoError(t, err)
 	copied.Values["replicaCount"] = 3
 	copied.Metadata.Dependencies[0].Condition = ""

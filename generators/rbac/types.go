@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/mitchellh/copystructure"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -16,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/generators"
 )
 
 var (
@@ -236,45 +237,26 @@ func (h manifestHead) refs(source string, refs []typeRef) []typeRef {
 	return append(refs, typeRef{APIVersion: h.APIVersion, Kind: h.Kind, Source: source})
 }
 
-// cloneChart copies the parts of a chart tree that Helm's dependency processing
-// writes to (metadata, dependency lists, values), so that the caller's chart is never
-// modified. With enableAll, every dependency loses its condition and tags.
+// cloneChart copies c so that rendering it never changes the caller's chart. With
+// enableAll, every dependency loses its condition and tags, so all of them render.
 func cloneChart(c *chart.Chart, enableAll bool) (*chart.Chart, error) {
-	out := *c
+	out, err := generators.CopyChart(c)
+	if err != nil || !enableAll {
+		return out, err
+	}
+	enableDependencies(out)
+	return out, nil
+}
+
+func enableDependencies(c *chart.Chart) {
 	if c.Metadata != nil {
-		md := *c.Metadata
-		md.Dependencies = nil
 		for _, d := range c.Metadata.Dependencies {
-			if d == nil {
-				continue
-			}
-			dd := *d
-			dd.Tags = append([]string(nil), d.Tags...)
-			dd.ImportValues = append([]interface{}(nil), d.ImportValues...)
-			if enableAll {
-				dd.Condition, dd.Tags = "", nil
-			}
-			md.Dependencies = append(md.Dependencies, &dd)
+			d.Condition, d.Tags = "", nil
 		}
-		out.Metadata = &md
 	}
-	if c.Values != nil {
-		v, err := copystructure.Copy(c.Values)
-		if err != nil {
-			return nil, fmt.Errorf("copying the values of %s: %w", c.Name(), err)
-		}
-		out.Values = v.(map[string]interface{})
-	}
-	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
 	for _, d := range c.Dependencies() {
-		dc, err := cloneChart(d, enableAll)
-		if err != nil {
-			return nil, err
-		}
-		deps = append(deps, dc)
+		enableDependencies(d)
 	}
-	out.SetDependencies(deps...)
-	return &out, nil
 }
 
 func formatGR(gr schema.GroupResource) string {

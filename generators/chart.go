@@ -1,0 +1,49 @@
+package generators
+
+import (
+	"fmt"
+
+	"github.com/mitchellh/copystructure"
+	"helm.sh/helm/v3/pkg/chart"
+)
+
+// CopyChart returns a copy of c that Helm may process, render and install without
+// changing c: Helm's dependency processing and installs write to a chart's metadata,
+// dependency list, values and template list, and charts are shared (cached by digest).
+// File contents and schemas, which nothing writes, are shared.
+func CopyChart(c *chart.Chart) (*chart.Chart, error) {
+	out := *c
+	if c.Metadata != nil {
+		md := *c.Metadata
+		md.Dependencies = nil
+		for _, d := range c.Metadata.Dependencies {
+			if d == nil {
+				continue
+			}
+			dd := *d
+			dd.Tags = append([]string(nil), d.Tags...)
+			dd.ImportValues = append([]interface{}(nil), d.ImportValues...)
+			md.Dependencies = append(md.Dependencies, &dd)
+		}
+		out.Metadata = &md
+	}
+	if c.Values != nil {
+		v, err := copystructure.Copy(c.Values)
+		if err != nil {
+			return nil, fmt.Errorf("copying the values of chart %s: %w", c.Name(), err)
+		}
+		out.Values = v.(map[string]interface{})
+	}
+	out.Templates = append([]*chart.File(nil), c.Templates...)
+	out.Files = append([]*chart.File(nil), c.Files...)
+	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
+	for _, d := range c.Dependencies() {
+		dc, err := CopyChart(d)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(deps, dc)
+	}
+	out.SetDependencies(deps...)
+	return &out, nil
+}
