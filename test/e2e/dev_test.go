@@ -95,27 +95,28 @@ func commandName(pid int) string {
 	return strings.TrimSpace(string(data))
 }
 
-func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
-	controlplane.Require(t, "etcd", "kube-apiserver", "kubectl")
-	bin := buildCompositor(t)
+// devProcess is a running `compositor dev`.
+type devProcess struct {
+	cmd *exec.Cmd
+	// exportLine is the `export KUBECONFIG=...` line it printed.
+	exportLine string
+	stderr     *strings.Builder
+}
+
+// startDev runs `compositor dev` with a kubeconfig in a temporary folder, no sample
+// chart repository on a fixed port, and args, and waits for its KUBECONFIG line.
+func startDev(t *testing.T, ctx context.Context, args ...string) *devProcess {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "dev", "kubeconfig")
-	health := freePort(t)
-
-	// A guard against a hang, not a timing assertion: the test fails rather than
-	// waiting forever when dev never becomes ready.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
-	dev := exec.CommandContext(ctx, bin, "dev",
-		"--kubeconfig", kubeconfig,
-		"--control-plane-dir", controlplane.BinDir(),
-		"--health-probe-bind-address", health)
-	stdout, err := dev.StdoutPipe()
+	args = append([]string{"dev", "--kubeconfig", kubeconfig, "--control-plane-dir", controlplane.BinDir(),
+		"--chart-repository-addr", "127.0.0.1:0"}, args...)
+	cmd := exec.CommandContext(ctx, buildCompositor(t), args...)
+	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
-	dev.Stderr = &stderr
-	require.NoError(t, dev.Start())
-	defer func() { _ = dev.Process.Kill() }()
+	d := &devProcess{cmd: cmd, stderr: &strings.Builder{}}
+	cmd.Stderr = d.stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	exportLine := make(chan string, 1)
 	go func() {
@@ -127,22 +128,46 @@ func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
-
-	var line string
 	select {
-	case line = <-exportLine:
+	case d.exportLine = <-exportLine:
 	case <-ctx.Done():
-		_ = dev.Wait() // stderr is complete only once dev has ended
-		t.Fatalf("dev printed no KUBECONFIG line; stderr:\n%s", stderr.String())
+		_ = cmd.Wait() // stderr is complete only once dev has ended
+		t.Fatalf("dev printed no KUBECONFIG line; stderr:\n%s", d.stderr.String())
 	}
-	assert.Equal(t, "export KUBECONFIG="+kubeconfig, line)
+	assert.Equal(t, "export KUBECONFIG="+kubeconfig, d.exportLine)
+	return d
+}
+
+// kubectl runs kubectl against the dev control plane.
+func (d *devProcess) kubectl(t *testing.T, ctx context.Context, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(controlplane.BinDir(), "kubectl"), args...)
+	cmd.Env = append(os.Environ(), strings.TrimPrefix(d.exportLine, "export "))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// stop interrupts dev as Ctrl-C does and requires a clean exit.
+func (d *devProcess) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, d.cmd.Wait(), "dev did not exit cleanly after SIGINT; stderr:\n%s", d.stderr.String())
+}
+
+func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
+	controlplane.Require(t, "etcd", "kube-apiserver", "kubectl")
+	health := freePort(t)
+
+	// A guard against a hang, not a timing assertion: the test fails rather than
+	// waiting forever when dev never becomes ready.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dev := startDev(t, ctx, "--health-probe-bind-address", health, "--data-dir", t.TempDir())
 
 	kubectl := func(args ...string) string {
-		cmd := exec.CommandContext(ctx, filepath.Join(controlplane.BinDir(), "kubectl"), args...)
-		cmd.Env = append(os.Environ(), strings.TrimPrefix(line, "export "))
-		out, err := cmd.CombinedOutput()
+		out, err := dev.kubectl(t, ctx, args...)
 		require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), out)
-		return string(out)
+		return out
 	}
 	out := kubectl("get", "crd", "-o", "name")
 	assert.Contains(t, out, "compositiondefinitions.core.krateo.io")
@@ -164,19 +189,42 @@ func TestDevRunsUntilInterruptedAndLeavesNothingBehind(t *testing.T) {
 		assert.Equal(c, http.StatusOK, resp.StatusCode)
 	}, time.Minute, 200*time.Millisecond)
 
-	kids := children(t, dev.Process.Pid)
+	kids := children(t, dev.cmd.Process.Pid)
 	var names []string
 	for _, pid := range kids {
 		names = append(names, commandName(pid))
 	}
 	assert.ElementsMatch(t, []string{"etcd", "kube-apiserver"}, names)
 
-	require.NoError(t, dev.Process.Signal(syscall.SIGINT))
-	err = dev.Wait()
-	require.NoError(t, err, "dev did not exit cleanly after SIGINT; stderr:\n%s", stderr.String())
+	dev.stop(t)
 	for _, pid := range kids {
 		assert.False(t, alive(pid), "%s (pid %d) still runs after dev stopped", commandName(pid), pid)
 	}
+}
+
+func TestDevKeepsItsDataUnlessReset(t *testing.T) {
+	controlplane.Require(t, "etcd", "kube-apiserver", "kubectl")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	data := t.TempDir()
+	health := "--health-probe-bind-address=0"
+
+	dev := startDev(t, ctx, health, "--data-dir", data)
+	out, err := dev.kubectl(t, ctx, "create", "namespace", "kept")
+	require.NoError(t, err, out)
+	dev.stop(t)
+
+	dev = startDev(t, ctx, health, "--data-dir", data)
+	out, err = dev.kubectl(t, ctx, "get", "namespace", "kept", "-o", "name")
+	require.NoError(t, err, "a restart with the same data dir keeps the namespace: %s", out)
+	assert.Equal(t, "namespace/kept\n", out)
+	dev.stop(t)
+
+	dev = startDev(t, ctx, health, "--data-dir", data, "--reset")
+	out, err = dev.kubectl(t, ctx, "get", "namespace", "kept")
+	require.Error(t, err, "--reset starts empty")
+	assert.Contains(t, out, `namespaces "kept" not found`)
+	dev.stop(t)
 }
 
 func TestDevWithoutControlPlaneNamesTheFix(t *testing.T) {

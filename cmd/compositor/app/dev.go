@@ -29,6 +29,10 @@ type DevOptions struct {
 	Kubeconfig string
 	// ControlPlaneDir holds the etcd and kube-apiserver binaries.
 	ControlPlaneDir string
+	// DataDir keeps etcd's data, so that a restarted dev finds what was there.
+	DataDir string
+	// Reset empties DataDir before starting.
+	Reset bool
 	// ChartRepositoryAddr is where the sample charts are served as a Helm repository;
 	// empty turns it off.
 	ChartRepositoryAddr string
@@ -66,6 +70,8 @@ Compositor against it until Ctrl-C, then stops everything it started.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", filepath.Join(".compositor", "kubeconfig"), "Where to write the admin kubeconfig of the local control plane")
+	fs.StringVar(&opts.DataDir, "data-dir", filepath.Join(".compositor", "etcd"), "Where etcd keeps the local control plane's data across restarts")
+	fs.BoolVar(&opts.Reset, "reset", false, "Start from an empty control plane: remove --data-dir first")
 	fs.StringVar(&opts.ChartRepositoryAddr, "chart-repository-addr", "127.0.0.1:8879", `Where the sample charts are served as a Helm repository ("" turns it off)`)
 	fs.StringVar(&opts.ControlPlaneDir, "control-plane-dir", defaultControlPlaneDir(), "Directory with the etcd and kube-apiserver binaries (env KUBEBUILDER_ASSETS)")
 	opts.Serve.AddFlags(fs)
@@ -104,10 +110,19 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	if opts.Reset {
+		if err := os.RemoveAll(opts.DataDir); err != nil {
+			return fmt.Errorf("--reset: %w", err)
+		}
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: opts.ControlPlaneDir,
 		CRDs:                  ownCRDs,
 	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.DataDir}
 	cfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting the local control plane: %w", err)
