@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,21 +14,8 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./generators/controller -run TestGolden -update to create it")
-	assert.Equal(t, string(want), string(got), "%s differs; review and rerun with -update", path)
-}
 
 // definition is the seed manifest's definition of fireworks-app 1.1.5.
 func definition(annotations map[string]string) *corev1alpha1.CompositionDefinition {
@@ -53,7 +37,7 @@ func fireworksOptions(def *corev1alpha1.CompositionDefinition) Options {
 func TestGoldenFireworksApp(t *testing.T) {
 	b, err := yaml.Marshal(Deployment(fireworksOptions(definition(nil))))
 	require.NoError(t, err)
-	golden(t, "fireworks-app-1.1.5.deployment.yaml", b)
+	golden.Check(t, "fireworks-app-1.1.5.deployment.yaml", b)
 }
 
 func container(d *appsv1.Deployment) corev1.Container { return d.Spec.Template.Spec.Containers[0] }

@@ -2,7 +2,6 @@ package crd
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,10 +11,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/test/golden"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // fireworksVersions translates every sample chart version.
 func fireworksVersions(t testing.TB) (map[string]ServedVersion, map[string]Report) {
@@ -46,18 +44,6 @@ func buildFireworks(t testing.TB, versions ...ServedVersion) *apiextensionsv1.Cu
 	return crd
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./generators/crd -run TestGolden -update to create it")
-	assert.Equal(t, string(want), string(got), "%s differs; review and rerun with -update", path)
-}
-
 func TestGoldenFireworksApp(t *testing.T) {
 	versions, reports := fireworksVersions(t)
 	var all []ServedVersion
@@ -66,14 +52,14 @@ func TestGoldenFireworksApp(t *testing.T) {
 		crd := buildFireworks(t, versions[v])
 		b, err := yaml.Marshal(crd)
 		require.NoError(t, err)
-		golden(t, "fireworks-app-"+v+".crd.yaml", b)
+		golden.Check(t, "fireworks-app-"+v+".crd.yaml", b)
 		r, err := json.MarshalIndent(reports[v], "", "  ")
 		require.NoError(t, err)
-		golden(t, "fireworks-app-"+v+".report.json", append(r, '\n'))
+		golden.Check(t, "fireworks-app-"+v+".report.json", append(r, '\n'))
 	}
 	b, err := yaml.Marshal(buildFireworks(t, all...))
 	require.NoError(t, err)
-	golden(t, "fireworks-app.crd.yaml", b)
+	golden.Check(t, "fireworks-app.crd.yaml", b)
 }
 
 // The rules the sample chart exercises, asserted one by one (the golden files show
@@ -203,9 +189,9 @@ func TestGoldenLossy(t *testing.T) {
 	require.NoError(t, err)
 	b, err := yaml.Marshal(spec)
 	require.NoError(t, err)
-	golden(t, "lossy.spec.yaml", b)
+	golden.Check(t, "lossy.spec.yaml", b)
 	r, err := json.MarshalIndent(report, "", "  ")
 	require.NoError(t, err)
-	golden(t, "lossy.report.json", append(r, '\n'))
+	golden.Check(t, "lossy.report.json", append(r, '\n'))
 	assert.Equal(t, []string{"auth"}, spec.Required, "replicas has a default")
 }

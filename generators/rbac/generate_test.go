@@ -2,9 +2,6 @@ package rbac
 
 import (
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,22 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/test/golden"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./generators/rbac -run TestGolden -update to create it")
-	assert.Equal(t, string(want), string(got), "%s differs; review and rerun with -update", path)
-}
 
 // fireworksOptions are the options the reconciler would pass for the seed manifest's
 // definition of a sample chart version.
@@ -70,7 +54,7 @@ func TestGoldenFireworksApp(t *testing.T) {
 			require.NoError(t, err)
 			objs, err := Generate(fireworksOptions(t, v, types))
 			require.NoError(t, err)
-			golden(t, "fireworks-app-"+v+".rbac.yaml", marshalObjects(t, append(objs.List(), objs.ReleaseBinding("team-a"))))
+			golden.Check(t, "fireworks-app-"+v+".rbac.yaml", marshalObjects(t, append(objs.List(), objs.ReleaseBinding("team-a"))))
 		})
 	}
 }
