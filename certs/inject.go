@@ -58,26 +58,18 @@ func injectInto(ctx context.Context, c client.Client, bundle []byte, obj client.
 		kind = "MutatingWebhookConfiguration"
 		current := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		if err = c.Get(ctx, key, current); err == nil {
-			var names []string
-			for _, w := range current.Webhooks {
-				if !bytes.Equal(w.ClientConfig.CABundle, bundle) {
-					names = append(names, w.Name)
-				}
-			}
-			patch, err = webhooksPatch(names, bundle)
+			patch, err = webhooksPatch(staleWebhooks(current.Webhooks, bundle, func(w admissionregistrationv1.MutatingWebhook) (string, []byte) {
+				return w.Name, w.ClientConfig.CABundle
+			}), bundle)
 		}
 		obj = current
 	case *admissionregistrationv1.ValidatingWebhookConfiguration:
 		kind = "ValidatingWebhookConfiguration"
 		current := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		if err = c.Get(ctx, key, current); err == nil {
-			var names []string
-			for _, w := range current.Webhooks {
-				if !bytes.Equal(w.ClientConfig.CABundle, bundle) {
-					names = append(names, w.Name)
-				}
-			}
-			patch, err = webhooksPatch(names, bundle)
+			patch, err = webhooksPatch(staleWebhooks(current.Webhooks, bundle, func(w admissionregistrationv1.ValidatingWebhook) (string, []byte) {
+				return w.Name, w.ClientConfig.CABundle
+			}), bundle)
 		}
 		obj = current
 	case *apiextensionsv1.CustomResourceDefinition:
@@ -149,4 +141,15 @@ func conversionPatch(crd *apiextensionsv1.CustomResourceDefinition, bundle []byt
 		return nil, err
 	}
 	return client.RawPatch(types.MergePatchType, data), nil
+}
+
+// staleWebhooks names the webhooks whose CA bundle is not bundle.
+func staleWebhooks[W any](webhooks []W, bundle []byte, nameAndBundle func(W) (string, []byte)) []string {
+	var names []string
+	for _, w := range webhooks {
+		if name, current := nameAndBundle(w); !bytes.Equal(current, bundle) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
