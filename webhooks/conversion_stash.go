@@ -102,6 +102,17 @@ func restore(obj map[string]any) error {
 // setIfAbsent sets the value at tokens unless the value or one of its parents is not
 // there to hold it.
 func setIfAbsent(obj map[string]any, tokens []string, v any) {
+	parent, ok := parentOf(obj, tokens)
+	if !ok {
+		return
+	}
+	if _, set := parent[tokens[len(tokens)-1]]; !set {
+		parent[tokens[len(tokens)-1]] = v
+	}
+}
+
+// parentOf is the object that holds the value at tokens, if the path leads to one.
+func parentOf(obj map[string]any, tokens []string) (map[string]any, bool) {
 	var cur any = obj
 	for _, tok := range tokens[:len(tokens)-1] {
 		switch c := cur.(type) {
@@ -110,20 +121,15 @@ func setIfAbsent(obj map[string]any, tokens []string, v any) {
 		case []any:
 			i, err := strconv.Atoi(tok)
 			if err != nil || i < 0 || i >= len(c) {
-				return
+				return nil, false
 			}
 			cur = c[i]
 		default:
-			return
+			return nil, false
 		}
 	}
 	parent, ok := cur.(map[string]any)
-	if !ok {
-		return
-	}
-	if _, set := parent[tokens[len(tokens)-1]]; !set {
-		parent[tokens[len(tokens)-1]] = v
-	}
+	return parent, ok
 }
 
 // stash moves out of spec and status every value that version to would not show: what
@@ -283,17 +289,7 @@ func pointerSet(fields []prunedField) map[string]bool {
 }
 
 func deleteAt(obj map[string]any, tokens []string) {
-	var cur any = obj
-	for _, tok := range tokens[:len(tokens)-1] {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[tok]
-		case []any:
-			i, _ := strconv.Atoi(tok)
-			cur = c[i]
-		}
-	}
-	if parent, ok := cur.(map[string]any); ok {
+	if parent, ok := parentOf(obj, tokens); ok {
 		delete(parent, tokens[len(tokens)-1])
 	}
 }
