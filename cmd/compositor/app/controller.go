@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -54,7 +53,7 @@ func NewControllerOptions() *ControllerOptions {
 		MaxReconcileRate: 3,
 		HealthProbeAddr:  ":8081",
 		MetricsAddr:      ":8080",
-		ChartCacheDir:    filepath.Join(os.TempDir(), "compositor-charts"),
+		ChartCacheDir:    defaultChartCacheDir(),
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -59,7 +58,7 @@ type ChartOptions struct {
 func newChartOptions() ChartOptions {
 	return ChartOptions{
 		RegistryConfigPath: os.Getenv("HELM_REGISTRY_CONFIG_PATH"),
-		CacheDir:           filepath.Join(os.TempDir(), "compositor-charts"),
+		CacheDir:           defaultChartCacheDir(),
 	}
 }
 

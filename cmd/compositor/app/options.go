@@ -122,7 +122,7 @@ func NewServeOptions() *ServeOptions {
 		WebhookAddr:            ":9443",
 		WebhookService:         "compositor-webhook",
 		WebhookTimeout:         5 * time.Second,
-		ChartCacheDir:          filepath.Join(os.TempDir(), "compositor-charts"),
+		ChartCacheDir:          defaultChartCacheDir(),
 		PolicyTimeout:          2 * time.Second,
 		ControllerImage:        controller.DefaultImage,
 		AuditInterval:          time.Minute,
@@ -223,4 +223,10 @@ func (o *ServeOptions) complete(fs *pflag.FlagSet) error {
 		return err
 	}
 	return o.Validate()
+}
+
+// defaultChartCacheDir is where every command keeps downloaded chart archives, so they
+// share one cache.
+func defaultChartCacheDir() string {
+	return filepath.Join(os.TempDir(), "compositor-charts")
 }
