@@ -54,7 +54,6 @@ type Options struct {
 
 // Register mounts the admission handlers on srv.
 func Register(srv webhook.Server, opts Options) {
-	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached}))
 	v := &Validator{
 		Compositions: compositionChecks(opts.Live),
 		Definitions:  definitionChecks(opts.Live),
@@ -63,6 +62,7 @@ func Register(srv webhook.Server, opts Options) {
 	if opts.Checker != nil {
 		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
 	}
+	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached, Screen: v}))
 	srv.Register(ValidatePath, guard(v))
 	srv.Register(ConvertPath, NewConverter(NewCRDSchemas(opts.Cached, opts.Live)))
 }
@@ -73,6 +73,13 @@ type Mutator struct {
 	// Definitions reads CompositionDefinitions to find a composition's default release
 	// name.
 	Definitions client.Reader
+	// Screen, when set, validates the defaulted composition here already and denies it
+	// with every violation at once. The API server checks the generated CRD's schema
+	// after the mutating webhooks and before the validating ones, and stops at the
+	// first of them that refuses: without the screen, a write that breaks both the CRD
+	// schema and a policy would learn of the policy only once the schema errors are
+	// fixed. The validating webhook still has the last word on the object as stored.
+	Screen *Validator
 }
 
 var _ admission.Handler = &Mutator{}
@@ -95,6 +102,14 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	}
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if m.Screen != nil {
+		// An admitted object's warnings are left to the validating webhook, so that
+		// kubectl prints each once.
+		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed {
+			countViolations(decision)
+			return resp
+		}
 	}
 	mutated, err := json.Marshal(req.Object.Object)
 	if err != nil {
@@ -124,6 +139,14 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	if bad != nil {
 		return *bad
 	}
+	resp, decision := v.review(ctx, req)
+	countViolations(decision)
+	return resp
+}
+
+// review runs the checks of req's kind, then the schema and the policies, and answers
+// with all they found. The decision is that of the schema and the policies.
+func (v *Validator) review(ctx context.Context, req *Request) (admission.Response, policies.Decision) {
 	var checks Chain
 	switch req.Kind.Group {
 	case CompositionGroup:
@@ -133,17 +156,17 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	case policyGroup:
 		checks = v.Policies
 	default:
-		return unsupportedKind(req.Kind)
+		return unsupportedKind(req.Kind), policies.Decision{}
 	}
 	errs, warnings := checks.Run(ctx, req)
 	if v.decider == nil || req.Kind.Group == policyGroup {
-		return respond(req, errs, warnings)
+		return respond(req, errs, warnings), policies.Decision{}
 	}
 	decision, err := v.decider.decide(ctx, req)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		return admission.Errored(http.StatusInternalServerError, err), policies.Decision{}
 	}
-	return verdict(req, errs, warnings, decision)
+	return verdict(req, errs, warnings, decision), decision
 }
 
 // reviewServer is the HTTP side of an admission webhook: it reads and decodes one

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,7 +103,12 @@ func fireworksViolation(name, message string) policyv1alpha1.AuditViolation {
 
 func TestAuditReportsExistingViolationsInPolicyStatus(t *testing.T) {
 	cp := controlplane.Start(t)
-	startCompositor(t, cp, func(o *app.ServeOptions) { o.AuditInterval = time.Second })
+	var metricsAddr string
+	startCompositor(t, cp, func(o *app.ServeOptions) {
+		o.AuditInterval = time.Second
+		o.MetricsAddr = freePort(t)
+		metricsAddr = o.MetricsAddr
+	})
 	readyDefinition(t, cp)
 	ctx := context.Background()
 
@@ -122,10 +130,13 @@ func TestAuditReportsExistingViolationsInPolicyStatus(t *testing.T) {
 
 	t.Run("a dryrun violation is never shown to the user, only audited", func(t *testing.T) {
 		// The policy is in force: the audit above evaluated it with the webhook's engine.
+		counted := dryRunViolations(t, metricsAddr, "policy audit-replicas")
 		res := cp.Kubectl(ctx, fireworksApp("another", 1), "apply", "-f", "-")
 		require.NoError(t, res.Err, res.Stderr)
 		assert.Empty(t, res.Stderr, "no warning for a dryrun policy")
 		assert.Equal(t, "fireworksapp.composition.krateo.io/another created\n", res.Stdout)
+		assert.Equal(t, counted+1, dryRunViolations(t, metricsAddr, "policy audit-replicas"),
+			"the metrics count the dryrun violation once")
 
 		requireAudit(t, cp, "audit-replicas", policyv1alpha1.AuditStatus{ViolationCount: 2, Examples: []policyv1alpha1.AuditViolation{
 			fireworksViolation("another", "spec.replicaCount: fewer than 2 replicas"),
@@ -163,4 +174,31 @@ func TestAuditReportsExistingViolationsInPolicyStatus(t *testing.T) {
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "audit-team-label"}, after))
 		assert.Equal(t, unchanged.ResourceVersion, after.ResourceVersion)
 	})
+}
+
+// dryRunViolations reads from Compositor's /metrics how many dryrun violations of source
+// admission has found.
+func dryRunViolations(t *testing.T, addr, source string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	family, ok := families["compositor_admission_violations_total"]
+	if !ok {
+		return 0
+	}
+	for _, m := range family.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["source"] == source && labels["action"] == "dryrun" {
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -84,9 +84,11 @@ func TestValidationShowsEveryViolationInline(t *testing.T) {
 		assert.Equal(c, "true true", res.Stdout)
 	}, time.Minute, 200*time.Millisecond)
 
-	// The API server checks the generated CRD's schema before it calls validating
-	// webhooks, so what the CRD carries is refused there, every violation on its own line.
-	t.Run("violations the CRD carries, one per line", func(t *testing.T) {
+	// The API server checks the generated CRD's schema after the mutating webhooks and
+	// before the validating ones. Compositor's mutating webhook validates already, so
+	// what the CRD also carries comes in the same denial as the policies, and a warning
+	// is printed once.
+	t.Run("schema errors the CRD carries and policy denials, in one denial", func(t *testing.T) {
 		res := cp.Kubectl(ctx, `apiVersion: composition.krateo.io/v1-1-5
 kind: FireworksApp
 metadata:
@@ -98,14 +100,16 @@ spec:
   cache:
     enabled: true
     maxMemory: lots
+  image:
+    repository: docker.io/nginx
 `, "apply", "-f", "-")
 		require.Error(t, res.Err)
-		// The API server lists them in no fixed order.
-		assert.ElementsMatch(t, []string{
-			`The FireworksApp "broken" is invalid: `,
-			`* spec.storage.size: Invalid value: "10G": spec.storage.size in body should match '^[0-9]+Gi$'`,
-			`* spec.cache.maxMemory: Invalid value: "lots": spec.cache.maxMemory in body should match '^[0-9]+(Mi|Gi)$'`,
-		}, strings.Split(strings.TrimSuffix(res.Stderr, "\n"), "\n"))
+		assert.Equal(t, `Warning: one replica has no redundancy: set spec.replicaCount to 2 or more [policy single-replica]
+The FireworksApp "broken" is invalid: 
+* spec.storage.size: must match pattern ^[0-9]+Gi$ (values.schema.json)
+* spec.cache.maxMemory: must match pattern ^[0-9]+(Mi|Gi)$ (values.schema.json of subchart cache)
+* spec.image.repository: registry "docker.io" is not allowed [policy no-docker-hub]
+`, res.Stderr)
 	})
 
 	// What only the merged values show (a null deleting a required default) and the
@@ -156,7 +160,7 @@ spec:
 		err = cp.Client.Create(ctx, obj)
 		var status apierrors.APIStatus
 		require.ErrorAs(t, err, &status)
-		webhookLines := strings.TrimPrefix(status.Status().Message, `admission webhook "validate.compositor.dev" denied the request: `)
+		webhookLines := strings.TrimPrefix(status.Status().Message, `admission webhook "compositions.mutate.compositor.dev" denied the request: `)
 		assert.Equal(t, "spec.service: is required (values.schema.json)\nspec.image.repository: registry \"docker.io\" is not allowed [policy no-docker-hub]", webhookLines)
 		assert.Contains(t, stderr.String(), "\n"+webhookLines+"\n", "the CLI prints the webhook's lines byte for byte")
 	})
