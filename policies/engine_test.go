@@ -60,7 +60,10 @@ func TestCompileErrorsHaveLineAndColumn(t *testing.T) {
 		rego string
 		want []v1alpha1.CompileError
 	}{
-		{"syntax", "package p\n\ndeny contains msg if {\n\tmsg := \"x\"\n", []v1alpha1.CompileError{{Line: 5, Column: 0}}},
+		{"syntax at the end of the file", "package p\n\ndeny contains msg if {\n\tmsg := \"x\"\n", []v1alpha1.CompileError{{Line: 5, Column: 1}}},
+		// OPA places an unexpected line break at column 0 of the next line; the
+		// position is where the identifier is missing, after "spec.".
+		{"syntax at a line break", "package p\n\ndeny contains msg if {\n  msg := input.spec.\n}\n", []v1alpha1.CompileError{{Line: 4, Column: 21}}},
 		{"undefined ref", "package p\n\ndeny contains msg if {\n\tmsg := undefined_thing\n}\n", []v1alpha1.CompileError{{Line: 4, Column: 2}}},
 		{"syntax with column", "package p\n\ndeny contains msg if {\n\tmsg := \"x\" +\n}\n", []v1alpha1.CompileError{{Line: 5, Column: 1}}},
 		{"rego v0 syntax", "package p\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n", []v1alpha1.CompileError{{Line: 3, Column: 1}}},

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"sigs.k8s.io/yaml"
@@ -157,11 +159,30 @@ func packageCustom(mod *ast.Module) (map[string]any, error) {
 
 // parseModule parses Rego v1 with its annotations.
 func parseModule(file, src string) (*ast.Module, error) {
-	return ast.ParseModuleWithOpts(file, src, ast.ParserOptions{
+	mod, err := ast.ParseModuleWithOpts(file, src, ast.ParserOptions{
 		RegoVersion:       ast.RegoV1,
 		ProcessAnnotation: true,
 		Capabilities:      Capabilities(),
 	})
+	var errs ast.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			placeAtOffset(e.Location, src)
+		}
+	}
+	return mod, err
+}
+
+// placeAtOffset gives a parse error that OPA placed at column 0 of a line, which it
+// does when the unexpected token is a line break, the line and column of its byte
+// offset: right after the last character of the line where something was missing.
+func placeAtOffset(loc *ast.Location, src string) {
+	if loc == nil || loc.Col > 0 || loc.Offset <= 0 || loc.Offset > len(src) {
+		return
+	}
+	before := src[:loc.Offset]
+	loc.Row = strings.Count(before, "\n") + 1
+	loc.Col = utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:]) + 1
 }
 
 // astErrors turns OPA errors into CompileErrors with positions, naming a disabled

@@ -185,7 +185,7 @@ spec:
     }
 `, "apply", "-f", "-")
 		require.Error(t, res.Err)
-		assert.Equal(t, `The CompositionPolicy "broken-rego" is invalid: spec.rego: Invalid value: line 5: rego_parse_error: unexpected whitespace token: expected identifier`+"\n", res.Stderr)
+		assert.Equal(t, `The CompositionPolicy "broken-rego" is invalid: spec.rego: Invalid value: 4:35: rego_parse_error: unexpected whitespace token: expected identifier`+"\n", res.Stderr)
 	})
 
 	t.Run("built-in policies guard definitions", func(t *testing.T) {
