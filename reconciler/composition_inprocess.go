@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -25,12 +25,6 @@ type CompositionControllers interface {
 	// Stop stops the controller of version of plural in the definition namespace.
 	Stop(namespace, plural, version string)
 }
-
-// VersionKey names one definition namespace's controller of a served version.
-type VersionKey struct{ Namespace, Plural, Version string }
-
-// restartDelay is how long a controller that stopped on an error waits to start again.
-const restartDelay = 2 * time.Second
 
 // InProcess runs composition controllers inside Compositor, each in its own manager
 // whose client impersonates the version's generated ServiceAccount, so that the API
@@ -47,78 +41,14 @@ type InProcess struct {
 	MaxReconcileRate int
 	Sync             time.Duration
 
-	once    sync.Once
-	started chan struct{}
-	mu      sync.Mutex
-	base    context.Context
-	running map[VersionKey]*inProcessController
-	wg      sync.WaitGroup
-}
-
-type inProcessController struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	versionManagers
 }
 
 var _ CompositionControllers = (*InProcess)(nil)
 
-func (p *InProcess) init() {
-	p.once.Do(func() {
-		p.started = make(chan struct{})
-		p.running = map[VersionKey]*inProcessController{}
-	})
-}
-
-// Start runs until ctx is done, then stops every controller and waits for them.
-func (p *InProcess) Start(ctx context.Context) error {
-	p.init()
-	p.mu.Lock()
-	p.base = ctx
-	p.mu.Unlock()
-	close(p.started)
-	<-ctx.Done()
-	p.mu.Lock()
-	for key, c := range p.running {
-		c.cancel()
-		delete(p.running, key)
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return nil
-}
-
-// NeedLeaderElection is true: only the leader runs controllers.
-func (p *InProcess) NeedLeaderElection() bool { return true }
-
-// Running lists the controllers that run.
-func (p *InProcess) Running() []VersionKey {
-	p.init()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	keys := make([]VersionKey, 0, len(p.running))
-	for k := range p.running {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 // Ensure starts the controller of the version unless it runs.
 func (p *InProcess) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
-	p.init()
-	select {
-	case <-p.started:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	key := VersionKey{Namespace: def.Namespace, Plural: plural, Version: version}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.base.Err() != nil {
-		return p.base.Err()
-	}
-	if _, ok := p.running[key]; ok {
-		return nil
-	}
 	bind, err := p.binder(def, plural, version)
 	if err != nil {
 		return err
@@ -132,50 +62,14 @@ func (p *InProcess) Ensure(ctx context.Context, def *corev1alpha1.CompositionDef
 		MaxReconcileRate:    p.MaxReconcileRate,
 		Sync:                p.Sync,
 	}
-	ctrlCtx, cancel := context.WithCancel(p.base)
-	c := &inProcessController{cancel: cancel, done: make(chan struct{})}
-	p.running[key] = c
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer close(c.done)
-		p.run(ctrlCtx, key, opts)
-	}()
-	return nil
-}
-
-// run runs the controller's manager until ctx is done, starting it again after an
-// error (its kind may not be discoverable yet).
-func (p *InProcess) run(ctx context.Context, key VersionKey, opts CompositionManagerOptions) {
-	logger := log.FromContext(ctx).WithValues("namespace", key.Namespace, "resource", key.Plural, "version", key.Version)
-	for ctx.Err() == nil {
-		mgr, err := NewCompositionManager(p.impersonating(key), opts)
-		if err == nil {
-			logger.Info("Starting an in-process composition controller")
-			err = mgr.Start(ctx)
-		}
-		if err != nil && ctx.Err() == nil {
-			logger.Error(err, "In-process composition controller stopped; starting it again")
-			select {
-			case <-ctx.Done():
-			case <-time.After(restartDelay):
-			}
-		}
-	}
+	return p.ensure(ctx, key, "in-process composition controller", func() (manager.Manager, error) {
+		return NewCompositionManager(p.impersonating(key), opts)
+	})
 }
 
 // Stop stops the controller of the version and waits until it has stopped.
 func (p *InProcess) Stop(namespace, plural, version string) {
-	p.init()
-	key := VersionKey{Namespace: namespace, Plural: plural, Version: version}
-	p.mu.Lock()
-	c, ok := p.running[key]
-	delete(p.running, key)
-	p.mu.Unlock()
-	if ok {
-		c.cancel()
-		<-c.done
-	}
+	p.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version})
 }
 
 // impersonating is Compositor's config acting as the version's ServiceAccount.

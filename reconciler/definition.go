@@ -63,6 +63,9 @@ type DefinitionReconciler struct {
 	// Controllers, when set, run the composition controllers in process instead of the
 	// generated Deployments.
 	Controllers CompositionControllers
+	// Bindings, when set, bind each version's release role in the namespaces of its
+	// compositions as they come and go.
+	Bindings *ReleaseBindings
 }
 
 // SetupWithManager registers the reconciler and its watches with mgr.

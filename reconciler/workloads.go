@@ -24,8 +24,8 @@ const (
 )
 
 // applyWorkloads gives the definition's version its controller: the narrowest RBAC the
-// chart needs, bound in every namespace that holds compositions of that version, and
-// the controller Deployment running under it.
+// chart needs, bound in every namespace that holds compositions of that version (by
+// Bindings, as they come and go), and the controller running under it.
 func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
@@ -53,17 +53,9 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 			return err
 		}
 	}
-	compositions, err := r.compositions(ctx, api, api.Version, api.Version)
-	if err != nil {
-		return err
-	}
-	bound := map[string]bool{}
-	for _, c := range compositions {
-		if !bound[c.Namespace] {
-			bound[c.Namespace] = true
-			if err := apply(ctx, r.Client, objs.ReleaseBinding(c.Namespace)); err != nil {
-				return err
-			}
+	if r.Bindings != nil {
+		if err := r.Bindings.Ensure(ctx, def, api.Kind, api.Plural, api.Version); err != nil {
+			return err
 		}
 	}
 	if r.Controllers != nil {
@@ -82,6 +74,9 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
 	if r.Controllers != nil {
 		r.Controllers.Stop(def.Namespace, plural, version)
+	}
+	if r.Bindings != nil {
+		r.Bindings.Stop(def.Namespace, plural, version)
 	}
 	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
 	deployment := &appsv1.Deployment{}

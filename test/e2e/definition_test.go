@@ -100,6 +100,35 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		}
 	}
 
+	// The release role is bound where compositions of the version are, as they come
+	// and go: well before the definition's next poll.
+	t.Run("a namespace is bound with its first composition and unbound after its last", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "create", "namespace", "team-x")
+		require.NoError(t, res.Err, res.Stderr)
+		releaseBindings := func(c require.TestingT) []rbacv1.RoleBinding {
+			list := &rbacv1.RoleBindingList{}
+			require.NoError(c, cp.Client.List(ctx, list, client.InNamespace("team-x"), client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
+			return list.Items
+		}
+		require.Empty(t, releaseBindings(t))
+
+		composition := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: first, namespace: team-x}\nspec: {replicaCount: 2}\n"
+		res = cp.Kubectl(ctx, composition, "apply", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			bindings := releaseBindings(c)
+			require.Len(c, bindings, 1)
+			assert.Equal(c, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: bindings[0].RoleRef.Name}, bindings[0].RoleRef)
+			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}}, bindings[0].Subjects)
+		}, 30*time.Second, 100*time.Millisecond)
+
+		res = cp.Kubectl(ctx, composition, "delete", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Empty(c, releaseBindings(c))
+		}, 30*time.Second, 100*time.Millisecond)
+	})
+
 	t.Run("a new chart version replaces the old served version", func(t *testing.T) {
 		res := cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--type", "merge", "-p", `{"spec":{"chart":{"version":"1.1.6"}}}`)
 		require.NoError(t, res.Err, res.Stderr)

@@ -198,6 +198,11 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 		Mapper:           mgr.GetRESTMapper(),
 		ControllerImage:  opts.ControllerImage,
 	}
+	bindings := &reconciler.ReleaseBindings{Config: mgr.GetConfig(), Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	if err := mgr.Add(bindings); err != nil {
+		return err
+	}
+	definitions.Bindings = bindings
 	if opts.Controllers == ControllersInProcess {
 		inProcess := &reconciler.InProcess{
 			Config:           mgr.GetConfig(),

@@ -1,0 +1,137 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/generators/rbac"
+)
+
+// ReleaseBindings keeps the release role of each served version bound in exactly the
+// namespaces that hold compositions of that version: bound as soon as the first one
+// appears there, unbound once the last one is gone. A version's controller cannot bind
+// itself, as its identity holds no RBAC rights; Compositor binds for it. It is a
+// leader-elected runnable of Compositor's manager, with one small manager per version
+// that watches the version's compositions (metadata only) and its bindings.
+type ReleaseBindings struct {
+	// Config is Compositor's own.
+	Config *rest.Config
+	// Client, as Compositor, writes the bindings.
+	Client client.Client
+	Scheme *runtime.Scheme
+
+	versionManagers
+}
+
+var _ CompositionControllers = (*ReleaseBindings)(nil)
+
+// Ensure starts keeping the bindings of the version unless that runs already.
+func (b *ReleaseBindings) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
+	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: plural, Version: version, Group: crd.Group})
+	if err != nil {
+		return fmt.Errorf("naming the RBAC of %s %s: %w", plural, version, err)
+	}
+	r := &bindingReconciler{
+		writer: b.Client,
+		gvk:    schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
+		objs:   objs,
+		labels: rbac.IdentityLabels(def.Namespace, plural, version),
+	}
+	key := VersionKey{Namespace: def.Namespace, Plural: plural, Version: version}
+	return b.ensure(ctx, key, "release binder", func() (manager.Manager, error) {
+		return r.newManager(b.Config, b.Scheme, plural)
+	})
+}
+
+// Stop stops keeping the bindings of the version; the definition reconciler deletes
+// them with the rest of the version's RBAC.
+func (b *ReleaseBindings) Stop(namespace, plural, version string) {
+	b.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version})
+}
+
+// bindingReconciler reconciles the release binding of one version in one namespace:
+// the request's Name is the namespace.
+type bindingReconciler struct {
+	// reader is the version manager's cache: the version's compositions and bindings.
+	reader client.Reader
+	writer client.Client
+	gvk    schema.GroupVersionKind
+	objs   *rbac.Objects
+	labels map[string]string
+}
+
+func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme, plural string) (manager.Manager, error) {
+	compositions := r.newCompositionMetadata()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			compositions:        {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: r.gvk.Version})},
+			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(r.labels)},
+		}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             ctrlconfig.Controller{SkipNameValidation: ptrTo(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the release binder of %s: %w", r.gvk, err)
+	}
+	r.reader = mgr.GetCache()
+	// A composition matters when it comes or goes (a relabelled one leaves this
+	// version's cache); a binding when someone changes or removes it.
+	arrivals := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named("release-binder-" + plural + "-" + r.gvk.Version).
+		WatchesMetadata(compositions, handler.EnqueueRequestsFromMapFunc(namespaceOf), builder.WithPredicates(arrivals)).
+		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(namespaceOf)).
+		Complete(r)
+	if err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+func (r *bindingReconciler) newCompositionMetadata() *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(r.gvk)
+	return obj
+}
+
+func namespaceOf(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.GetNamespace()}}}
+}
+
+// Reconcile binds the release role in the namespace when compositions of the version
+// are there, and removes the binding when none are.
+func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	namespace := req.Name
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
+	if err := r.reader.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return reconcile.Result{}, err
+	}
+	binding := r.objs.ReleaseBinding(namespace)
+	if len(list.Items) > 0 {
+		return reconcile.Result{}, apply(ctx, r.writer, binding)
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(r.writer.Delete(ctx, binding))
+}
