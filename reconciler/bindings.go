@@ -85,7 +85,7 @@ func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme,
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			compositions:        {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: r.gvk.Version})},
+			compositions:          {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: r.gvk.Version})},
 			&rbacv1.RoleBinding{}: {Label: labels.SelectorFromSet(r.labels)},
 		}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -100,7 +100,7 @@ func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme,
 	// version's cache); a binding when someone changes or removes it.
 	arrivals := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 	err = ctrl.NewControllerManagedBy(mgr).
-		Named("release-binder-" + plural + "-" + r.gvk.Version).
+		Named("release-binder-"+plural+"-"+r.gvk.Version).
 		WatchesMetadata(compositions, handler.EnqueueRequestsFromMapFunc(namespaceOf), builder.WithPredicates(arrivals)).
 		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(namespaceOf)).
 		Complete(r)
