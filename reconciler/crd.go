@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,8 +41,7 @@ func (r *DefinitionReconciler) applyCRD(ctx context.Context, def *corev1alpha1.C
 	}
 	claimed[api.Version] = true
 
-	keep := func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return claimed[v.Name] }
-	if err := r.writeCRD(ctx, api, existing, keep); err != nil {
+	if err := r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] }); err != nil {
 		return err
 	}
 	// Compositions of a version this definition served before move to its new one, so
@@ -57,8 +55,8 @@ func (r *DefinitionReconciler) applyCRD(ctx context.Context, def *corev1alpha1.C
 }
 
 // writeCRD builds the CRD with the definition's version plus the versions of existing
-// that keep accepts, and applies it.
-func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(apiextensionsv1.CustomResourceDefinitionVersion) bool) error {
+// that keep accepts, within the size budget as a whole, and applies it.
+func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(version string) bool) error {
 	conversion := r.Conversion
 	conversion.CABundle = r.Bundle.CABundle()
 	generated, _, err := crd.Build(crd.BuildOptions{
@@ -70,16 +68,10 @@ func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, 
 		return &phaseError{reason: ReasonInvalidSchema, terminal: true, err: fmt.Errorf("generating the CRD: %w", err)}
 	}
 	if existing != nil {
-		for _, v := range existing.Spec.Versions {
-			if v.Name != crd.HubVersion && v.Name != api.Version && keep(v) {
-				generated.Spec.Versions = append(generated.Spec.Versions, v)
-			}
-		}
-		slices.SortStableFunc(generated.Spec.Versions, func(a, b apiextensionsv1.CustomResourceDefinitionVersion) int {
-			return compareVersions(a.Name, b.Name)
-		})
-		if err := crd.Validate(generated); err != nil {
-			return fmt.Errorf("merging the versions of %s: %w", generated.Name, err)
+		// Not terminal: the versions of other definitions may be what does not fit,
+		// and they may go.
+		if _, err := crd.Merge(generated, existing.Spec.Versions, keep, 0); err != nil {
+			return &phaseError{reason: ReasonInvalidSchema, err: err}
 		}
 	}
 	if generated.Labels == nil {
@@ -87,22 +79,6 @@ func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, 
 	}
 	generated.Labels[LabelManaged] = "true"
 	return apply(ctx, r.Client, generated)
-}
-
-// compareVersions keeps hub last and served versions in the order Build gives them.
-func compareVersions(a, b string) int {
-	switch {
-	case a == b:
-		return 0
-	case a == crd.HubVersion:
-		return 1
-	case b == crd.HubVersion:
-		return -1
-	case a < b:
-		return -1
-	default:
-		return 1
-	}
 }
 
 // claimedVersions are the served versions of kind that definitions other than except

@@ -142,6 +142,70 @@ func Build(opts BuildOptions) (*apiextensionsv1.CustomResourceDefinition, Report
 	return crd, report, nil
 }
 
+// Merge adds to built, a CRD from Build, the served versions of another copy of it
+// (the CRD in the cluster, which other definitions share) that keep accepts, unless
+// built has a version of that name. Served versions are ordered by chart version with
+// hub last; descriptions are dropped, oldest version first, until the whole CRD fits
+// maxBytes (DefaultMaxBytes when 0), and the result is validated again.
+func Merge(built *apiextensionsv1.CustomResourceDefinition, other []apiextensionsv1.CustomResourceDefinitionVersion, keep func(name string) bool, maxBytes int) (Report, error) {
+	present := map[string]bool{}
+	for _, v := range built.Spec.Versions {
+		present[v.Name] = true
+	}
+	for _, v := range other {
+		if !present[v.Name] && keep(v.Name) {
+			built.Spec.Versions = append(built.Spec.Versions, *v.DeepCopy())
+			present[v.Name] = true
+		}
+	}
+	sort.SliceStable(built.Spec.Versions, func(i, j int) bool {
+		return versionLess(built.Spec.Versions[i].Name, built.Spec.Versions[j].Name)
+	})
+	report, err := fitBudget(built, len(built.Spec.Versions)-1, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := Validate(built); err != nil {
+		return nil, fmt.Errorf("merging the versions of %s: %w", built.Name, err)
+	}
+	return report, nil
+}
+
+// versionLess orders version names as their chart versions, hub last; a name that
+// VersionName cannot have given sorts after those it can, by name.
+func versionLess(a, b string) bool {
+	if a == HubVersion || b == HubVersion {
+		return b == HubVersion && a != HubVersion
+	}
+	sa, sb := chartVersionOf(a), chartVersionOf(b)
+	switch {
+	case sa != nil && sb != nil && !sa.Equal(sb):
+		return sa.LessThan(sb)
+	case (sa == nil) != (sb == nil):
+		return sa != nil
+	default:
+		return a < b
+	}
+}
+
+// chartVersionOf reverses VersionName as far as ordering needs: "v1-2-3-rc-1" is
+// 1.2.3-rc.1. It is nil for a name VersionName does not give.
+func chartVersionOf(name string) *semver.Version {
+	parts := strings.SplitN(strings.TrimPrefix(name, "v"), "-", 4)
+	if !strings.HasPrefix(name, "v") || len(parts) < 3 {
+		return nil
+	}
+	version := strings.Join(parts[:3], ".")
+	if len(parts) == 4 {
+		version += "-" + strings.ReplaceAll(parts[3], "-", ".")
+	}
+	sem, err := semver.StrictNewVersion(version)
+	if err != nil {
+		return nil
+	}
+	return sem
+}
+
 type namedVersion struct {
 	name  string
 	chart string

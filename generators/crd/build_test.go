@@ -1,6 +1,7 @@
 package crd
 
 import (
+	"sort"
 	"strings"
 	"testing"
 
@@ -101,4 +102,82 @@ func TestValidate(t *testing.T) {
 	badCA := crd.DeepCopy()
 	badCA.Spec.Conversion.Webhook.ClientConfig.CABundle = []byte("junk")
 	assert.ErrorIs(t, Validate(badCA), ErrInvalidCRD)
+}
+
+// Merge keeps the other copy's versions it is told to, in chart version order, and
+// keeps the whole CRD within the budget.
+func TestMerge(t *testing.T) {
+	spec := simpleSpec(t)
+	build := func(versions ...string) *apiextensionsv1.CustomResourceDefinition {
+		t.Helper()
+		opts := BuildOptions{ChartName: "app", Conversion: testWebhook}
+		for _, v := range versions {
+			opts.Versions = append(opts.Versions, ServedVersion{ChartVersion: v, Spec: spec})
+		}
+		crd, _, err := Build(opts)
+		require.NoError(t, err)
+		return crd
+	}
+	names := func(crd *apiextensionsv1.CustomResourceDefinition) []string {
+		var out []string
+		for _, v := range crd.Spec.Versions {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	description := func(crd *apiextensionsv1.CustomResourceDefinition, name string) string {
+		for _, v := range crd.Spec.Versions {
+			if v.Name == name {
+				return v.Schema.OpenAPIV3Schema.Properties["spec"].Properties["a"].Description
+			}
+		}
+		t.Fatalf("no version %s", name)
+		return ""
+	}
+	cluster := build("1.9.0", "2.0.0", "1.0.0-rc.1", "1.10.0")
+	// The cluster's copy of the merged version differs: the built one wins.
+	for i := range cluster.Spec.Versions {
+		if cluster.Spec.Versions[i].Name == "v1-10-0" {
+			cluster.Spec.Versions[i].Deprecated = true
+		}
+	}
+	notV2 := func(name string) bool { return name != "v2-0-0" }
+
+	t.Run("versions kept in chart version order", func(t *testing.T) {
+		merged := build("1.10.0")
+		report, err := Merge(merged, cluster.Spec.Versions, notV2, 0)
+		require.NoError(t, err)
+		assert.Empty(t, report)
+		assert.Equal(t, []string{"v1-0-0-rc-1", "v1-9-0", "v1-10-0", "hub"}, names(merged))
+		assert.False(t, merged.Spec.Versions[2].Deprecated, "the built version wins over the cluster's copy")
+	})
+
+	t.Run("the whole CRD fits the budget, oldest descriptions dropped first", func(t *testing.T) {
+		full := build("1.10.0")
+		_, err := Merge(full, cluster.Spec.Versions, notV2, 0)
+		require.NoError(t, err)
+		budget := len(mustJSON(full)) - 1000
+
+		merged := build("1.10.0")
+		report, err := Merge(merged, cluster.Spec.Versions, notV2, budget)
+		require.NoError(t, err)
+		require.Len(t, report, 1)
+		assert.Contains(t, report[0].Reason, "v1-0-0-rc-1")
+		assert.LessOrEqual(t, len(mustJSON(merged)), budget)
+		assert.Empty(t, description(merged, "v1-0-0-rc-1"))
+		assert.NotEmpty(t, description(merged, "v1-9-0"))
+		assert.NotEmpty(t, description(merged, "v1-10-0"))
+		assert.NotEmpty(t, description(cluster, "v1-0-0-rc-1"), "the other copy is not modified")
+	})
+
+	t.Run("too large even without descriptions", func(t *testing.T) {
+		_, err := Merge(build("1.10.0"), cluster.Spec.Versions, notV2, 2000)
+		assert.ErrorIs(t, err, ErrTooLarge)
+	})
+}
+
+func TestVersionLess(t *testing.T) {
+	in := []string{"hub", "v2-0-0", "zeta", "v1-10-0", "v1-2-0", "v1-2-0-rc-1", "v1-2-0-alpha"}
+	sort.SliceStable(in, func(i, j int) bool { return versionLess(in[i], in[j]) })
+	assert.Equal(t, []string{"v1-2-0-alpha", "v1-2-0-rc-1", "v1-2-0", "v1-10-0", "v2-0-0", "zeta", "hub"}, in)
 }
