@@ -100,6 +100,14 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		}
 	}
 
+	// Resolved through the API server's discovery: exactly what the chart can create,
+	// with the verbs Helm needs, and Helm's release Secrets.
+	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
+		releaseSecrets,
+	}, releaseRules(t, cp, "v1-1-5"))
+
 	// The release role is bound where compositions of the version are, as they come
 	// and go: well before the definition's next poll.
 	t.Run("a namespace is bound with its first composition and unbound after its last", func(t *testing.T) {
@@ -167,6 +175,15 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
 			assert.Equal(c, []string{"v2-0-0", "hub"}, versionNames(crd))
 		}, 2*time.Minute, 200*time.Millisecond)
+		// 2.0.0 renders an Ingress when exposure is public: its role grants Ingresses.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
+				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
+				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: helmVerbs},
+				releaseSecrets,
+			}, releaseRules(c, cp, "v2-0-0"))
+		}, time.Minute, 200*time.Millisecond)
 	})
 
 	t.Run("deleting the last definition removes everything it generated", func(t *testing.T) {
@@ -205,6 +222,20 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 			}, 2*time.Minute, 200*time.Millisecond, "%s/%s", key[0], key[1])
 		}
 	})
+}
+
+// helmVerbs are the verbs Helm uses on what a chart creates.
+var helmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
+
+// releaseSecrets is the rule for Helm's release storage.
+var releaseSecrets = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}}
+
+// releaseRules are the rules of the release role of fireworksapps version in the
+// fireworksapp-system definition namespace.
+func releaseRules(t require.TestingT, cp *controlplane.ControlPlane, version string) []rbacv1.PolicyRule {
+	role := &rbacv1.ClusterRole{}
+	require.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Name: "compositor:fireworksapp-system:fireworksapps-" + version + ":release"}, role))
+	return role.Rules
 }
 
 func versionNames(crd *apiextensionsv1.CustomResourceDefinition) []string {
