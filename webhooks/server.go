@@ -159,7 +159,7 @@ func (v *Validator) review(ctx context.Context, req *Request) (admission.Respons
 		return unsupportedKind(req.Kind), policies.Decision{}
 	}
 	errs, warnings := checks.Run(ctx, req)
-	if v.decider == nil || req.Kind.Group == policyGroup {
+	if v.decider == nil || req.Kind.Group == policyGroup || leaving(req) {
 		return respond(req, errs, warnings), policies.Decision{}
 	}
 	decision, err := v.decider.decide(ctx, req)
@@ -167,6 +167,13 @@ func (v *Validator) review(ctx context.Context, req *Request) (admission.Respons
 		return admission.Errored(http.StatusInternalServerError, err), policies.Decision{}
 	}
 	return verdict(req, errs, warnings, decision), decision
+}
+
+// leaving reports whether req updates an object that is being deleted: its controller
+// removing a finalizer, typically. The schema and the policies are not asked: the values
+// no longer matter, and refusing the update would strand the object undeleted.
+func leaving(req *Request) bool {
+	return req.Operation == admissionv1.Update && req.Object.GetDeletionTimestamp() != nil
 }
 
 // reviewServer is the HTTP side of an admission webhook: it reads and decodes one

@@ -12,7 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // noObjects is a reader of an empty cluster. Handlers need a reader to be built; the
@@ -20,6 +26,10 @@ import (
 type noObjects struct{ client.Reader }
 
 func (noObjects) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+func (noObjects) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+}
 
 func handlers() map[string]http.Handler {
 	return map[string]http.Handler{
@@ -217,4 +227,49 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 		_, _, err := Configurations(ConfigurationOptions{Endpoint: bad})
 		assert.Error(t, err, "%+v", bad)
 	}
+}
+
+// A composition on its way out is let go whatever the policies say, so that its
+// controller can remove its finalizer; while it is not, the policies decide.
+func TestValidateLetsADeletedCompositionGo(t *testing.T) {
+	ctx := context.Background()
+	engine, err := policies.NewEngine(ctx, policies.Options{DisabledBuiltins: policies.BuiltinIDs()})
+	require.NoError(t, err)
+	require.NoError(t, engine.Set(ctx, policies.Policy{
+		Name: "deny-all", Origin: policies.OriginObject, File: "deny-all.rego",
+		Rego:  "package denyall\n\ndeny contains \"nothing is allowed\"\n",
+		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
+	}))
+	v := &Validator{
+		Compositions: compositionChecks(noObjects{}),
+		decider:      &policyCheck{checker: &policies.Checker{Engine: engine}, cached: noObjects{}},
+	}
+	m := &Mutator{Definitions: noObjects{}, Screen: v}
+
+	old := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
+	old["metadata"].(map[string]any)["finalizers"] = []any{"composition.krateo.io/finalizer"}
+	old["metadata"].(map[string]any)["deletionTimestamp"] = "2026-11-22T06:00:00Z"
+	released := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
+	released["metadata"].(map[string]any)["deletionTimestamp"] = "2026-11-22T06:00:00Z"
+	for name, h := range map[string]admission.Handler{"mutate": m, "validate": v} {
+		t.Run(name, func(t *testing.T) {
+			resp := h.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", released, old)))
+			assert.True(t, resp.Allowed, "%v", resp.Result)
+
+			live := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
+			resp = h.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", live, live)))
+			require.False(t, resp.Allowed)
+			assert.Equal(t, "nothing is allowed [policy deny-all]", resp.Result.Message)
+		})
+	}
+}
+
+// admissionRequest is req, a map as compositionRequest gives, as an admission.Request.
+func admissionRequest(t *testing.T, req map[string]any) admission.Request {
+	t.Helper()
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	out := admission.Request{}
+	require.NoError(t, json.Unmarshal(body, &out.AdmissionRequest))
+	return out
 }
