@@ -8,6 +8,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -26,8 +27,13 @@ type Charts struct {
 	// Live reads Secrets from the API server; Compositor never caches them.
 	Live client.Reader
 
-	mu     sync.Mutex
-	loaded map[string]*chart.Chart
+	once   sync.Once
+	loaded *lru.Cache // digest → *chart.Chart, the least recently used evicted first
+}
+
+func (c *Charts) memory() *lru.Cache {
+	c.once.Do(func() { c.loaded = lru.New(maxLoadedCharts) })
+	return c.loaded
 }
 
 // Fetch fetches the definition's chart from its source.
@@ -58,11 +64,8 @@ func (c *Charts) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinit
 // digest, from memory when it was loaded before.
 func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
 	if digest := def.Status.Digest; digest != "" {
-		c.mu.Lock()
-		ch := c.loaded[digest]
-		c.mu.Unlock()
-		if ch != nil {
-			return ch, digest, nil
+		if ch, ok := c.memory().Get(digest); ok {
+			return ch.(*chart.Chart), digest, nil
 		}
 	}
 	result, err := c.Fetch(ctx, def)
@@ -73,18 +76,7 @@ func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinit
 }
 
 func (c *Charts) remember(digest string, ch *chart.Chart) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.loaded == nil {
-		c.loaded = map[string]*chart.Chart{}
-	}
-	if _, ok := c.loaded[digest]; !ok && len(c.loaded) >= maxLoadedCharts {
-		for old := range c.loaded { // any one: a miss only costs a fetch from disk
-			delete(c.loaded, old)
-			break
-		}
-	}
-	c.loaded[digest] = ch
+	c.memory().Add(digest, ch)
 }
 
 // password reads the credentials' Secret. Only a Secret in the definition's own
