@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -78,11 +79,42 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	mgr, err := newManager(cfg, scheme, provider, opts)
+	if err != nil {
+		return err
+	}
+	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	if err != nil {
+		return err
+	}
+	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
+
+	if err := setupAdmission(ctx, mgr, charts, opts); err != nil {
+		return err
+	}
+	endpoint, err := setupWebhookConfigurations(ctx, mgr, live, provider, opts)
+	if err != nil {
+		return err
+	}
+	if err := setupReconciler(mgr, live, charts, provider, endpoint, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhooks", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// newManager creates Compositor's manager, its webhook server serving the certificate
+// of provider.
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provider, opts *ServeOptions) (manager.Manager, error) {
 	host, port, err := splitHostPort(opts.WebhookAddr)
 	if err != nil {
-		return fmt.Errorf("--webhook-bind-address: %w", err)
+		return nil, fmt.Errorf("--webhook-bind-address: %w", err)
 	}
-
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cache.Options{SyncPeriod: &opts.Sync},
@@ -108,14 +140,14 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		}),
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	return mgr, nil
+}
 
-	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
-	if err != nil {
-		return err
-	}
-	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
+// setupAdmission mounts the admission handlers and keeps the policies they enforce
+// current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, opts *ServeOptions) error {
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
 	if err != nil {
 		return err
@@ -143,15 +175,20 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	}
 	// The mutating webhook reads definitions from the cache: start their informer with
 	// the manager rather than on the first admission request.
-	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
-		return err
-	}
+	_, err = mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
+	return err
+}
+
+// setupWebhookConfigurations prepares the webhook certificate and, once the webhook
+// server answers, installs the webhook configurations on every replica. It returns
+// where the API server reaches the webhooks.
+func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live client.Client, provider certs.Provider, opts *ServeOptions) (webhooks.Endpoint, error) {
 	if err := provider.Ensure(ctx); err != nil {
-		return fmt.Errorf("preparing the webhook certificate: %w", err)
+		return webhooks.Endpoint{}, fmt.Errorf("preparing the webhook certificate: %w", err)
 	}
 	endpoint, err := webhookEndpoint(opts)
 	if err != nil {
-		return err
+		return webhooks.Endpoint{}, err
 	}
 	configOpts := webhooks.ConfigurationOptions{Endpoint: endpoint, TimeoutSeconds: int32(opts.WebhookTimeout / time.Second)}
 	if opts.Certs == CertsCertManager {
@@ -162,19 +199,10 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		return installWebhooks(ctx, started, live, provider, configOpts)
 	})} {
 		if err := mgr.Add(runnable); err != nil {
-			return err
+			return webhooks.Endpoint{}, err
 		}
 	}
-	if err := setupReconciler(mgr, live, charts, provider, endpoint, opts); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("webhooks", started); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
+	return endpoint, nil
 }
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
