@@ -54,6 +54,14 @@ type Options struct {
 
 // Register mounts the admission handlers on srv.
 func Register(srv webhook.Server, opts Options) {
+	mutator, validator := newHandlers(opts)
+	srv.Register(MutatePath, guard(mutator))
+	srv.Register(ValidatePath, guard(validator))
+	srv.Register(ConvertPath, NewConverter(NewCRDSchemas(opts.Cached, opts.Live)))
+}
+
+// newHandlers returns the admission handlers of /mutate and /validate.
+func newHandlers(opts Options) (*Mutator, *Validator) {
 	v := &Validator{
 		Compositions: compositionChecks(opts.Live),
 		Definitions:  definitionChecks(opts.Live),
@@ -62,9 +70,7 @@ func Register(srv webhook.Server, opts Options) {
 	if opts.Checker != nil {
 		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
 	}
-	srv.Register(MutatePath, guard(&Mutator{Definitions: opts.Cached, Screen: v}))
-	srv.Register(ValidatePath, guard(v))
-	srv.Register(ConvertPath, NewConverter(NewCRDSchemas(opts.Cached, opts.Live)))
+	return &Mutator{Definitions: opts.Cached, Screen: v}, v
 }
 
 // Mutator answers /mutate: it defaults compositions and leaves Compositor's other
