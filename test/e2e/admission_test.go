@@ -24,7 +24,7 @@ import (
 // startCompositor runs `compositor serve` in this process against cp, with its
 // webhooks on loopback and the options changed by each of tweaks, and waits until the
 // API server has its webhooks.
-func startCompositor(t *testing.T, cp *controlplane.ControlPlane, tweaks ...func(*app.ServeOptions)) {
+func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func(*app.ServeOptions)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := app.NewServeOptions()

@@ -24,7 +24,7 @@ import (
 )
 
 // sampleRepository serves the sample charts as a Helm repository for the test.
-func sampleRepository(t *testing.T) *chartserver.Repository {
+func sampleRepository(t testing.TB) *chartserver.Repository {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, samplecharts.Package(dir))

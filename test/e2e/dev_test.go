@@ -49,7 +49,7 @@ var compositorBinary = sync.OnceValues(func() (string, error) {
 })
 
 // freePort returns a loopback address no one listens on right now.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
