@@ -33,16 +33,17 @@ build: ## Build bin/compositor
 	go build -o $(BIN)/compositor ./cmd/compositor
 
 .PHONY: generate
-generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds
+generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crds
+	cp api/crds/*.yaml charts/compositor/crds/
 
 .PHONY: verify
 verify: $(CODEGEN_STAMP) ## Fail if generated files, formatting or go.mod files are stale
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	tar --exclude=./bin --exclude=./.git --exclude=./.compositor -cf - . | tar -C "$$tmp" -xf -; \
 	$(MAKE) -s -C "$$tmp" generate BIN=$(BIN) CODEGEN_STAMP=$(CODEGEN_STAMP) >/dev/null; \
-	diff -ru api "$$tmp/api" || { echo "generated files are stale: run 'make generate'"; exit 1; }
+	for d in api charts/compositor/crds; do diff -ru $$d "$$tmp/$$d" || { echo "generated files are stale: run 'make generate'"; exit 1; }; done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt"; exit 1; }
 	go mod tidy -diff
 	for m in $(TOOLS)/*/; do (cd $$m && go mod tidy -diff); done

@@ -34,7 +34,8 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 	for _, tweak := range tweaks {
 		tweak(opts)
 	}
-	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}))
+	// The namespace may be there already: installed with the deployment chart.
+	require.NoError(t, client.IgnoreAlreadyExists(cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}})))
 
 	var serveErr error
 	stopped := make(chan struct{})

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -122,7 +123,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        leaderElectionID,
-		LeaderElectionNamespace: opts.Namespace,
+		LeaderElectionNamespace: cmp.Or(opts.LeaderElectionNamespace, opts.Namespace),
 		// Stepping down at once on shutdown lets the next replica take over without
 		// waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+// chartDir is Compositor's own deployment chart.
+func chartDir() string { return filepath.Join(controlplane.RepoRoot(), "charts", "compositor") }
+
+// helmTemplate renders the deployment chart as release compositor in
+// compositor-system, with --set values, and returns its objects by "Kind/name".
+func helmTemplate(t *testing.T, set ...string) (map[string]*unstructured.Unstructured, error) {
+	t.Helper()
+	args := []string{"template", "compositor", chartDir(), "--namespace", "compositor-system"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(controlplane.BinDir(), "helm"), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, errors.New(stderr.String())
+	}
+	objects := map[string]*unstructured.Unstructured{}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		err := decoder.Decode(&obj.Object)
+		if errors.Is(err, io.EOF) {
+			return objects, nil
+		}
+		require.NoError(t, err)
+		if len(obj.Object) > 0 {
+			objects[obj.GetKind()+"/"+obj.GetName()] = obj
+		}
+	}
+}
+
+func as[T any](t *testing.T, obj *unstructured.Unstructured) *T {
+	t.Helper()
+	require.NotNil(t, obj)
+	out := new(T)
+	data, err := obj.MarshalJSON()
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, out))
+	return out
+}
+
+func TestDeploymentChartRenders(t *testing.T) {
+	controlplane.Require(t, "helm")
+	res, err := exec.Command(filepath.Join(controlplane.BinDir(), "helm"), "lint", "--strict", chartDir()).CombinedOutput()
+	require.NoError(t, err, string(res))
+
+	t.Run("defaults: replicas spread, leader election, builtin certificates", func(t *testing.T) {
+		objects, err := helmTemplate(t)
+		require.NoError(t, err)
+		deployment := as[appsv1.Deployment](t, objects["Deployment/compositor"])
+		assert.Equal(t, int32(2), *deployment.Spec.Replicas)
+		pod := deployment.Spec.Template.Spec
+		assert.Equal(t, "compositor", pod.ServiceAccountName)
+		assert.True(t, *pod.SecurityContext.RunAsNonRoot)
+		require.NotNil(t, pod.Affinity.PodAntiAffinity)
+		container := pod.Containers[0]
+		assert.True(t, *container.SecurityContext.ReadOnlyRootFilesystem)
+		assert.False(t, *container.SecurityContext.AllowPrivilegeEscalation)
+		assert.Equal(t, "/healthz", container.LivenessProbe.HTTPGet.Path)
+		assert.Equal(t, "/readyz", container.ReadinessProbe.HTTPGet.Path)
+		for _, arg := range []string{"serve", "--leader-election", "--certs=builtin", "--webhook-service=compositor-webhook"} {
+			assert.Contains(t, container.Args, arg)
+		}
+		// The binary accepts every argument the chart gives it.
+		out, err := exec.Command(buildCompositor(t), append(container.Args, "--help")...).CombinedOutput()
+		require.NoError(t, err, string(out))
+
+		assert.Contains(t, objects, "PodDisruptionBudget/compositor")
+		assert.Contains(t, objects, "Service/compositor-webhook")
+		for key := range objects {
+			assert.NotContains(t, []string{"Certificate", "Issuer", "ServiceMonitor"}, strings.Split(key, "/")[0], key)
+		}
+		role := as[rbacv1.ClusterRole](t, objects["ClusterRole/compositor"])
+		for _, rule := range role.Rules {
+			assert.NotContains(t, rule.Verbs, "*")
+			assert.NotContains(t, rule.Verbs, "impersonate")
+			if slices.Contains(rule.Resources, "*") {
+				assert.Equal(t, []string{"composition.krateo.io"}, rule.APIGroups, "a wildcard only on the generated kinds")
+			}
+		}
+	})
+
+	t.Run("cert-manager mode", func(t *testing.T) {
+		objects, err := helmTemplate(t, "certs.mode=cert-manager", "serviceMonitor.enabled=true")
+		require.NoError(t, err)
+		assert.Contains(t, objects, "Issuer/compositor-selfsigned")
+		certificate := objects["Certificate/compositor-webhook"]
+		require.NotNil(t, certificate)
+		dnsNames, _, _ := unstructured.NestedStringSlice(certificate.Object, "spec", "dnsNames")
+		assert.Contains(t, dnsNames, "compositor-webhook.compositor-system.svc")
+		container := as[appsv1.Deployment](t, objects["Deployment/compositor"]).Spec.Template.Spec.Containers[0]
+		assert.Contains(t, container.Args, "--certs=cert-manager")
+		assert.Contains(t, container.Args, "--cert-manager-certificate=compositor-webhook")
+		assert.Contains(t, objects, "ServiceMonitor/compositor")
+	})
+
+	t.Run("bad values are refused by the chart's schema", func(t *testing.T) {
+		for set, want := range map[string]string{
+			"certs.mode=vault":          "at '/certs/mode': value must be one of 'builtin', 'cert-manager'",
+			"replicaCount=0":            "at '/replicaCount'",
+			"webhook.timeoutSeconds=60": "at '/webhook/timeoutSeconds': maximum: got 60, want 30",
+			"reconciler.poll=soon":      "at '/reconciler/poll'",
+			"replicas=3":                "replicas",
+		} {
+			_, err := helmTemplate(t, set)
+			require.Error(t, err, set)
+			assert.Contains(t, err.Error(), want, set)
+		}
+	})
+}
+
+// TestDeploymentChartRBACIsEnough installs the chart on the real API server and runs
+// Compositor as the chart's ServiceAccount through a definition's whole life: what the
+// chart grants is enough, and what it does not grant stays refused.
+func TestDeploymentChartRBACIsEnough(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	res := cp.Helm(ctx, "install", "compositor", chartDir(), "--namespace", "compositor-system", "--create-namespace")
+	require.NoError(t, res.Err, res.Stderr)
+
+	const serviceAccount = "system:serviceaccount:compositor-system:compositor"
+	asChart := *cp
+	asChart.Config = rest.CopyConfig(cp.Config)
+	asChart.Config.Impersonate = rest.ImpersonationConfig{
+		UserName: serviceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:compositor-system", "system:authenticated"},
+	}
+	startCompositor(t, &asChart, func(o *app.ServeOptions) { o.LeaderElection = true })
+	readyDefinition(t, cp)
+
+	kubectl := func(stdin string, args ...string) {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+	}
+	kubectl(noDockerHub, "apply", "-f", "-")
+	kubectl("", "wait", "compositionpolicy", "no-docker-hub", "--for", "jsonpath={.status.compiled}=true", "--timeout", "60s")
+	kubectl("", "create", "namespace", "team-chart")
+	composition := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: app, namespace: team-chart}\nspec: {replicaCount: 2}\n"
+	kubectl(composition, "apply", "-f", "-")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		bindings := &rbacv1.RoleBindingList{}
+		require.NoError(c, cp.Client.List(ctx, bindings, client.InNamespace("team-chart")))
+		assert.Len(c, bindings.Items, 1)
+	}, 30*time.Second, 100*time.Millisecond)
+	kubectl(composition, "delete", "-f", "-")
+	kubectl("", "delete", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--timeout", "60s")
+
+	// What the chart does not grant stays refused.
+	for _, attrs := range []authorizationv1.ResourceAttributes{
+		{Verb: "create", Resource: "pods", Namespace: "default"},
+		{Verb: "delete", Resource: "secrets", Namespace: "default"},
+		{Verb: "update", Resource: "secrets", Namespace: "compositor-system", Name: "someone-elses"},
+		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: "default"},
+		{Verb: "create", Resource: "namespaces"},
+		{Verb: "delete", Resource: "compositiondefinitions", Group: "core.krateo.io", Namespace: "default"},
+		{Verb: "patch", Resource: "validatingwebhookconfigurations", Group: "admissionregistration.k8s.io", Name: "someone-elses"},
+	} {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: serviceAccount, Groups: asChart.Config.Impersonate.Groups, ResourceAttributes: &attrs,
+		}}
+		require.NoError(t, cp.Client.Create(ctx, review))
+		assert.False(t, review.Status.Allowed, "%+v is allowed", attrs)
+	}
+}
