@@ -37,19 +37,30 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 	case err != nil:
 		return err
 	}
-	objs, err := rbac.Generate(rbac.Options{
+	opts := rbac.Options{
 		Namespace:      def.Namespace,
 		DefinitionName: def.Name,
 		Plural:         api.Plural,
 		Version:        api.Version,
 		Group:          crd.Group,
 		Types:          types,
-	})
+	}
+	if c := def.Spec.Chart.Credentials; c != nil {
+		// The controller fetches the chart too; Charts.Fetch has refused a Secret of
+		// another namespace already.
+		opts.CredentialsSecret = c.PasswordRef.Name
+	}
+	objs, err := rbac.Generate(opts)
 	if err != nil {
 		return &phaseError{reason: ReasonApplyFailed, terminal: true, err: err}
 	}
 	for _, obj := range objs.List() {
 		if err := apply(ctx, r.Client, obj); err != nil {
+			return err
+		}
+	}
+	if objs.CredentialsRole == nil {
+		if err := r.deleteCredentialsRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
 			return err
 		}
 	}
@@ -89,6 +100,9 @@ func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1a
 		},
 		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRoleBinding{}, labels) },
 		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRole{}, labels) },
+		func() error {
+			return r.Client.DeleteAllOf(ctx, &rbacv1.Role{}, client.InNamespace(def.Namespace), labels)
+		},
 		func() error { return r.deleteRoleBindings(ctx, labels) },
 	} {
 		if err := client.IgnoreNotFound(del()); err != nil {
@@ -97,6 +111,22 @@ func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1a
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing the controller of %s %s: %w", plural, version, err)
+	}
+	return nil
+}
+
+// deleteCredentialsRole removes the credentials Role and RoleBinding of a version
+// whose chart no longer needs credentials.
+func (r *DefinitionReconciler) deleteCredentialsRole(ctx context.Context, namespace, plural, version string) error {
+	name := rbac.NamesFor(namespace, plural, version).Credentials
+	var errs []error
+	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
+		obj.SetNamespace(namespace)
+		obj.SetName(name)
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, obj)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing the credentials Role of %s %s: %w", plural, version, err)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //   - no Secrets in the roles bound cluster-wide (CompositionsRole, ClusterRole):
 //     Helm's release Secrets are only reachable through per-namespace ReleaseBindings;
 //   - no subresources in the chart's rights (ReleaseRole, ClusterRole);
+//   - the CredentialsRole, if any, only gets one Secret by name in the ServiceAccount's
+//     namespace;
 //   - every binding binds its own role to the ServiceAccount only.
 func Check(objs *Objects) error {
 	if objs == nil {
@@ -80,11 +82,43 @@ func Check(objs *Objects) error {
 	}
 	rb := objs.ReleaseBinding(sa.Namespace)
 	checkBinding("RoleBinding", rb.Name, rb.RoleRef, rb.Subjects, objs.ReleaseRole)
+	checkCredentials(objs, add)
 
 	if len(v) > 0 {
 		return fmt.Errorf("%w: %s", ErrUnsafe, strings.Join(v, "; "))
 	}
 	return nil
+}
+
+// checkCredentials asserts that the CredentialsRole reads one named Secret in the
+// ServiceAccount's namespace, bound to the ServiceAccount only.
+func checkCredentials(objs *Objects, add func(string, ...any)) {
+	role, binding, sa := objs.CredentialsRole, objs.CredentialsBinding, objs.ServiceAccount
+	if (role == nil) != (binding == nil) {
+		add("CredentialsRole and CredentialsBinding come together")
+		return
+	}
+	if role == nil {
+		return
+	}
+	if len(role.Rules) != 1 || len(role.Rules[0].ResourceNames) != 1 ||
+		!equalRules(role.Rules[0], credentialsRule(role.Rules[0].ResourceNames[0])) || strings.Contains(role.Rules[0].ResourceNames[0], "*") {
+		add("Role %s grants more than get on one named Secret: %v", role.Name, role.Rules)
+	}
+	if role.Namespace != sa.Namespace || binding.Namespace != sa.Namespace {
+		add("Role %s and RoleBinding %s must be in the ServiceAccount's namespace %s", role.Name, binding.Name, sa.Namespace)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
+		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)
+	}
+	if only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}; !slices.Equal(binding.Subjects, only) {
+		add("RoleBinding %s binds %v, not only ServiceAccount %s/%s", binding.Name, binding.Subjects, sa.Namespace, sa.Name)
+	}
+}
+
+func equalRules(a, b rbacv1.PolicyRule) bool {
+	return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
+		slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.ResourceNames, b.ResourceNames) && len(a.NonResourceURLs) == 0
 }
 
 func checkRole(role *rbacv1.ClusterRole, clusterWide, subresources bool, add func(string, ...any)) {

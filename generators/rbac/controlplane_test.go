@@ -71,7 +71,9 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 	require.NoError(t, err)
 	types, err := ResourceTypes(ch, mapper)
 	require.NoError(t, err)
-	objs, err := Generate(fireworksOptions(t, "2.0.0", types))
+	opts := fireworksOptions(t, "2.0.0", types)
+	opts.CredentialsSecret = "repo-password"
+	objs, err := Generate(opts)
 	require.NoError(t, err)
 
 	for _, ns := range []string{"fireworksapp-system", "team-a", "team-b", "team-c"} {
@@ -80,10 +82,14 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 	for _, o := range append(objs.List(), objs.ReleaseBinding("team-a")) {
 		require.NoError(t, admin.Create(ctx, o), "%T %s", o, o.GetName())
 	}
-	require.NoError(t, admin.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: "team-b"},
-		StringData: map[string]string{"password": "hunter2"},
-	}))
+	for _, secret := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: "team-b"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "repo-password", Namespace: "fireworksapp-system"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other-password", Namespace: "fireworksapp-system"}},
+	} {
+		secret.StringData = map[string]string{"password": "hunter2"}
+		require.NoError(t, admin.Create(ctx, secret))
+	}
 
 	sa := objs.ServiceAccount
 	cfg := rest.CopyConfig(cp.Config)
@@ -135,6 +141,16 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 		t.Helper()
 		assert.True(t, apierrors.IsForbidden(err), "want Forbidden, got %v", err)
 	}
+	t.Run("can read its chart's credentials Secret, and only that one", func(t *testing.T) {
+		var secret corev1.Secret
+		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "repo-password"}, &secret))
+		assert.Equal(t, "hunter2", string(secret.Data["password"]))
+		forbidden(t, as.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "other-password"}, &secret))
+		forbidden(t, as.List(ctx, &corev1.SecretList{}, client.InNamespace("fireworksapp-system")))
+		secret.Data["password"] = []byte("changed")
+		forbidden(t, as.Update(ctx, &secret))
+	})
+
 	t.Run("is forbidden everything else", func(t *testing.T) {
 		var secret corev1.Secret
 		forbidden(t, as.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "db-password"}, &secret))

@@ -66,6 +66,9 @@ type Options struct {
 	Types []ResourceType
 	// Labels are added to every object; the identity labels win over them.
 	Labels map[string]string
+	// CredentialsSecret names the Secret, in Namespace, of the chart's credentials;
+	// empty when the chart needs none. The controller may read that Secret and no other.
+	CredentialsSecret string
 }
 
 // Names are the names of the objects generated for one definition version. They hold
@@ -84,6 +87,9 @@ type Names struct {
 	ClusterRole string
 	// ReleaseBinding names the RoleBinding of ReleaseRole in each composition namespace.
 	ReleaseBinding string
+	// Credentials names the Role, in the definition namespace, that reads the chart's
+	// credentials Secret, and its RoleBinding.
+	Credentials string
 }
 
 // ServiceAccountName returns the name of the ServiceAccount (and of the controller
@@ -101,6 +107,7 @@ func NamesFor(namespace, plural, version string) Names {
 		ReleaseRole:      prefix + ":release",
 		ClusterRole:      prefix + ":cluster",
 		ReleaseBinding:   prefix,
+		Credentials:      prefix + ":credentials",
 	}
 }
 
@@ -152,6 +159,11 @@ type Objects struct {
 	ClusterRole *rbacv1.ClusterRole
 	// ClusterBinding binds ClusterRole cluster-wide; nil with ClusterRole.
 	ClusterBinding *rbacv1.ClusterRoleBinding
+	// CredentialsRole lets the controller get the chart's credentials Secret, by name,
+	// in the definition namespace; nil when the chart needs no credentials.
+	CredentialsRole *rbacv1.Role
+	// CredentialsBinding binds CredentialsRole; nil with it.
+	CredentialsBinding *rbacv1.RoleBinding
 
 	releaseBindingName string
 	labels             map[string]string
@@ -201,6 +213,19 @@ func Generate(opts Options) (*Objects, error) {
 		objs.ClusterRole = clusterRole(names.ClusterRole, labels, typeRules(cluster, HelmVerbs))
 		objs.ClusterBinding = clusterRoleBinding(objs.ClusterRole, subject)
 	}
+	if opts.CredentialsSecret != "" {
+		objs.CredentialsRole = &rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+			ObjectMeta: objectMeta(names.Credentials, opts.Namespace, labels),
+			Rules:      []rbacv1.PolicyRule{credentialsRule(opts.CredentialsSecret)},
+		}
+		objs.CredentialsBinding = &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: objectMeta(names.Credentials, opts.Namespace, labels),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: names.Credentials},
+			Subjects:   []rbacv1.Subject{subject},
+		}
+	}
 	if err := Check(objs); err != nil {
 		return nil, err
 	}
@@ -214,6 +239,11 @@ func (o Options) validate() error {
 	} {
 		for _, msg := range validation.IsDNS1123Label(f.value) {
 			problems = append(problems, fmt.Sprintf("%s %q: %s", f.name, f.value, msg))
+		}
+	}
+	if o.CredentialsSecret != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(o.CredentialsSecret) {
+			problems = append(problems, fmt.Sprintf("credentials Secret %q: %s", o.CredentialsSecret, msg))
 		}
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.Group) {
@@ -250,11 +280,22 @@ func (o *Objects) List() []client.Object {
 	if o.ClusterRole != nil {
 		list = append(list, o.ClusterRole)
 	}
+	if o.CredentialsRole != nil {
+		list = append(list, o.CredentialsRole)
+	}
 	list = append(list, o.CompositionsBinding)
 	if o.ClusterBinding != nil {
 		list = append(list, o.ClusterBinding)
 	}
+	if o.CredentialsBinding != nil {
+		list = append(list, o.CredentialsBinding)
+	}
 	return list
+}
+
+// credentialsRule reads one Secret by name.
+func credentialsRule(secret string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{secret}}
 }
 
 func objectMeta(name, namespace string, labels map[string]string) metav1.ObjectMeta {

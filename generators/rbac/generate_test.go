@@ -210,3 +210,42 @@ func TestGenerateRefusesUnsafeTypes(t *testing.T) {
 		})
 	}
 }
+
+// A chart with credentials gives the controller get on that one Secret, by name, in
+// the definition namespace; Check refuses anything wider.
+func TestGenerateCredentialsRole(t *testing.T) {
+	opts := fireworksOptions(t, "1.1.5", fireworksTypes(t)["1.1.5"])
+	opts.CredentialsSecret = "repo-password"
+	objs, err := Generate(opts)
+	require.NoError(t, err)
+	role, binding := objs.CredentialsRole, objs.CredentialsBinding
+	require.NotNil(t, role)
+	require.NotNil(t, binding)
+	assert.Equal(t, "compositor:fireworksapp-system:fireworksapps-v1-1-5:credentials", role.Name)
+	assert.Equal(t, "fireworksapp-system", role.Namespace)
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"repo-password"}}}, role.Rules)
+	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, binding.RoleRef)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: objs.ServiceAccount.Name, Namespace: "fireworksapp-system"}}, binding.Subjects)
+	assert.Contains(t, objs.List(), client.Object(role))
+	assert.Contains(t, objs.List(), client.Object(binding))
+
+	for name, tamper := range map[string]func(o *Objects){
+		"list":              func(o *Objects) { o.CredentialsRole.Rules[0].Verbs = []string{"get", "list"} },
+		"every Secret":      func(o *Objects) { o.CredentialsRole.Rules[0].ResourceNames = nil },
+		"two Secrets":       func(o *Objects) { o.CredentialsRole.Rules[0].ResourceNames = []string{"a", "b"} },
+		"another namespace": func(o *Objects) { o.CredentialsRole.Namespace = "team-a" },
+		"another subject":   func(o *Objects) { o.CredentialsBinding.Subjects[0].Name = "someone" },
+		"binding alone":     func(o *Objects) { o.CredentialsRole = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			o, err := Generate(opts)
+			require.NoError(t, err)
+			tamper(o)
+			assert.ErrorIs(t, Check(o), ErrUnsafe)
+		})
+	}
+
+	opts.CredentialsSecret = "Not A Name"
+	_, err = Generate(opts)
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+}

@@ -245,3 +245,45 @@ func versionNames(crd *apiextensionsv1.CustomResourceDefinition) []string {
 	}
 	return names
 }
+
+// A chart behind basic auth: the definition reads the password from a Secret of its
+// namespace, and the version's controller may read that Secret and no other, for as
+// long as the chart needs it.
+func TestPrivateChartCredentials(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp)
+	ctx := context.Background()
+	dir := t.TempDir()
+	require.NoError(t, samplecharts.Package(dir))
+	private := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
+	public := sampleRepository(t)
+
+	kubectl := func(stdin string, args ...string) {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+	}
+	kubectl("", "create", "namespace", "team-p")
+	kubectl("", "create", "secret", "generic", "repo-password", "-n", "team-p", "--from-literal=password=s3cret")
+	kubectl(definition(private.URL, "team-p", "fireworks", "1.1.5")+
+		"    credentials: {username: platform, passwordRef: {name: repo-password, namespace: team-p, key: password}}\n", "apply", "-f", "-")
+	kubectl("", "wait", "compositiondefinition", "fireworks", "-n", "team-p", "--for", "condition=Ready=True", "--timeout", "120s")
+
+	const roleName = "compositor:team-p:fireworksapps-v1-1-5:credentials"
+	role := &rbacv1.Role{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, role))
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"repo-password"}}}, role.Rules)
+	binding := &rbacv1.RoleBinding{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, binding))
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "team-p"}}, binding.Subjects)
+
+	// The same chart from a public repository needs no credentials: the Role goes.
+	kubectl("", "patch", "compositiondefinition", "fireworks", "-n", "team-p", "--type", "json", "-p",
+		`[{"op":"remove","path":"/spec/chart/credentials"},{"op":"replace","path":"/spec/chart/url","value":"`+public.URL+`"}]`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, &rbacv1.Role{})
+		assert.True(c, apierrors.IsNotFound(err), "the credentials Role is gone: %v", err)
+		err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, &rbacv1.RoleBinding{})
+		assert.True(c, apierrors.IsNotFound(err), "its RoleBinding is gone: %v", err)
+	}, time.Minute, 200*time.Millisecond)
+}
