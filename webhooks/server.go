@@ -11,6 +11,8 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -67,10 +69,12 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		Definitions:  definitionChecks(opts.Live),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 	}
+	m := &Mutator{Definitions: opts.Cached}
 	if opts.Checker != nil {
 		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
+		m.Screen = v
 	}
-	return &Mutator{Definitions: opts.Cached, Screen: v}, v
+	return m, v
 }
 
 // Mutator answers /mutate: it defaults compositions and leaves Compositor's other
@@ -79,12 +83,14 @@ type Mutator struct {
 	// Definitions reads CompositionDefinitions to find a composition's default release
 	// name.
 	Definitions client.Reader
-	// Screen, when set, validates the defaulted composition here already and denies it
-	// with every violation at once. The API server checks the generated CRD's schema
-	// after the mutating webhooks and before the validating ones, and stops at the
-	// first of them that refuses: without the screen, a write that breaks both the CRD
-	// schema and a policy would learn of the policy only once the schema errors are
-	// fixed. The validating webhook still has the last word on the object as stored.
+	// Screen, when set, validates the defaulted composition here already. The API
+	// server checks the generated CRD's schema after the mutating webhooks and before
+	// the validating ones, and stops at the first refusal: a write that breaks both the
+	// chart's schema (which the CRD carries in part) and a policy would learn of the
+	// policy only once the schema errors are fixed. So a write that breaks the schema is
+	// denied here, with every violation at once. Any other write is left to the
+	// validating webhook, which decides on the object as stored, after every mutating
+	// webhook, Compositor's and others', has run.
 	Screen *Validator
 }
 
@@ -112,7 +118,7 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	if m.Screen != nil {
 		// An admitted object's warnings are left to the validating webhook, so that
 		// kubectl prints each once.
-		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed {
+		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed && decision.Reason() == metav1.StatusReasonInvalid {
 			countViolations(decision)
 			return resp
 		}
@@ -175,11 +181,19 @@ func (v *Validator) review(ctx context.Context, req *Request) (admission.Respons
 	return verdict(req, errs, warnings, decision), decision
 }
 
-// leaving reports whether req updates an object that is being deleted: its controller
-// removing a finalizer, typically. The schema and the policies are not asked: the values
-// no longer matter, and refusing the update would strand the object undeleted.
+// leaving reports whether req only finishes the deletion of an object: an update of an
+// object that is being deleted (the API server keeps the old deletionTimestamp) that
+// leaves its spec, labels and annotations as they were, such as its controller removing
+// a finalizer. The schema and the policies are not asked: refusing would strand the
+// object undeleted. Any other change to a deleted object is checked as usual.
 func leaving(req *Request) bool {
-	return req.Operation == admissionv1.Update && req.Object.GetDeletionTimestamp() != nil
+	if req.Operation != admissionv1.Update || req.OldObject.GetDeletionTimestamp() == nil {
+		return false
+	}
+	old, updated := req.OldObject, req.Object
+	return equality.Semantic.DeepEqual(old.Object["spec"], updated.Object["spec"]) &&
+		equality.Semantic.DeepEqual(old.GetLabels(), updated.GetLabels()) &&
+		equality.Semantic.DeepEqual(old.GetAnnotations(), updated.GetAnnotations())
 }
 
 // reviewServer is the HTTP side of an admission webhook: it reads and decodes one

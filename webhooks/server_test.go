@@ -19,6 +19,7 @@ import (
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
 // noObjects is a reader of an empty cluster. Handlers need a reader to be built; the
@@ -229,9 +230,10 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	}
 }
 
-// A composition on its way out is let go whatever the policies say, so that its
-// controller can remove its finalizer; while it is not, the policies decide.
-func TestValidateLetsADeletedCompositionGo(t *testing.T) {
+// denyAll is a handler pair whose checker knows the 1.1.5 sample chart and one policy
+// that denies every composition.
+func denyAll(t *testing.T) (*Mutator, *Validator) {
+	t.Helper()
 	ctx := context.Background()
 	engine, err := policies.NewEngine(ctx, policies.Options{DisabledBuiltins: policies.BuiltinIDs()})
 	require.NoError(t, err)
@@ -240,28 +242,85 @@ func TestValidateLetsADeletedCompositionGo(t *testing.T) {
 		Rego:  "package denyall\n\ndeny contains \"nothing is allowed\"\n",
 		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
 	}))
-	v := &Validator{
-		Compositions: compositionChecks(noObjects{}),
-		decider:      &policyCheck{checker: &policies.Checker{Engine: engine}, cached: noObjects{}},
+	ch, err := samplecharts.Load("1.1.5")
+	require.NoError(t, err)
+	return newHandlers(Options{
+		Cached:  oneDefinition{},
+		Live:    noObjects{},
+		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+		Charts:  fixedChart{chart: ch},
+	})
+}
+
+// The mutating webhook denies a write that breaks the chart's schema, with the policies'
+// verdict in the same denial; any other write it leaves to the validating webhook, which
+// sees the object after every mutating webhook.
+func TestMutateDeniesWritesThatBreakTheSchema(t *testing.T) {
+	ctx := context.Background()
+	mutator, validator := denyAll(t)
+	named := map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"}
+
+	resp := mutator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", withReplicas(composition(named), 11), nil)))
+	require.False(t, resp.Allowed)
+	assert.Equal(t, int32(http.StatusUnprocessableEntity), resp.Result.Code)
+	assert.Equal(t, "spec.replicaCount: must be <= 10 (values.schema.json)\nnothing is allowed [policy deny-all]", resp.Result.Message)
+
+	resp = mutator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", composition(named), nil)))
+	assert.True(t, resp.Allowed, "only policies deny: left to the validating webhook")
+	resp = validator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", composition(named), nil)))
+	require.False(t, resp.Allowed)
+	assert.Equal(t, int32(http.StatusForbidden), resp.Result.Code)
+	assert.Equal(t, "nothing is allowed [policy deny-all]", resp.Result.Message)
+}
+
+// A composition on its way out is let go whatever the schema and the policies say, so
+// that its controller can remove its finalizer; any other change is checked.
+func TestValidateLetsADeletedCompositionGo(t *testing.T) {
+	ctx := context.Background()
+	mutator, validator := denyAll(t)
+	named := map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"}
+	deleting := func(object map[string]any, finalizers ...any) map[string]any {
+		metadata := object["metadata"].(map[string]any)
+		metadata["deletionTimestamp"] = "2026-11-22T06:00:00Z"
+		if len(finalizers) > 0 {
+			metadata["finalizers"] = finalizers
+		}
+		return object
 	}
-	m := &Mutator{Definitions: noObjects{}, Screen: v}
+	// As stored: written through v1-1-5, with a value the schema refuses (say, a
+	// policy added since).
+	invalid := func() map[string]any {
+		return withLabel(withReplicas(composition(named), 11), LabelCompositionVersion, "v1-1-5")
+	}
+	old := deleting(invalid(), "composition.krateo.io/finalizer")
 
-	old := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-	old["metadata"].(map[string]any)["finalizers"] = []any{"composition.krateo.io/finalizer"}
-	old["metadata"].(map[string]any)["deletionTimestamp"] = "2026-11-22T06:00:00Z"
-	released := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-	released["metadata"].(map[string]any)["deletionTimestamp"] = "2026-11-22T06:00:00Z"
-	for name, h := range map[string]admission.Handler{"mutate": m, "validate": v} {
+	for name, tt := range map[string]struct {
+		object  map[string]any
+		allowed bool
+	}{
+		"the finalizer removed":                {deleting(invalid()), true},
+		"a replace that omits the timestamp":   {invalid(), true},
+		"the spec changed while being deleted": {deleting(withReplicas(composition(named), 12)), false},
+		"a label added while being deleted":    {deleting(withLabel(invalid(), "team", "web")), false},
+	} {
 		t.Run(name, func(t *testing.T) {
-			resp := h.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", released, old)))
-			assert.True(t, resp.Allowed, "%v", resp.Result)
-
-			live := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-			resp = h.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", live, live)))
-			require.False(t, resp.Allowed)
-			assert.Equal(t, "nothing is allowed [policy deny-all]", resp.Result.Message)
+			for handler, h := range map[string]admission.Handler{"mutate": mutator, "validate": validator} {
+				resp := h.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", tt.object, old)))
+				assert.Equal(t, tt.allowed, resp.Allowed, "%s: %v", handler, resp.Result)
+			}
 		})
 	}
+}
+
+func withLabel(object map[string]any, key, value string) map[string]any {
+	metadata := object["metadata"].(map[string]any)
+	labels, _ := metadata["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+	}
+	labels[key] = value
+	metadata["labels"] = labels
+	return object
 }
 
 // admissionRequest is req, a map as compositionRequest gives, as an admission.Request.
