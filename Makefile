@@ -36,7 +36,7 @@ build: ## Build bin/compositor
 generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crds
-	cp api/crds/*.yaml charts/compositor/crds/
+	rm -f charts/compositor/crds/*.yaml && cp api/crds/*.yaml charts/compositor/crds/
 
 .PHONY: verify
 verify: $(CODEGEN_STAMP) ## Fail if generated files, formatting or go.mod files are stale

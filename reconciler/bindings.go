@@ -51,14 +51,15 @@ func (b *ReleaseBindings) Ensure(ctx context.Context, def *corev1alpha1.Composit
 	if err != nil {
 		return fmt.Errorf("naming the RBAC of %s %s: %w", plural, version, err)
 	}
-	r := &bindingReconciler{
-		writer: b.Client,
-		gvk:    schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
-		objs:   objs,
-		labels: rbac.IdentityLabels(def.Namespace, plural, version),
-	}
 	key := VersionKey{Namespace: def.Namespace, Plural: plural, Version: version}
 	return b.ensure(ctx, key, "release binder", func() (manager.Manager, error) {
+		// A new reconciler for each manager: one that stopped may still be finishing.
+		r := &bindingReconciler{
+			writer: b.Client,
+			gvk:    schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
+			objs:   objs,
+			labels: rbac.IdentityLabels(def.Namespace, plural, version),
+		}
 		return r.newManager(b.Config, b.Scheme, plural)
 	})
 }
@@ -74,6 +75,8 @@ func (b *ReleaseBindings) Stop(namespace, plural, version string) {
 type bindingReconciler struct {
 	// reader is the version manager's cache: the version's compositions and bindings.
 	reader client.Reader
+	// live reads from the API server, to be sure before unbinding.
+	live   client.Reader
 	writer client.Client
 	gvk    schema.GroupVersionKind
 	objs   *rbac.Objects
@@ -95,7 +98,7 @@ func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme,
 	if err != nil {
 		return nil, fmt.Errorf("creating the release binder of %s: %w", r.gvk, err)
 	}
-	r.reader = mgr.GetCache()
+	r.reader, r.live = mgr.GetCache(), mgr.GetAPIReader()
 	// A composition matters when it comes or goes (a relabelled one leaves this
 	// version's cache); a binding when someone changes or removes it.
 	arrivals := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
@@ -124,14 +127,28 @@ func namespaceOf(_ context.Context, obj client.Object) []reconcile.Request {
 // are there, and removes the binding when none are.
 func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	namespace := req.Name
+	binding := r.objs.ReleaseBinding(namespace)
+	held, err := r.holdsCompositions(ctx, r.reader, namespace)
+	if err == nil && !held {
+		// The cache may not have seen a composition created a moment ago, whose
+		// controller is about to act: ask the API server before unbinding.
+		held, err = r.holdsCompositions(ctx, r.live, namespace)
+	}
+	switch {
+	case err != nil:
+		return reconcile.Result{}, err
+	case held:
+		return reconcile.Result{}, apply(ctx, r.writer, binding)
+	default:
+		return reconcile.Result{}, client.IgnoreNotFound(r.writer.Delete(ctx, binding))
+	}
+}
+
+// holdsCompositions reports whether namespace holds compositions of the version.
+func (r *bindingReconciler) holdsCompositions(ctx context.Context, reader client.Reader, namespace string) (bool, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
-	if err := r.reader.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		return reconcile.Result{}, err
-	}
-	binding := r.objs.ReleaseBinding(namespace)
-	if len(list.Items) > 0 {
-		return reconcile.Result{}, apply(ctx, r.writer, binding)
-	}
-	return reconcile.Result{}, client.IgnoreNotFound(r.writer.Delete(ctx, binding))
+	err := reader.List(ctx, list, client.InNamespace(namespace),
+		client.MatchingLabels{labelCompositionVersion: r.gvk.Version}, client.Limit(1))
+	return len(list.Items) > 0, err
 }

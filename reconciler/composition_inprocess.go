@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -83,21 +82,15 @@ func (p *InProcess) impersonating(key VersionKey) *rest.Config {
 }
 
 // binder returns the function that binds the version's release role, as Compositor,
-// in a namespace the first time the controller acts there.
+// in a namespace before the controller acts there. It applies every time: the binding
+// may have gone with the namespace's last composition (ReleaseBindings), and applying
+// an unchanged binding changes nothing.
 func (p *InProcess) binder(def *corev1alpha1.CompositionDefinition, plural, version string) (func(context.Context, string) error, error) {
 	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: plural, Version: version, Group: crd.Group})
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC of %s %s: %w", plural, version, err)
 	}
-	var bound sync.Map
 	return func(ctx context.Context, namespace string) error {
-		if _, ok := bound.Load(namespace); ok {
-			return nil
-		}
-		if err := apply(ctx, p.Client, objs.ReleaseBinding(namespace)); err != nil {
-			return err
-		}
-		bound.Store(namespace, true)
-		return nil
+		return apply(ctx, p.Client, objs.ReleaseBinding(namespace))
 	}, nil
 }

@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
 // chartDir is Compositor's own deployment chart.
@@ -168,13 +170,36 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	kubectl("", "create", "namespace", "team-chart")
 	composition := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: app, namespace: team-chart}\nspec: {replicaCount: 2}\n"
 	kubectl(composition, "apply", "-f", "-")
+	bindings := func(c require.TestingT) []rbacv1.RoleBinding {
+		list := &rbacv1.RoleBindingList{}
+		require.NoError(c, cp.Client.List(ctx, list, client.InNamespace("team-chart")))
+		return list.Items
+	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		bindings := &rbacv1.RoleBindingList{}
-		require.NoError(c, cp.Client.List(ctx, bindings, client.InNamespace("team-chart")))
-		assert.Len(c, bindings.Items, 1)
+		got := bindings(c)
+		require.Len(c, got, 1)
+		assert.Equal(c, "compositor:fireworksapp-system:fireworksapps-v1-1-5:release", got[0].RoleRef.Name)
 	}, 30*time.Second, 100*time.Millisecond)
 	kubectl(composition, "delete", "-f", "-")
-	kubectl("", "delete", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--timeout", "60s")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, bindings(c)) }, 30*time.Second, 100*time.Millisecond)
+
+	// A private chart: the controller's Role on the credentials Secret.
+	dir := t.TempDir()
+	require.NoError(t, samplecharts.Package(dir))
+	private := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
+	kubectl("", "create", "namespace", "team-p")
+	kubectl("", "create", "secret", "generic", "repo-password", "-n", "team-p", "--from-literal=password=s3cret")
+	kubectl(definition(private.URL, "team-p", "fireworks", "1.1.5")+
+		"    credentials: {username: platform, passwordRef: {name: repo-password, namespace: team-p, key: password}}\n", "apply", "-f", "-")
+	kubectl("", "wait", "compositiondefinition", "fireworks", "-n", "team-p", "--for", "condition=Ready=True", "--timeout", "120s")
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: "compositor:team-p:fireworksapps-v1-1-5:credentials"}, &rbacv1.Role{}))
+
+	for _, def := range [][2]string{{"team-p", "fireworks"}, {"fireworksapp-system", "fireworksapp-1-1-5"}} {
+		kubectl("", "delete", "compositiondefinition", def[1], "-n", def[0], "--timeout", "60s")
+	}
+	roles := &rbacv1.RoleList{}
+	require.NoError(t, cp.Client.List(ctx, roles, client.InNamespace("team-p")))
+	assert.Empty(t, roles.Items, "the credentials Role goes with its definition")
 
 	// What the chart does not grant stays refused.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
