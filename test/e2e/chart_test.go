@@ -24,9 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
-	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
-	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
 // chartDir is Compositor's own deployment chart.
@@ -184,14 +182,7 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, bindings(c)) }, 30*time.Second, 100*time.Millisecond)
 
 	// A private chart: the controller's Role on the credentials Secret.
-	dir := t.TempDir()
-	require.NoError(t, samplecharts.Package(dir))
-	private := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
-	kubectl("", "create", "namespace", "team-p")
-	kubectl("", "create", "secret", "generic", "repo-password", "-n", "team-p", "--from-literal=password=s3cret")
-	kubectl(definition(private.URL, "team-p", "fireworks", "1.1.5")+
-		"    credentials: {username: platform, passwordRef: {name: repo-password, namespace: team-p, key: password}}\n", "apply", "-f", "-")
-	kubectl("", "wait", "compositiondefinition", "fireworks", "-n", "team-p", "--for", "condition=Ready=True", "--timeout", "120s")
+	applyPrivateDefinition(t, cp, "team-p")
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: "compositor:team-p:fireworksapps-v1-1-5:credentials"}, &rbacv1.Role{}))
 
 	for _, def := range [][2]string{{"team-p", "fireworks"}, {"fireworksapp-system", "fireworksapp-1-1-5"}} {

@@ -253,21 +253,8 @@ func TestPrivateChartCredentials(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp)
 	ctx := context.Background()
-	dir := t.TempDir()
-	require.NoError(t, samplecharts.Package(dir))
-	private := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
 	public := sampleRepository(t)
-
-	kubectl := func(stdin string, args ...string) {
-		t.Helper()
-		res := cp.Kubectl(ctx, stdin, args...)
-		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
-	}
-	kubectl("", "create", "namespace", "team-p")
-	kubectl("", "create", "secret", "generic", "repo-password", "-n", "team-p", "--from-literal=password=s3cret")
-	kubectl(definition(private.URL, "team-p", "fireworks", "1.1.5")+
-		"    credentials: {username: platform, passwordRef: {name: repo-password, namespace: team-p, key: password}}\n", "apply", "-f", "-")
-	kubectl("", "wait", "compositiondefinition", "fireworks", "-n", "team-p", "--for", "condition=Ready=True", "--timeout", "120s")
+	applyPrivateDefinition(t, cp, "team-p")
 
 	const roleName = "compositor:team-p:fireworksapps-v1-1-5:credentials"
 	role := &rbacv1.Role{}
@@ -278,12 +265,38 @@ func TestPrivateChartCredentials(t *testing.T) {
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "team-p"}}, binding.Subjects)
 
 	// The same chart from a public repository needs no credentials: the Role goes.
-	kubectl("", "patch", "compositiondefinition", "fireworks", "-n", "team-p", "--type", "json", "-p",
+	res := cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworks", "-n", "team-p", "--type", "json", "-p",
 		`[{"op":"remove","path":"/spec/chart/credentials"},{"op":"replace","path":"/spec/chart/url","value":"`+public.URL+`"}]`)
+	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, &rbacv1.Role{})
 		assert.True(c, apierrors.IsNotFound(err), "the credentials Role is gone: %v", err)
 		err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, &rbacv1.RoleBinding{})
 		assert.True(c, apierrors.IsNotFound(err), "its RoleBinding is gone: %v", err)
 	}, time.Minute, 200*time.Millisecond)
+}
+
+// applyPrivateDefinition serves the sample charts behind basic auth and applies, in a new
+// namespace, the definition "fireworks" of 1.1.5 that reads the password from the Secret
+// repo-password there, and waits until it is Ready.
+func applyPrivateDefinition(t *testing.T, cp *controlplane.ControlPlane, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	require.NoError(t, samplecharts.Package(dir))
+	private := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
+	for _, step := range []struct {
+		stdin string
+		args  []string
+	}{
+		{"", []string{"create", "namespace", namespace}},
+		{"", []string{"create", "secret", "generic", "repo-password", "-n", namespace, "--from-literal=password=s3cret"}},
+		{definition(private.URL, namespace, "fireworks", "1.1.5") +
+			"    credentials: {username: platform, passwordRef: {name: repo-password, namespace: " + namespace + ", key: password}}\n",
+			[]string{"apply", "-f", "-"}},
+		{"", []string{"wait", "compositiondefinition", "fireworks", "-n", namespace, "--for", "condition=Ready=True", "--timeout", "120s"}},
+	} {
+		res := cp.Kubectl(ctx, step.stdin, step.args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", step.args, res.Stderr)
+	}
 }
