@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -138,7 +140,11 @@ func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	case err != nil:
 		return reconcile.Result{}, err
 	case held:
-		return reconcile.Result{}, apply(ctx, r.writer, binding)
+		err := apply(ctx, r.writer, binding)
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return reconcile.Result{}, nil // the binding goes with its namespace
+		}
+		return reconcile.Result{}, err
 	default:
 		return reconcile.Result{}, client.IgnoreNotFound(r.writer.Delete(ctx, binding))
 	}

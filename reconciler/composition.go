@@ -65,6 +65,8 @@ type CompositionReconciler struct {
 	// Client reads and writes compositions and reads definitions, as the controller's
 	// identity.
 	Client client.Client
+	// Live reads namespaces, uncached, as the controller's identity.
+	Live client.Reader
 	// GVK is the served version's group, version and kind.
 	GVK schema.GroupVersionKind
 	// Charts loads the definitions' charts.
@@ -220,15 +222,30 @@ func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Un
 	}
 	name := releaseName(obj)
 	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name)
-	if err != nil {
+	switch {
+	case err != nil && r.namespaceTerminating(ctx, obj.GetNamespace()):
+		// The namespace's deletion removes the release with everything else in it,
+		// and has taken away the controller's rights there already.
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall",
+			"release %s goes with namespace %s, which is being deleted", name, obj.GetNamespace())
+	case err != nil:
 		r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
 		return ctrl.Result{}, err
-	}
-	if removed {
+	case removed:
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled", name)
 	}
 	controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+}
+
+// namespaceTerminating reports whether namespace is being deleted; false when that
+// cannot be read.
+func (r *CompositionReconciler) namespaceTerminating(ctx context.Context, namespace string) bool {
+	ns := &corev1.Namespace{}
+	if r.Live == nil || r.Live.Get(ctx, client.ObjectKey{Name: namespace}, ns) != nil {
+		return false
+	}
+	return ns.Status.Phase == corev1.NamespaceTerminating
 }
 
 // definition returns the CompositionDefinition that serves the controller's version

@@ -80,7 +80,7 @@ func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (ma
 	if err != nil {
 		return nil, err
 	}
-	r.Client, r.Helm = mgr.GetClient(), helm
+	r.Client, r.Live, r.Helm = mgr.GetClient(), mgr.GetAPIReader(), helm
 	r.Recorder = mgr.GetEventRecorder(r.GVK.Kind + "-" + r.GVK.Version + "-controller")
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -330,6 +330,8 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{eventsGroup}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{DefinitionGroup}, Resources: []string{DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
+		// To tell a namespace being deleted, where a release goes with its namespace.
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 	}
 }
 

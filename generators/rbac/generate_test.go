@@ -84,6 +84,7 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 	}
 	types := fireworksTypes(t)
 	for v, rules := range want {

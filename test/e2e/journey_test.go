@@ -229,4 +229,32 @@ func TestJourneyFromDefinitionToReleases(t *testing.T) {
 			assert.Equal(c, "deployed", helmReleases(c, cp)["app-three"].Status)
 		}, time.Minute, 250*time.Millisecond)
 	})
+
+	// Deleting a namespace deletes its RoleBindings at once, while its compositions wait
+	// on their finalizers; nothing can be created in it any more. The release goes with
+	// the namespace, and the composition must not hold the namespace's deletion up.
+	// (envtest runs no namespace controller: the test deletes what it would.)
+	t.Run("a composition in a namespace being deleted goes with it", func(t *testing.T) {
+		const gone = "team-gone"
+		composition := strings.NewReplacer("v1-1-5", "v1-1-6", "fireworksapp-system", gone).Replace(fireworksApp("app-gone", 2))
+		for _, args := range [][]string{{"create", "namespace", gone}, {"apply", "-f", "-"}} {
+			stdin := ""
+			if args[0] == "apply" {
+				stdin = composition
+			}
+			res := cp.Kubectl(ctx, stdin, args...)
+			require.NoError(t, res.Err, res.Stderr)
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res := cp.Helm(ctx, "status", "app-gone", "-n", gone)
+			assert.NoError(c, res.Err, res.Stderr)
+		}, time.Minute, 250*time.Millisecond)
+
+		res := cp.Kubectl(ctx, "", "delete", "namespace", gone, "--wait=false")
+		require.NoError(t, res.Err, res.Stderr)
+		require.NoError(t, cp.Client.DeleteAllOf(ctx, &rbacv1.RoleBinding{}, client.InNamespace(gone)))
+		// kubectl waits until the finalizer is gone and the object with it.
+		res = cp.Kubectl(ctx, composition, "delete", "-f", "-", "--timeout", "60s")
+		require.NoError(t, res.Err, res.Stderr)
+	})
 }
