@@ -36,6 +36,27 @@ type policyCheck struct {
 
 // decide builds the policy request for req and decides on it.
 func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decision, error) {
+	r, err := p.request(ctx, req)
+	if err != nil {
+		return policies.Decision{}, err
+	}
+	return p.checker.Check(ctx, r)
+}
+
+// breaksSchema reports whether req's values break its chart's schema, without the
+// policies; false when that cannot be told (the full decision will say why).
+func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) bool {
+	r, err := p.request(ctx, req)
+	if err != nil || r.Chart == nil {
+		return false
+	}
+	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
+	d, err := schemaOnly.Check(ctx, r)
+	return err == nil && d.Reason() == metav1.StatusReasonInvalid
+}
+
+// request builds the policy request for req.
+func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Request, error) {
 	r := &policies.Request{
 		Operation: string(req.Operation),
 		Kind:      req.Kind,
@@ -59,7 +80,7 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 	switch req.Kind.Group {
 	case CompositionGroup:
 		if err := p.describeComposition(ctx, req, r); err != nil {
-			return policies.Decision{}, err
+			return nil, err
 		}
 	case corev1alpha1.GroupVersion.Group:
 		current := req.Object
@@ -70,7 +91,7 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 		version, _, _ := unstructuredString(current.Object, "spec", "chart", "version")
 		r.Definition = &policies.ChartRef{URL: url, Version: version}
 	}
-	return p.checker.Check(ctx, r)
+	return r, nil
 }
 
 // describeComposition adds the composition's definition, chart and release to r.

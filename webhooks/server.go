@@ -12,7 +12,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -115,10 +114,10 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if m.Screen != nil {
-		// An admitted object's warnings are left to the validating webhook, so that
-		// kubectl prints each once.
-		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed && decision.Reason() == metav1.StatusReasonInvalid {
+	if m.Screen != nil && m.Screen.decider != nil && m.Screen.decider.breaksSchema(ctx, req) {
+		// Denied here with every violation at once. An admitted object's warnings are
+		// left to the validating webhook, so that kubectl prints each once.
+		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed {
 			countViolations(decision)
 			return resp
 		}
