@@ -64,6 +64,7 @@ func TestCompileErrorsHaveLineAndColumn(t *testing.T) {
 		// OPA places an unexpected line break at column 0 of the next line; the
 		// position is where the identifier is missing, after "spec.".
 		{"syntax at a line break", "package p\n\ndeny contains msg if {\n  msg := input.spec.\n}\n", []v1alpha1.CompileError{{Line: 4, Column: 21}}},
+		{"syntax at a CRLF line break", "package p\r\n\r\ndeny contains msg if {\r\n  msg := input.spec.\r\n}\r\n", []v1alpha1.CompileError{{Line: 4, Column: 21}}},
 		{"undefined ref", "package p\n\ndeny contains msg if {\n\tmsg := undefined_thing\n}\n", []v1alpha1.CompileError{{Line: 4, Column: 2}}},
 		{"syntax with column", "package p\n\ndeny contains msg if {\n\tmsg := \"x\" +\n}\n", []v1alpha1.CompileError{{Line: 5, Column: 1}}},
 		{"rego v0 syntax", "package p\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n", []v1alpha1.CompileError{{Line: 3, Column: 1}}},
