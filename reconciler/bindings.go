@@ -30,8 +30,9 @@ import (
 )
 
 // ReleaseBindings keeps the release role of each served version bound in exactly the
-// namespaces that hold compositions of that version: bound as soon as the first one
-// appears there, unbound once the last one is gone. A version's controller cannot bind
+// namespaces that hold compositions of that version which the definition's controller
+// owns (see chooseDefinition): bound as soon as the first one appears there, unbound
+// once the last one is gone or another definition takes them over. A version's controller cannot bind
 // itself, as its identity holds no RBAC rights; Compositor binds for it. It is a
 // leader-elected runnable of Compositor's manager, with one small manager per version
 // that watches the version's compositions (metadata only) and its bindings.
@@ -57,10 +58,11 @@ func (b *ReleaseBindings) Ensure(ctx context.Context, def *corev1alpha1.Composit
 	return b.ensure(ctx, key, "release binder", func() (manager.Manager, error) {
 		// A new reconciler for each manager: one that stopped may still be finishing.
 		r := &bindingReconciler{
-			writer: b.Client,
-			gvk:    schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
-			objs:   objs,
-			labels: rbac.IdentityLabels(def.Namespace, plural, version),
+			writer:              b.Client,
+			gvk:                 schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
+			definitionNamespace: def.Namespace,
+			objs:                objs,
+			labels:              rbac.IdentityLabels(def.Namespace, plural, version),
 		}
 		return r.newManager(b.Config, b.Scheme, plural)
 	})
@@ -81,8 +83,10 @@ type bindingReconciler struct {
 	live   client.Reader
 	writer client.Client
 	gvk    schema.GroupVersionKind
-	objs   *rbac.Objects
-	labels map[string]string
+	// definitionNamespace is where the definition whose controller is bound lives.
+	definitionNamespace string
+	objs                *rbac.Objects
+	labels              map[string]string
 }
 
 func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme, plural string) (manager.Manager, error) {
@@ -102,12 +106,15 @@ func (r *bindingReconciler) newManager(cfg *rest.Config, scheme *runtime.Scheme,
 	}
 	r.reader, r.live = mgr.GetCache(), mgr.GetAPIReader()
 	// A composition matters when it comes or goes (a relabelled one leaves this
-	// version's cache); a binding when someone changes or removes it.
+	// version's cache); a binding when someone changes or removes it; a definition
+	// when it may change who owns the compositions.
 	arrivals := predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("release-binder-"+plural+"-"+r.gvk.Version).
 		WatchesMetadata(compositions, handler.EnqueueRequestsFromMapFunc(namespaceOf), builder.WithPredicates(arrivals)).
 		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(namespaceOf)).
+		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.namespacesWithCompositions),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, ownershipChanged))).
 		Complete(r)
 	if err != nil {
 		return nil, err
@@ -125,8 +132,36 @@ func namespaceOf(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.GetNamespace()}}}
 }
 
+// ownershipChanged passes the updates of a definition that can change which definition
+// owns compositions: the version it serves, and its deletion.
+var ownershipChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, after := e.ObjectOld.(*corev1alpha1.CompositionDefinition), e.ObjectNew.(*corev1alpha1.CompositionDefinition)
+	return before.Status.APIVersion != after.Status.APIVersion || before.Status.Kind != after.Status.Kind ||
+		before.DeletionTimestamp.IsZero() != after.DeletionTimestamp.IsZero()
+}}
+
+// namespacesWithCompositions maps an event to every namespace that holds compositions
+// of the version.
+func (r *bindingReconciler) namespacesWithCompositions(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
+	if err := r.reader.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing compositions to map a definition event")
+		return nil
+	}
+	seen := map[string]bool{}
+	var requests []reconcile.Request
+	for _, item := range list.Items {
+		if !seen[item.Namespace] {
+			seen[item.Namespace] = true
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKey{Name: item.Namespace}})
+		}
+	}
+	return requests
+}
+
 // Reconcile binds the release role in the namespace when compositions of the version
-// are there, and removes the binding when none are.
+// are there and the definition owns them, and removes the binding otherwise.
 func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	namespace := req.Name
 	binding := r.objs.ReleaseBinding(namespace)
@@ -135,6 +170,9 @@ func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		// The cache may not have seen a composition created a moment ago, whose
 		// controller is about to act: ask the API server before unbinding.
 		held, err = r.holdsCompositions(ctx, r.live, namespace)
+	}
+	if err == nil && held {
+		held, err = r.owns(ctx, namespace)
 	}
 	switch {
 	case err != nil:
@@ -148,6 +186,18 @@ func (r *bindingReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	default:
 		return reconcile.Result{}, client.IgnoreNotFound(r.writer.Delete(ctx, binding))
 	}
+}
+
+// owns reports whether the compositions of the version in namespace belong to the
+// definition's controller. With no Ready definition serving the version, it keeps them:
+// unbinding would only stall whichever controller comes next.
+func (r *bindingReconciler) owns(ctx context.Context, namespace string) (bool, error) {
+	defs := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.reader.List(ctx, defs); err != nil {
+		return false, err
+	}
+	owner := chooseDefinition(defs.Items, r.gvk, namespace)
+	return owner == nil || owner.Namespace == r.definitionNamespace, nil
 }
 
 // holdsCompositions reports whether namespace holds compositions of the version.

@@ -34,7 +34,7 @@ func (r *DefinitionReconciler) finalize(ctx context.Context, def *corev1alpha1.C
 }
 
 // releaseVersion gives up the definition's served version: it reports false while
-// compositions of that version exist.
+// compositions of that version exist and no other definition serves it.
 func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
 	api := &generatedAPI{Kind: def.Status.Kind, Plural: def.Status.Resource, Version: version}
 	current := &apiextensionsv1.CustomResourceDefinition{}
@@ -42,6 +42,16 @@ func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1al
 		if client.IgnoreNotFound(err) != nil {
 			return false, err
 		}
+		return true, r.deleteWorkloads(ctx, def, api.Plural, version)
+	}
+	another, err := r.servedByAnother(ctx, def, version)
+	if err != nil {
+		return false, err
+	}
+	if another {
+		// Another definition serves the version (the webhook let this one be deleted
+		// for that reason): its controller takes the compositions over, and the
+		// version stays.
 		return true, r.deleteWorkloads(ctx, def, api.Plural, version)
 	}
 	items, err := r.compositions(ctx, api, version, version)
@@ -61,4 +71,20 @@ func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1al
 		return false, err
 	}
 	return true, r.removeUnusedVersions(ctx, current, api.Kind, claimed)
+}
+
+// servedByAnother reports whether a definition other than def, not being deleted,
+// serves version of def's kind.
+func (r *DefinitionReconciler) servedByAnother(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return false, err
+	}
+	for i := range list.Items {
+		d := &list.Items[i]
+		if d.UID != def.UID && d.DeletionTimestamp.IsZero() && d.Status.Kind == def.Status.Kind && previousVersion(d) == version {
+			return true, nil
+		}
+	}
+	return false, nil
 }

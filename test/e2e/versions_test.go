@@ -60,6 +60,32 @@ func TestSeveralDefinitionsOfOneChart(t *testing.T) {
 		}, time.Minute, 200*time.Millisecond)
 	})
 
+	// The controller of the definition in a composition's namespace owns it, else that
+	// of the oldest definition; only the owner's identity is bound there.
+	boundSubjects := func(c require.TestingT, namespace string) []string {
+		list := &rbacv1.RoleBindingList{}
+		require.NoError(c, cp.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
+		var subjects []string
+		for _, b := range list.Items {
+			for _, s := range b.Subjects {
+				subjects = append(subjects, s.Namespace+"/"+s.Name)
+			}
+		}
+		return subjects
+	}
+	t.Run("a namespace is bound only for the definition that owns its compositions", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "create", "namespace", "team-c")
+		require.NoError(t, res.Err, res.Stderr)
+		for _, ns := range []string{"team-b", "team-c"} {
+			res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: owned, namespace: "+ns+"}\nspec: {replicaCount: 2}\n", "apply", "-f", "-")
+			require.NoError(t, res.Err, res.Stderr)
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, []string{"team-b/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-b"), "its own namespace's definition")
+			assert.Equal(c, []string{"team-a/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-c"), "the oldest definition")
+		}, 30*time.Second, 100*time.Millisecond)
+	})
+
 	t.Run("definitions of one version in two namespaces keep their own objects", func(t *testing.T) {
 		for _, ns := range []string{"team-a", "team-b"} {
 			d := &appsv1.Deployment{}
@@ -77,6 +103,10 @@ func TestSeveralDefinitionsOfOneChart(t *testing.T) {
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crdObj))
 		assert.Equal(t, []string{"v1-1-5", "v2-0-0", "hub"}, versionNames(crdObj))
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "fireworksapps-v1-1-5-controller"}, &appsv1.Deployment{}))
+		// The compositions of team-c pass to the remaining definition's controller.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, []string{"team-b/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-c"))
+		}, 30*time.Second, 100*time.Millisecond)
 	})
 
 	// No false rejections: every sample values file helm accepts is accepted through its
