@@ -46,8 +46,6 @@ type ReleaseBindings struct {
 	versionManagers
 }
 
-var _ CompositionControllers = (*ReleaseBindings)(nil)
-
 // Ensure starts keeping the bindings of the version unless that runs already.
 func (b *ReleaseBindings) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
 	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: plural, Version: version, Group: crd.Group})

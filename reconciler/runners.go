@@ -61,18 +61,6 @@ func (m *versionManagers) Start(ctx context.Context) error {
 // NeedLeaderElection is true: only the leader runs them.
 func (m *versionManagers) NeedLeaderElection() bool { return true }
 
-// Running lists the versions whose manager runs.
-func (m *versionManagers) Running() []VersionKey {
-	m.init()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keys := make([]VersionKey, 0, len(m.running))
-	for k := range m.running {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 // ensure starts the manager of key unless it runs; newManager builds it, again after
 // each error (its kind may not be discoverable yet). what names it in logs. It waits
 // for Start first.
