@@ -219,7 +219,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) 
 			}
 			continue
 		}
-		if r.Chart == nil || r.Object == nil {
+		if (r.Chart == nil && r.Rendered == nil) || r.Object == nil {
 			continue // nothing renders for this request (a definition, a deletion)
 		}
 		renderOnce()
@@ -255,9 +255,12 @@ func renderForPolicies(r *Request) ([]renderedTerm, error) {
 	if release == "" {
 		release = r.Name
 	}
-	objs, err := Render(r.Chart, r.Spec(), RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"})
-	if err != nil {
-		return nil, err
+	objs := r.Rendered
+	if objs == nil {
+		var err error
+		if objs, err = Render(r.Chart, r.Spec(), RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]renderedTerm, 0, len(objs))
 	for _, o := range objs {

@@ -49,6 +49,10 @@ type Request struct {
 	ChartDigest string
 	// ReleaseName is the composition's Helm release (its krateo.io/release-name).
 	ReleaseName string
+	// Rendered, when not nil, are the objects the chart renders for this request,
+	// already rendered: the controller passes the manifests it is about to apply, so
+	// rendered policies judge exactly those. nil renders Chart with Spec.
+	Rendered []RenderedObject
 }
 
 // ChartRef is where a definition's chart comes from.
