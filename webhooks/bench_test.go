@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/chart"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -44,6 +47,15 @@ func (oneDefinition) List(_ context.Context, list client.ObjectList, _ ...client
 		defs.Items = []corev1alpha1.CompositionDefinition{def}
 	}
 	return nil
+}
+
+// Get finds every namespace, without labels, and nothing else.
+func (oneDefinition) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		ns.Name = key.Name
+		return nil
+	}
+	return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
 }
 
 type fixedChart struct{ chart *chart.Chart }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
@@ -87,7 +88,10 @@ func decodeObject(name string, raw []byte) (*unstructured.Unstructured, error) {
 		return nil, nil
 	}
 	obj := &unstructured.Unstructured{}
-	if err := json.Unmarshal(raw, &obj.Object); err != nil {
+	// Numbers are decoded as client-go decodes them for the controller (int64 for
+	// integers, float64 otherwise), so the schema, the policies and rendering see the
+	// values Helm will be given at install.
+	if err := utiljson.Unmarshal(raw, &obj.Object); err != nil {
 		return nil, fmt.Errorf("request.%s is not a JSON object: %w", name, err)
 	}
 	if obj.Object == nil {
@@ -117,4 +121,18 @@ func respond(req *Request, errs field.ErrorList, warnings admission.Warnings) ad
 			Warnings: warnings,
 		},
 	}
+}
+
+// normalizeJSON re-reads obj as decodeObject would, so its numbers take the types
+// client-go gives the controller.
+func normalizeJSON(obj map[string]any) (map[string]any, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := utiljson.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -120,6 +120,7 @@ func compositionChecks(reader client.Reader) Chain {
 	return Chain{
 		CheckFunc(checkReleaseName),
 		CheckFunc(checkPaused),
+		CheckFunc(checkConversionData),
 		uniqueReleaseName{reader: reader},
 		CheckFunc(warnPausedDeletion),
 	}

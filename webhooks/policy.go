@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -32,6 +35,10 @@ type policyCheck struct {
 	charts ChartSource
 	// cached reads definitions and namespaces.
 	cached client.Reader
+	// schemas tell how a composition will be stored; nil when no CRD can be read.
+	schemas SchemaSource
+	// live reads what the cache has not seen yet; may be nil.
+	live client.Reader
 }
 
 // decide builds the policy request for req and decides on it.
@@ -67,15 +74,23 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 	}
 	if req.Object != nil {
 		r.Object = req.Object.Object
+		if req.Kind.Group == CompositionGroup {
+			stored, err := asStored(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object)
+			if err != nil {
+				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", ConversionDataAnnotation, err))
+			}
+			r.Object = stored
+		}
 	}
 	if req.OldObject != nil {
 		r.OldObject = req.OldObject.Object
 	}
 	if req.Namespace != "" {
-		ns := &corev1.Namespace{}
-		if err := p.cached.Get(ctx, client.ObjectKey{Name: req.Namespace}, ns); err == nil {
-			r.NamespaceLabels = ns.Labels
+		labels, err := p.namespaceLabels(ctx, req.Namespace)
+		if err != nil {
+			return nil, undecidable(err)
 		}
+		r.NamespaceLabels = labels
 	}
 	switch req.Kind.Group {
 	case CompositionGroup:
@@ -102,17 +117,67 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	}
 	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
 	def, err := owningDefinition(ctx, p.cached, req.Kind)
-	if err != nil || def == nil {
-		return err
+	if err != nil {
+		return undecidable(err)
+	}
+	if def == nil {
+		return p.unowned(ctx, req)
 	}
 	r.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
 	if p.charts == nil {
 		return nil
 	}
 	if r.Chart, r.ChartDigest, err = p.charts.Chart(ctx, def); err != nil {
-		return fmt.Errorf("the chart of CompositionDefinition %s/%s is not available: %w", def.Namespace, def.Name, err)
+		return undecidable(fmt.Errorf("the chart of CompositionDefinition %s/%s is not available, so %s cannot be checked against its schema: %w",
+			def.Namespace, def.Name, req.Kind.Kind, err))
 	}
 	return nil
+}
+
+// unowned decides on a composition whose version no definition reports serving. A kind
+// that no definition generates (a CRD written by hand) has no chart to judge against.
+// A generated kind does: a version of it without a definition is one being added or
+// removed, and a write through it is refused rather than admitted unjudged.
+func (p *policyCheck) unowned(ctx context.Context, req *Request) error {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := p.cached.List(ctx, list); err != nil {
+		return undecidable(fmt.Errorf("listing CompositionDefinitions: %w", err))
+	}
+	for i := range list.Items {
+		if def := &list.Items[i]; def.Status.Kind == req.Kind.Kind {
+			return undecidable(fmt.Errorf("no CompositionDefinition reports serving %s %s/%s yet, so its chart's schema and policies cannot be applied: retry once the definition of that version is Ready (kubectl get compositiondefinitions -A -o wide)",
+				req.Kind.Kind, req.Kind.Group, req.Kind.Version))
+		}
+	}
+	return nil
+}
+
+// namespaceLabels reads the labels of namespace for namespaceSelector. A namespace the
+// cache has not seen yet is read from the API server; one that cannot be read is an
+// error, never "no labels", which would leave selected policies silently unmatched.
+func (p *policyCheck) namespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
+	ns := &corev1.Namespace{}
+	err := p.cached.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	if apierrors.IsNotFound(err) && p.live != nil {
+		err = p.live.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading namespace %s for the policies' namespaceSelector: %w", namespace, err)
+	}
+	return ns.Labels, nil
+}
+
+// errUndecidable marks a request that cannot be decided: admission refuses it, since
+// admitting it would let it through unjudged.
+type errUndecidable struct{ error }
+
+func (e errUndecidable) Unwrap() error { return e.error }
+
+func undecidable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errUndecidable{err}
 }
 
 func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
@@ -197,4 +262,14 @@ func verdict(req *Request, errs field.ErrorList, warnings admission.Warnings, de
 		},
 		Warnings: warnings,
 	}}
+}
+
+// undecided answers a request on which no decision could be made: it is refused, with
+// the reason, so nothing is admitted unjudged.
+func undecided(err error) admission.Response {
+	code := int32(http.StatusInternalServerError)
+	if errors.As(err, new(errUndecidable)) {
+		code = http.StatusServiceUnavailable
+	}
+	return admission.Errored(code, err)
 }

@@ -58,7 +58,7 @@ func Register(srv webhook.Server, opts Options) {
 	mutator, validator := newHandlers(opts)
 	srv.Register(MutatePath, guard(mutator))
 	srv.Register(ValidatePath, guard(validator))
-	srv.Register(ConvertPath, NewConverter(NewCRDSchemas(opts.Cached, opts.Live)))
+	srv.Register(ConvertPath, NewConverter(validator.schemas))
 }
 
 // newHandlers returns the admission handlers of /mutate and /validate.
@@ -68,9 +68,15 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		Definitions:  definitionChecks(opts.Live),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 	}
+	if opts.Cached != nil {
+		v.schemas = NewCRDSchemas(opts.Cached, opts.Live)
+	}
 	m := &Mutator{Definitions: opts.Cached}
 	if opts.Checker != nil {
-		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached}
+		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live}
+		if v.schemas != nil {
+			v.decider.schemas = v.schemas
+		}
 		m.Screen = v
 	}
 	return m, v
@@ -140,6 +146,8 @@ type Validator struct {
 
 	// decider runs the schema and policies after the checks; nil skips them.
 	decider *policyCheck
+	// schemas are the generated CRDs' schemas, shared with the conversion webhook.
+	schemas *CRDSchemas
 }
 
 var _ admission.Handler = &Validator{}
@@ -175,7 +183,10 @@ func (v *Validator) review(ctx context.Context, req *Request) (admission.Respons
 	}
 	decision, err := v.decider.decide(ctx, req)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), policies.Decision{}
+		if len(errs) > 0 { // refused already, for reasons the user can act on
+			return respond(req, errs, warnings), policies.Decision{}
+		}
+		return undecided(err), policies.Decision{}
 	}
 	return verdict(req, errs, warnings, decision), decision
 }

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+// onlyNginx refuses any image repository that is not nginx's.
+const onlyNginx = `apiVersion: policy.compositor.dev/v1alpha1
+kind: CompositionPolicy
+metadata:
+  name: only-nginx
+spec:
+  match:
+    kinds: [{group: composition.krateo.io, kind: FireworksApp}]
+  rego: |
+    package compositor.onlynginx
+
+    deny contains {"msg": sprintf("image %q is not nginx", [repository]), "path": "spec.image.repository"} if {
+      repository := object.get(input.review.object.spec, ["image", "repository"], "nginx")
+      not startswith(repository, "nginx")
+    }
+`
+
+// deploymentImage is the image of the release's Deployment, as the API server has it.
+func deploymentImage(t assert.TestingT, cp *controlplane.ControlPlane, namespace, release string) string {
+	d := &appsv1.Deployment{}
+	if !assert.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: release + "-fireworks-app"}, d)) {
+		return ""
+	}
+	return d.Spec.Template.Spec.Containers[0].Image
+}
+
+// Issue 12, item 1: the conversion stash annotation is Compositor's alone. Values a
+// client writes into it would be restored into the stored object after admission
+// judged the spec without them, and installed.
+func TestConversionStashCannotSmuggleValues(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	readyDefinition(t, cp)
+	applyPolicies(t, cp, onlyNginx)
+	ctx := context.Background()
+
+	res := cp.Kubectl(ctx, fireworksApp("legit", 1), "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "True", compositionField(c, cp, "v1-1-5", "legit", `{.status.conditions[?(@.type=="Ready")].status}`))
+		assert.Equal(c, "nginx:1.27.0", deploymentImage(c, cp, "fireworksapp-system", "legit"))
+	}, 2*time.Minute, 250*time.Millisecond)
+	revision := revisions(t, cp, "legit")
+
+	smuggled := func(name, stash string) string {
+		return "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata:\n  name: " + name +
+			"\n  namespace: fireworksapp-system\n  annotations:\n    compositor.dev/conversion-data: '" + stash + "'\nspec: {replicaCount: 1}\n"
+	}
+	for _, tc := range []struct {
+		name, stash, refused string
+	}{
+		{"a value a deny policy refuses", `{"/spec/image":{"repository":"evil.io/miner","tag":"x"}}`, "/spec/image"},
+		{"a value beyond the schema's maximum", `{"/spec/replicaCount":1000}`, "/spec/replicaCount"},
+		{"a nested value under a field the object has", `{"/spec/service/type":"LoadBalancer","/spec/image/repository":"evil.io/miner"}`, "/spec/image/repository, /spec/service/type"},
+	} {
+		t.Run("an update cannot add "+tc.name, func(t *testing.T) {
+			res := cp.Kubectl(ctx, smuggled("legit", tc.stash), "apply", "-f", "-")
+			require.Error(t, res.Err, "admitted: %s", res.Stdout)
+			assert.Contains(t, res.Stderr, `metadata.annotations[compositor.dev/conversion-data]: Forbidden: only Compositor's conversion writes this annotation`)
+			assert.Contains(t, res.Stderr, "not add or change "+tc.refused)
+		})
+	}
+	t.Run("a create cannot carry a stash", func(t *testing.T) {
+		res := cp.Kubectl(ctx, smuggled("sneaky", `{"/spec/image":{"repository":"evil.io/miner","tag":"x"}}`), "apply", "-f", "-")
+		require.Error(t, res.Err, "admitted: %s", res.Stdout)
+		assert.Contains(t, res.Stderr, "only Compositor's conversion writes this annotation")
+		assert.True(t, cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io", "sneaky", "-n", "fireworksapp-system").Err != nil, "sneaky was created")
+	})
+	t.Run("an unreadable stash is refused with the reason", func(t *testing.T) {
+		res := cp.Kubectl(ctx, smuggled("legit", `{"/spec/image":`), "apply", "-f", "-")
+		require.Error(t, res.Err, "admitted: %s", res.Stdout)
+		assert.Contains(t, res.Stderr, "metadata.annotations[compositor.dev/conversion-data]: Invalid value: unreadable compositor.dev/conversion-data annotation")
+	})
+
+	// Nothing of the above reached the release: same revision, same image.
+	res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "fireworksapps.v1-1-5.composition.krateo.io", "legit", "-n", "fireworksapp-system", "e2e/touched=1")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, eventReasons(c, cp, "legit"), "HelmSkip")
+	}, 30*time.Second, 250*time.Millisecond)
+	assert.Equal(t, revision, revisions(t, cp, "legit"))
+	assert.Equal(t, "nginx:1.27.0", deploymentImage(t, cp, "fireworksapp-system", "legit"))
+	stored := compositionField(t, cp, "v1-1-5", "legit", `{.spec}`)
+	assert.NotContains(t, stored, "evil.io")
+	assert.NotContains(t, stored, "1000")
+}

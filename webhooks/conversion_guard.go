@@ -1,0 +1,111 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// The conversion stash (ConversionDataAnnotation) carries values into the stored object
+// that the version a client writes through does not show. Only Compositor's conversion
+// may write it: a client could otherwise put any value into the stored object past the
+// schema and the policies, which judge what the client wrote. Two guards close that:
+// checkConversionData admits a stash only as conversion produced it, and asStored has
+// the schema and the policies judge the object as it will be stored and read.
+
+var conversionDataPath = field.NewPath("metadata", "annotations").Key(ConversionDataAnnotation)
+
+// checkConversionData refuses a stash that Compositor's conversion did not write. A
+// create has no stored object, so no stash either. An update may keep the stash the
+// old object was read with (conversion wrote it) or drop entries of it, which drops
+// their values; it may not add an entry or change a value.
+func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil, nil
+	}
+	text, ok := req.Object.GetAnnotations()[ConversionDataAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	written, err := parseStash(text)
+	if err != nil {
+		return field.ErrorList{field.Invalid(conversionDataPath, field.OmitValueType{}, err.Error())}, nil
+	}
+	var read map[string]any
+	if req.OldObject != nil {
+		if oldText, ok := req.OldObject.GetAnnotations()[ConversionDataAnnotation]; ok {
+			if read, err = parseStash(oldText); err != nil {
+				read = nil // a stash conversion did not write: nothing of it is kept
+			}
+		}
+	}
+	var forged []string
+	for pointer, value := range written {
+		if old, ok := read[pointer]; !ok || !equality.Semantic.DeepEqual(old, value) {
+			forged = append(forged, pointer)
+		}
+	}
+	if len(forged) == 0 {
+		return nil, nil
+	}
+	slices.Sort(forged)
+	return field.ErrorList{field.Forbidden(conversionDataPath, fmt.Sprintf(
+		"only Compositor's conversion writes this annotation; a write may keep the entries it was read with or remove some, not add or change %s: remove the annotation and set the values in spec",
+		strings.Join(forged, ", ")))}, nil
+}
+
+// parseStash decodes a stash annotation as restore reads it.
+func parseStash(text string) (map[string]any, error) {
+	stash := map[string]any{}
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	if err := dec.Decode(&stash); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConversionData, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrBadConversionData)
+	}
+	return stash, nil
+}
+
+// asStored returns obj as the controller of version will read it once stored: the
+// stash merged back into spec, as conversion to the storage version does, then moved
+// out again for version, as conversion back does. Without a stash that is obj itself.
+// obj is not modified.
+func asStored(ctx context.Context, schemas SchemaSource, gvk schema.GroupVersionKind, obj map[string]any) (map[string]any, error) {
+	annotations, err := annotationsOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := annotations[ConversionDataAnnotation]; !ok {
+		return obj, nil
+	}
+	if schemas == nil {
+		return nil, errors.New("cannot tell how the object will be stored: no CRD schemas")
+	}
+	s, err := schemas.Schemas(ctx, gvk.GroupKind(), []string{gvk.Version})
+	if err != nil {
+		return nil, fmt.Errorf("reading the schemas of %s to judge the object as it will be stored: %w", gvk.GroupKind(), err)
+	}
+	if !s.has(gvk.Version) || gvk.Version == s.hub {
+		return nil, fmt.Errorf("%s has no served version %s", gvk.GroupKind(), gvk.Version)
+	}
+	stored := deepCopyJSON(obj).(map[string]any)
+	if err := s.convertObject(stored, gvk.Version, s.hub); err != nil {
+		return nil, err
+	}
+	if err := s.convertObject(stored, s.hub, gvk.Version); err != nil {
+		return nil, err
+	}
+	// Restored values are json.Numbers; read them back as the controller will.
+	return normalizeJSON(stored)
+}
