@@ -27,26 +27,28 @@ const labelCompositionVersion = "krateo.io/composition-version"
 // definition still claims or that compositions still use, moves compositions of
 // versions this definition no longer serves onto its version, and drops versions left
 // with neither.
-func (r *DefinitionReconciler) applyCRD(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+func (r *DefinitionReconciler) applyCRD(ctx context.Context, api *generatedAPI) (claimed map[string]bool, err error) {
 	existing := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, existing); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return err
+			return nil, err
 		}
 		existing = nil
 	}
-	claimed, err := r.claimedVersions(ctx, api.Kind, nil)
-	if err != nil {
-		return err
+	if claimed, err = r.claimedVersions(ctx, api.Kind, nil); err != nil {
+		return nil, err
 	}
 	claimed[api.Version] = true
+	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] })
+}
 
-	if err := r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] }); err != nil {
-		return err
-	}
-	// Compositions of a version this definition served before move to its new one, so
-	// that its controller upgrades their releases; then their old version can go.
-	if previous := previousVersion(def); previous != "" && previous != api.Version && !claimed[previous] {
+// retireVersion moves the compositions of previous, the version this definition served
+// before, to its new one, so that its controller upgrades their releases, unless
+// another definition still claims previous; then versions left unused go. The status
+// must already name the new version: the webhooks judge the moved compositions against
+// the chart the status names.
+func (r *DefinitionReconciler) retireVersion(ctx context.Context, api *generatedAPI, previous string, claimed map[string]bool) error {
+	if previous != "" && previous != api.Version && !claimed[previous] {
 		if err := r.moveCompositions(ctx, api, previous); err != nil {
 			return err
 		}

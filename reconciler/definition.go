@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -151,19 +152,42 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 	if err != nil {
 		return r.fail(def, err)
 	}
-	if err := r.applyCRD(ctx, def, api); err != nil {
+	claimed, err := r.applyCRD(ctx, api)
+	if err != nil {
 		return r.fail(def, err)
 	}
 	if err := r.applyWorkloads(ctx, def, chart.Chart, api); err != nil {
 		return r.fail(def, err)
 	}
-	if previous := previousVersion(def); previous != "" && previous != api.Version {
-		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, previous); err != nil {
+	previous, previousResource := previousVersion(def), def.Status.Resource
+	if err := r.publishStatus(ctx, def, chart, api); err != nil {
+		return r.fail(def, err)
+	}
+	if err := r.retireVersion(ctx, api, previous, claimed); err != nil {
+		return r.fail(def, err)
+	}
+	if previous != "" && previous != api.Version {
+		if err := r.deleteWorkloads(ctx, def, previousResource, previous); err != nil {
 			return r.fail(def, err)
 		}
 	}
-	r.recordStatus(def, chart, api)
 	return ctrl.Result{RequeueAfter: r.Poll}, nil
+}
+
+// publishStatus records the served API in the status and writes it at once when it
+// names a new version or chart, before any composition is moved there: the webhooks
+// find a composition's chart through the status, and refuse a write through a version
+// no status names.
+func (r *DefinitionReconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) error {
+	before := def.DeepCopy()
+	r.recordStatus(def, fetched, api)
+	if before.Status.APIVersion == def.Status.APIVersion && before.Status.Digest == def.Status.Digest {
+		return nil // written with the other changes at the end of the reconciliation
+	}
+	if err := r.Client.Status().Patch(ctx, def, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("recording the served version %s before moving compositions to it: %w", def.Status.APIVersion, err)
+	}
+	return nil
 }
 
 // fail records err in the conditions. Errors that only a change of the definition can

@@ -117,6 +117,11 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	}
 	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
 	def, err := owningDefinition(ctx, p.cached, req.Kind)
+	if err == nil && def == nil && p.live != nil {
+		// The reconciler records a new version in the status just before it moves
+		// compositions there; the cache may not have seen it yet.
+		def, err = owningDefinition(ctx, p.live, req.Kind)
+	}
 	if err != nil {
 		return undecidable(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
@@ -99,4 +100,36 @@ func TestConversionStashCannotSmuggleValues(t *testing.T) {
 	stored := compositionField(t, cp, "v1-1-5", "legit", `{.spec}`)
 	assert.NotContains(t, stored, "evil.io")
 	assert.NotContains(t, stored, "1000")
+}
+
+// Issue 12, item 4: a served version whose chart no definition reports (the moment a
+// version is added, or a CRD edited by hand) is refused, not admitted unjudged.
+func TestAVersionWithoutAChartIsRefused(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp)
+	readyDefinition(t, cp)
+	ctx := context.Background()
+
+	res := cp.Kubectl(ctx, "", "annotate", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "krateo.io/paused=true")
+	require.NoError(t, res.Err, res.Stderr)
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
+	var added apiextensionsv1.CustomResourceDefinitionVersion
+	for _, v := range crd.Spec.Versions {
+		if v.Name == "v1-1-5" {
+			added = *v.DeepCopy()
+		}
+	}
+	added.Name = "v9-9-9"
+	crd.Spec.Versions = append(crd.Spec.Versions, added)
+	require.NoError(t, cp.Client.Update(ctx, crd))
+
+	manifest := "apiVersion: composition.krateo.io/v9-9-9\nkind: FireworksApp\nmetadata: {name: unjudged, namespace: fireworksapp-system}\nspec: {replicaCount: 3}\n"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, manifest, "apply", "-f", "-")
+		if assert.Error(c, res.Err, "admitted: %s", res.Stdout) {
+			assert.Contains(c, res.Stderr, "no CompositionDefinition reports serving FireworksApp composition.krateo.io/v9-9-9 yet, so its chart's schema and policies cannot be applied")
+		}
+	}, time.Minute, 250*time.Millisecond)
+	assert.Error(t, cp.Kubectl(ctx, "", "get", "fireworksapps.v9-9-9.composition.krateo.io", "unjudged", "-n", "fireworksapp-system").Err)
 }
