@@ -25,9 +25,15 @@ type Checker struct {
 func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 	var out []Violation
 	if c.Schemas != nil && r.Chart != nil && r.Object != nil {
-		vs, err := c.Schemas.ValidateValues(ctx, r.Chart, r.ChartDigest, r.Spec())
+		vs, err := c.validate(ctx, r)
 		if err != nil {
 			return Decision{}, fmt.Errorf("validating %s %s/%s against its chart's schema: %w", r.Kind.Kind, r.Namespace, r.Name, err)
+		}
+		if len(vs) > 0 {
+			// Rendered policies wait until the values pass the schema.
+			copied := *r
+			copied.schemaFailed = true
+			r = &copied
 		}
 		out = append(out, vs...)
 	}
@@ -40,6 +46,25 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 	}
 	SortViolations(out)
 	return Decision{Violations: out}, nil
+}
+
+// validate checks r's values against its chart's schemas within the deadline of the
+// policies (DefaultTimeout without an engine).
+func (c *Checker) validate(ctx context.Context, r *Request) (vs []Violation, err error) {
+	timeout := DefaultTimeout
+	if c.Engine != nil {
+		timeout = c.Engine.Timeout()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err = uncancellable.run(ctx, "the schema check", func() (err error) {
+		vs, err = c.Schemas.ValidateValues(ctx, r.Chart, r.ChartDigest, r.Spec())
+		return err
+	})
+	if err != nil {
+		return nil, err // vs may still be written by a run past its deadline
+	}
+	return vs, nil
 }
 
 // ObjectRequest builds the Request `compositor validate` checks for an object read

@@ -178,6 +178,9 @@ func (e *Engine) Policies() []PolicyInfo {
 	return out
 }
 
+// Timeout is the deadline of one request's evaluation.
+func (e *Engine) Timeout() time.Duration { return e.opts.Timeout }
+
 // Evaluate runs every policy that matches r and returns their violations, whatever
 // their action, in the order of SortViolations. All policies of one request share
 // the engine's deadline; a policy that cannot finish, fails at run time, or needs a
@@ -205,7 +208,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) 
 	var out []Violation
 	var rendered []renderedTerm
 	var renderErr error
-	renderOnce := sync.OnceFunc(func() { rendered, renderErr = renderForPolicies(r) })
+	renderOnce := sync.OnceFunc(func() { rendered, renderErr = renderForPolicies(ctx, r) })
 	for _, c := range matched {
 		if ctx.Err() != nil {
 			out = append(out, e.failure(ctx, c, errNotReached))
@@ -219,8 +222,8 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) 
 			}
 			continue
 		}
-		if (r.Chart == nil && r.Rendered == nil) || r.Object == nil {
-			continue // nothing renders for this request (a definition, a deletion)
+		if (r.Chart == nil && r.Rendered == nil) || r.Object == nil || r.schemaFailed {
+			continue // nothing renders for this request (a definition, a deletion, values the schema refuses)
 		}
 		renderOnce()
 		if renderErr != nil {
@@ -250,15 +253,22 @@ type renderedTerm struct {
 // once per rendered object, with input.rendered holding that object alone, so each
 // violation names the object it is about; `some obj in input.rendered` reads the
 // same either way.
-func renderForPolicies(r *Request) ([]renderedTerm, error) {
+func renderForPolicies(ctx context.Context, r *Request) ([]renderedTerm, error) {
 	release := r.ReleaseName
 	if release == "" {
 		release = r.Name
 	}
 	objs := r.Rendered
 	if objs == nil {
-		var err error
-		if objs, err = Render(r.Chart, r.Spec(), RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}); err != nil {
+		opts := RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
+		err := uncancellable.run(ctx, "rendering chart "+r.Chart.Name(), func() (err error) {
+			objs, err = Render(r.Chart, r.Spec(), opts)
+			return err
+		})
+		if errors.Is(err, ErrDeadline) {
+			return nil, fmt.Errorf("%w: %w", ErrRender, err)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -53,6 +53,10 @@ type Request struct {
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.
 	Rendered []RenderedObject
+
+	// schemaFailed skips rendering: values the schema refuses are not worth the
+	// render, which the schema's bounds may be all that keeps cheap.
+	schemaFailed bool
 }
 
 // ChartRef is where a definition's chart comes from.
