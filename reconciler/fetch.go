@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -57,11 +58,46 @@ func (c *Charts) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinit
 		return nil, &phaseError{reason: ReasonChartFetchFailed, err: err}
 	}
 	c.remember(result.Digest, result.Chart)
+	if err := checkPinned(def, result.Digest); err != nil {
+		return nil, err
+	}
 	return result, nil
 }
 
-// Chart returns the chart the definition serves (the one of its status digest) and its
-// digest, from memory when it was loaded before.
+// ReasonChartChanged: the chart source serves other bytes for the version a
+// definition recorded; nothing of them is used until a person accepts them.
+const ReasonChartChanged = "ChartChanged"
+
+// ErrChartChanged means a chart version's content differs from the digest its
+// definition recorded.
+var ErrChartChanged = errors.New("the chart source serves different content for the same chart version")
+
+// checkPinned refuses content whose digest is not the one the definition recorded for
+// the chart version it serves, unless a person accepted that digest with
+// AnnotationAcceptChartDigest. A new chart version records its first digest.
+func checkPinned(def *corev1alpha1.CompositionDefinition, digest string) error {
+	pinned := def.Status.Digest
+	if pinned == "" || pinned == digest || !servesSpecVersion(def) || def.Annotations[corev1alpha1.AnnotationAcceptChartDigest] == digest {
+		return nil
+	}
+	return &phaseError{reason: ReasonChartChanged, terminal: true, err: fmt.Errorf(
+		"%w: chart %s %s was recorded as %s and is now %s; nothing of the new content is used. If the change is expected, accept it: kubectl annotate compositiondefinition %s -n %s %s=%s",
+		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned, digest, def.Name, def.Namespace, corev1alpha1.AnnotationAcceptChartDigest, digest)}
+}
+
+// servesSpecVersion tells whether the status describes the chart version the spec
+// names, so that its digest pins that version's content.
+func servesSpecVersion(def *corev1alpha1.CompositionDefinition) bool {
+	for _, v := range def.Status.Managed.VersionInfo {
+		if v.Served && v.Chart == def.Spec.Chart.Version {
+			return true
+		}
+	}
+	return false
+}
+
+// Chart returns the chart the definition serves, the content of its status digest and
+// nothing else, from memory when it was loaded before.
 func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
 	if digest := def.Status.Digest; digest != "" {
 		if ch, ok := c.memory().Get(digest); ok {
@@ -71,6 +107,12 @@ func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinit
 	result, err := c.Fetch(ctx, def)
 	if err != nil {
 		return nil, "", err
+	}
+	if pinned := def.Status.Digest; pinned != "" && result.Digest != pinned {
+		// Another chart version than the status describes (the spec moved on): its
+		// definition records it first; until then it is not used.
+		return nil, "", fmt.Errorf("%w: the definition records %s, the source serves %s for chart version %s",
+			ErrChartChanged, pinned, result.Digest, def.Spec.Chart.Version)
 	}
 	return result.Chart, result.Digest, nil
 }

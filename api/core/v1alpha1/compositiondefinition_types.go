@@ -13,6 +13,9 @@ const (
 	AnnotationReleaseName = "krateo.io/release-name"
 	// AnnotationConnectorVerbose set to "true" turns on verbose logs for this definition.
 	AnnotationConnectorVerbose = "krateo.io/connector-verbose"
+	// AnnotationAcceptChartDigest names the digest a person accepts for a chart version
+	// whose source now serves other bytes than the ones recorded in status.digest.
+	AnnotationAcceptChartDigest = "compositor.dev/accept-chart-digest"
 )
 
 // Condition types of a CompositionDefinition.
