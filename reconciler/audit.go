@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -27,6 +28,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -128,7 +130,7 @@ type auditPass struct {
 	findings        *auditFindings
 	namespaceLabels map[string]map[string]string
 	// definitions by namespace/name, as the API server has them.
-	definitions []*corev1alpha1.CompositionDefinition
+	definitions []corev1alpha1.CompositionDefinition
 	charts      map[string]chartResult
 	objects     int
 }
@@ -188,7 +190,7 @@ func (p *auditPass) auditDefinitions(ctx context.Context) error {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, def); err != nil {
 				return fmt.Errorf("reading CompositionDefinition %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 			}
-			p.definitions = append(p.definitions, def)
+			p.definitions = append(p.definitions, *def)
 			url, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "url")
 			version, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "version")
 			r := p.request(obj, "compositiondefinitions")
@@ -197,7 +199,7 @@ func (p *auditPass) auditDefinitions(ctx context.Context) error {
 		}
 		return nil
 	}, "listing CompositionDefinitions")
-	slices.SortFunc(p.definitions, func(a, b *corev1alpha1.CompositionDefinition) int {
+	slices.SortFunc(p.definitions, func(a, b corev1alpha1.CompositionDefinition) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	return err
@@ -239,7 +241,7 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 		list.SetKind(kind + "List")
 		return list
 	}
-	def := p.owner(gv.String(), kind)
+	def := p.owner(gv, kind)
 	var ch chartResult
 	if def != nil {
 		ch = p.chart(ctx, def)
@@ -259,15 +261,10 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 	}, "listing "+kind+" compositions of "+gv.String(), client.MatchingLabelsSelector{Selector: selector})
 }
 
-// owner is the definition that serves kind in apiVersion; of several, the first by
-// namespace and name, as the webhook picks it.
-func (p *auditPass) owner(apiVersion, kind string) *corev1alpha1.CompositionDefinition {
-	for _, def := range p.definitions {
-		if def.Status.APIVersion == apiVersion && def.Status.Kind == kind {
-			return def
-		}
-	}
-	return nil
+// owner is the definition that owns kind in apiVersion (see package ownership): every
+// definition serving it serves the owner's chart.
+func (p *auditPass) owner(gv metav1.GroupVersion, kind string) *corev1alpha1.CompositionDefinition {
+	return ownership.Owner(p.definitions, schema.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind})
 }
 
 // chart loads the definition's chart once per pass. When it is not available, the

@@ -27,6 +27,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/ownership"
 )
 
 // ReleaseBindings keeps the release role of each served version bound in exactly the
@@ -194,7 +195,7 @@ func (r *bindingReconciler) owns(ctx context.Context, namespace string) (bool, e
 	if err := r.reader.List(ctx, defs); err != nil {
 		return false, err
 	}
-	owner := chooseDefinition(defs.Items, r.gvk, namespace)
+	owner := ownership.For(defs.Items, r.gvk, namespace)
 	return owner == nil || owner.Namespace == r.definitionNamespace, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/ownership"
 )
 
 // Finalizer holds a CompositionDefinition until its generated objects are removed.
@@ -152,6 +154,9 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 	if err != nil {
 		return r.fail(def, err)
 	}
+	if err := r.claimAPI(ctx, def, api, chart.Digest); err != nil {
+		return r.fail(def, err)
+	}
 	claimed, err := r.applyCRD(ctx, api)
 	if err != nil {
 		return r.fail(def, err)
@@ -172,6 +177,29 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 		}
 	}
 	return ctrl.Result{RequeueAfter: r.Poll}, nil
+}
+
+// ReasonAPIOwnedElsewhere: another definition serves the kind and version from other
+// chart content.
+const ReasonAPIOwnedElsewhere = "APIOwnedElsewhere"
+
+// claimAPI refuses to serve api from the chart content digest when another definition
+// already serves that kind and version from other content (see package ownership): it
+// would change another team's API under its compositions. It is retried, so the
+// definition serves once the owner is gone.
+func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, digest string) error {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return fmt.Errorf("listing CompositionDefinitions: %w", err)
+	}
+	gvk := schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind}
+	owner := ownership.Conflict(list.Items, def, gvk, digest)
+	if owner == nil {
+		return nil
+	}
+	return &phaseError{reason: ReasonAPIOwnedElsewhere, err: fmt.Errorf(
+		"%s %s is served by CompositionDefinition %s/%s from other chart content (%s; this chart is %s): one kind and version has one chart. Publish this chart under another name or version, or use the same chart as %s/%s",
+		api.Kind, api.APIVersion(), owner.Namespace, owner.Name, owner.Status.Digest, digest, owner.Namespace, owner.Name)}
 }
 
 // publishStatus records the served API in the status and writes it at once when it

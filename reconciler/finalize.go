@@ -6,11 +6,14 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/ownership"
 )
 
 // waitForCompositions is how often a definition being deleted looks again for the
@@ -80,11 +83,5 @@ func (r *DefinitionReconciler) servedByAnother(ctx context.Context, def *corev1a
 	if err := r.Client.List(ctx, list); err != nil {
 		return false, err
 	}
-	for i := range list.Items {
-		d := &list.Items[i]
-		if d.UID != def.UID && d.DeletionTimestamp.IsZero() && d.Status.Kind == def.Status.Kind && previousVersion(d) == version {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ownership.ServedByAnother(list.Items, def, schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: def.Status.Kind}), nil
 }

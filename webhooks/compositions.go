@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/ownership"
 )
 
 // CompositionGroup is the API group of every generated composition kind.
@@ -79,7 +79,7 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 			return name, nil
 		}
 	}
-	def, err := owningDefinition(ctx, definitions, req.Kind)
+	def, err := owningDefinition(ctx, definitions, req.Kind, req.Namespace)
 	if err != nil {
 		return "", err
 	}
@@ -91,28 +91,14 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 	return req.Object.GetName(), nil
 }
 
-// owningDefinition finds the CompositionDefinition that serves gvk, or nil. When
-// several do, the first by namespace and name wins, so the answer is stable.
-func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind) (*corev1alpha1.CompositionDefinition, error) {
+// owningDefinition finds the CompositionDefinition a composition of gvk in namespace
+// belongs to (see package ownership), or nil when none serves gvk.
+func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind, namespace string) (*corev1alpha1.CompositionDefinition, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := definitions.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
-	apiVersion := schema.GroupVersion{Group: gvk.Group, Version: gvk.Version}.String()
-	var owners []*corev1alpha1.CompositionDefinition
-	for i := range list.Items {
-		def := &list.Items[i]
-		if def.Status.APIVersion == apiVersion && def.Status.Kind == gvk.Kind {
-			owners = append(owners, def)
-		}
-	}
-	if len(owners) == 0 {
-		return nil, nil
-	}
-	sort.Slice(owners, func(i, j int) bool {
-		return client.ObjectKeyFromObject(owners[i]).String() < client.ObjectKeyFromObject(owners[j]).String()
-	})
-	return owners[0], nil
+	return ownership.For(list.Items, schema.GroupVersionKind(gvk), namespace), nil
 }
 
 // compositionChecks are the validations every composition write goes through.

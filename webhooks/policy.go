@@ -20,6 +20,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -116,11 +117,11 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 		current = req.OldObject
 	}
 	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
-	def, err := owningDefinition(ctx, p.cached, req.Kind)
+	def, err := owningDefinition(ctx, p.cached, req.Kind, req.Namespace)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
 		// compositions there; the cache may not have seen it yet.
-		def, err = owningDefinition(ctx, p.live, req.Kind)
+		def, err = owningDefinition(ctx, p.live, req.Kind, req.Namespace)
 	}
 	if err != nil {
 		return undecidable(err)
@@ -148,13 +149,11 @@ func (p *policyCheck) unowned(ctx context.Context, req *Request) error {
 	if err := p.cached.List(ctx, list); err != nil {
 		return undecidable(fmt.Errorf("listing CompositionDefinitions: %w", err))
 	}
-	for i := range list.Items {
-		if def := &list.Items[i]; def.Status.Kind == req.Kind.Kind {
-			return undecidable(fmt.Errorf("no CompositionDefinition reports serving %s %s/%s yet, so its chart's schema and policies cannot be applied: retry once the definition of that version is Ready (kubectl get compositiondefinitions -A -o wide)",
-				req.Kind.Kind, req.Kind.Group, req.Kind.Version))
-		}
+	if !ownership.Generated(list.Items, schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}) {
+		return nil
 	}
-	return nil
+	return undecidable(fmt.Errorf("no CompositionDefinition reports serving %s %s/%s yet, so its chart's schema and policies cannot be applied: retry once the definition of that version is Ready (kubectl get compositiondefinitions -A -o wide)",
+		req.Kind.Kind, req.Kind.Group, req.Kind.Version))
 }
 
 // namespaceLabels reads the labels of namespace for namespaceSelector. A namespace the

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -27,7 +28,8 @@ import (
 )
 
 // republish replaces chart version 1.1.5 in dir with other content under the same
-// version, as a compromised or careless registry would, and reindexes dir.
+// version (another template, a tighter schema), as a compromised or careless registry
+// would, or another team's repository, and reindexes dir.
 func republish(t *testing.T, dir string) {
 	t.Helper()
 	ch, err := samplecharts.Load("1.1.5")
@@ -37,6 +39,9 @@ func republish(t *testing.T, dir string) {
 			ch.Templates[i] = &chart.File{Name: tpl.Name, Data: append(append([]byte{}, tpl.Data...), []byte("\n  tampered: \"yes\"\n")...)}
 		}
 	}
+	// A tighter schema, too: at most 3 replicas where the original allows 10.
+	ch.Schema = bytes.Replace(ch.Schema, []byte(`"maximum": 10`), []byte(`"maximum": 3`), 1)
+	require.Contains(t, string(ch.Schema), `"maximum": 3`)
 	_, err = chartutil.Save(ch, dir)
 	require.NoError(t, err)
 	index, err := repo.IndexDirectory(dir, "")

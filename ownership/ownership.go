@@ -1,0 +1,110 @@
+// Package ownership is Compositor's tenancy rule for generated APIs, in one place: which
+// CompositionDefinition serves a kind and version, which one a composition belongs to,
+// and when a definition may not serve what another already does. The webhooks, the
+// definition reconciler, the composition controllers, the release bindings and the
+// audit all ask it, so they cannot disagree.
+//
+// The rule:
+//
+//   - A definition serves the kind and version its status reports (status.kind and
+//     status.apiVersion), from the chart content of its status.digest, unless it is
+//     being deleted.
+//   - One kind and version has one chart content. The first definition to serve it (the
+//     oldest, then by namespace and name) owns it; a definition that would serve it from
+//     other content conflicts with that owner and does not serve it.
+//   - Several definitions may serve one kind and version from the same content, say one
+//     per team namespace. A composition belongs to the definition in its own namespace
+//     when there is one, else to the owner: its controller, identity and release rights
+//     are that definition's.
+package ownership
+
+import (
+	"cmp"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+)
+
+// Serves tells whether def serves gvk: its status reports that kind and version and it
+// is not being deleted.
+func Serves(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) bool {
+	return def.DeletionTimestamp.IsZero() && def.Status.Kind == gvk.Kind &&
+		def.Status.APIVersion == gvk.GroupVersion().String()
+}
+
+// Servers are the definitions among defs that serve gvk, owner first: the oldest, then
+// by namespace and name. defs is not modified.
+func Servers(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) []*corev1alpha1.CompositionDefinition {
+	var out []*corev1alpha1.CompositionDefinition
+	for i := range defs {
+		if Serves(&defs[i], gvk) {
+			out = append(out, &defs[i])
+		}
+	}
+	slices.SortFunc(out, olderFirst)
+	return out
+}
+
+// Owner is the definition that owns gvk, or nil when none serves it.
+func Owner(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) *corev1alpha1.CompositionDefinition {
+	if servers := Servers(defs, gvk); len(servers) > 0 {
+		return servers[0]
+	}
+	return nil
+}
+
+// For is the definition a composition of gvk in namespace belongs to: the one serving
+// gvk in namespace, else the owner; nil when none serves gvk.
+func For(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind, namespace string) *corev1alpha1.CompositionDefinition {
+	servers := Servers(defs, gvk)
+	for _, d := range servers {
+		if d.Namespace == namespace {
+			return d
+		}
+	}
+	if len(servers) > 0 {
+		return servers[0]
+	}
+	return nil
+}
+
+// Conflict is the definition that keeps def from serving gvk from the chart content
+// digest: one older than def that serves gvk from other content. nil means def may
+// serve it.
+func Conflict(defs []corev1alpha1.CompositionDefinition, def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind, digest string) *corev1alpha1.CompositionDefinition {
+	for _, d := range Servers(defs, gvk) {
+		if d.UID == def.UID {
+			return nil // def is older than every server after it
+		}
+		if d.Status.Digest != digest {
+			return d
+		}
+	}
+	return nil
+}
+
+// ServedByAnother tells whether a definition other than def serves gvk.
+func ServedByAnother(defs []corev1alpha1.CompositionDefinition, def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) bool {
+	return slices.ContainsFunc(Servers(defs, gvk), func(d *corev1alpha1.CompositionDefinition) bool { return d.UID != def.UID })
+}
+
+// Generated tells whether some definition reports gvk's kind in group, in any version:
+// the kind is a generated API, whose writes need a chart to be judged.
+func Generated(defs []corev1alpha1.CompositionDefinition, gk schema.GroupKind) bool {
+	return slices.ContainsFunc(defs, func(d corev1alpha1.CompositionDefinition) bool {
+		gv, err := schema.ParseGroupVersion(d.Status.APIVersion)
+		return err == nil && gv.Group == gk.Group && d.Status.Kind == gk.Kind
+	})
+}
+
+func olderFirst(a, b *corev1alpha1.CompositionDefinition) int {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		if a.CreationTimestamp.Before(&b.CreationTimestamp) {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
