@@ -2,16 +2,23 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/repo"
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -132,4 +139,83 @@ func TestAVersionWithoutAChartIsRefused(t *testing.T) {
 		}
 	}, time.Minute, 250*time.Millisecond)
 	assert.Error(t, cp.Kubectl(ctx, "", "get", "fireworksapps.v9-9-9.composition.krateo.io", "unjudged", "-n", "fireworksapp-system").Err)
+}
+
+// serveCharts serves charts as a Helm repository on loopback for the test.
+func serveCharts(t *testing.T, charts ...*chart.Chart) *chartserver.Repository {
+	t.Helper()
+	dir := t.TempDir()
+	for _, ch := range charts {
+		_, err := chartutil.Save(ch, dir)
+		require.NoError(t, err)
+	}
+	index, err := repo.IndexDirectory(dir, "")
+	require.NoError(t, err)
+	require.NoError(t, index.WriteFile(filepath.Join(dir, "index.yaml"), 0o644))
+	return chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
+}
+
+// applyDefinition applies a definition of chart name at version from repoURL in
+// namespace (created) and waits until it is Ready.
+func applyDefinition(t *testing.T, cp *controlplane.ControlPlane, repoURL, namespace, name, version string) {
+	t.Helper()
+	ctx := context.Background()
+	res := cp.Kubectl(ctx, "", "create", "namespace", namespace)
+	require.NoError(t, res.Err, res.Stderr)
+	manifest := strings.ReplaceAll(definition(repoURL, namespace, name, version), "repo: fireworks-app", "repo: "+name)
+	res = cp.Kubectl(ctx, manifest, "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	res = cp.Kubectl(ctx, "", "wait", "compositiondefinition", name, "-n", namespace, "--for", "condition=Ready=True", "--timeout", "120s")
+	require.NoError(t, res.Err, res.Stderr)
+}
+
+// Issue 12, item 5: a template whose cost a composition chooses is stopped at the
+// deadline with a denial that says so, and other writes are admitted meanwhile.
+func TestRunawayTemplateIsDeniedAtTheDeadline(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.PolicyTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	slow := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loops", Version: "0.1.0"},
+		Values:   map[string]any{"size": 1},
+		Schema:   []byte(`{"type":"object","properties":{"size":{"type":"integer","minimum":0,"maximum":100000}},"additionalProperties":false}`),
+		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ .Release.Name }}}
+data:
+  x: "{{ range until (int .Values.size) }}{{ range until (int $.Values.size) }}{{ end }}{{ end }}"
+`)}},
+	}
+	applyDefinition(t, cp, serveCharts(t, slow).URL, "loops", "loops", "0.1.0")
+	applyPolicies(t, cp, `apiVersion: policy.compositor.dev/v1alpha1
+kind: CompositionPolicy
+metadata:
+  name: no-forbidden-configmaps
+spec:
+  target: rendered
+  match:
+    kinds: [{group: composition.krateo.io, kind: Loops}]
+  rego: |
+    package compositor.noforbidden
+
+    deny contains "forbidden" if {
+      some obj in input.rendered
+      obj.metadata.name == "forbidden"
+    }
+`)
+	loops := func(name string, n int) string {
+		return fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Loops\nmetadata: {name: %s, namespace: loops}\nspec: {size: %d}\n", name, n)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, loops("forbidden", 1), "apply", "-f", "-")
+		assert.Contains(c, res.Stderr, "forbidden [policy no-forbidden-configmaps]", "the rendered policy is in force")
+	}, time.Minute, 250*time.Millisecond)
+
+	res := cp.Kubectl(ctx, loops("runaway", 4000), "apply", "-f", "-")
+	require.Error(t, res.Err, "admitted: %s", res.Stdout)
+	assert.Contains(t, res.Stderr, "rendering chart loops was stopped at the deadline")
+	assert.Contains(t, res.Stderr, "[policy no-forbidden-configmaps]")
+	res = cp.Kubectl(ctx, loops("cheap", 3), "apply", "-f", "-")
+	assert.NoError(t, res.Err, "a cheap composition is admitted while the runaway render goes on: %s", res.Stderr)
+	assert.Error(t, cp.Kubectl(ctx, "", "get", "loops.v0-1-0.composition.krateo.io", "runaway", "-n", "loops").Err, "runaway was not stored")
 }
