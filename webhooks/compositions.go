@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -148,7 +149,10 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 }
 
 // uniqueReleaseName refuses a release name that another composition of the same kind
-// in the same namespace already uses: two objects would fight over one Helm release.
+// in the same namespace already uses, or that names a Helm release already in the
+// namespace (another composition's, of any kind, or one installed with helm): two
+// owners would fight over one release, and the controller would upgrade what it did
+// not install. The controller checks the release's owner too, for writes that race.
 type uniqueReleaseName struct {
 	// reader must read from the API server, not a cache, so that a composition created
 	// a moment ago is seen.
@@ -174,7 +178,23 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 				"already used by %s %s/%s: two compositions cannot share one Helm release", req.Kind.Kind, req.Namespace, other.Name))}, nil
 		}
 	}
-	return nil, nil
+	return u.releaseExists(ctx, req.Namespace, name)
+}
+
+// releaseExists refuses name when Helm keeps a release of that name in namespace: its
+// records are Secrets labelled owner=helm and name=<release>.
+func (u uniqueReleaseName) releaseExists(ctx context.Context, namespace, name string) (field.ErrorList, admission.Warnings) {
+	records := &metav1.PartialObjectMetadataList{}
+	records.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := u.reader.List(ctx, records, client.InNamespace(namespace), client.MatchingLabels{"owner": "helm", "name": name}, client.Limit(1)); err != nil {
+		return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("looking for a Helm release %s in namespace %s: %w", name, namespace, err))}, nil
+	}
+	if len(records.Items) == 0 {
+		return nil, nil
+	}
+	return field.ErrorList{field.Invalid(releaseNamePath, name, fmt.Sprintf(
+		"a Helm release %q already exists in namespace %s, and a new composition never takes over a release it did not install: choose another release name",
+		name, namespace))}, nil
 }
 
 // warnPausedDeletion admits the deletion of a paused composition and says that it waits.

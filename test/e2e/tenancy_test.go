@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,4 +68,38 @@ func TestOneOwnerPerGeneratedAPI(t *testing.T) {
 	res = cp.Kubectl(ctx, "", "get", "crd", "fireworksapps.composition.krateo.io", "-o", `jsonpath={.spec.versions[?(@.name=="v1-1-5")].schema.openAPIV3Schema.properties.spec.properties.replicaCount.maximum}`)
 	require.NoError(t, res.Err, res.Stderr)
 	assert.Equal(t, "10", res.Stdout, "the CRD keeps team-a's schema")
+}
+
+// Issue 13, item 1: a composition never takes over a Helm release it did not install,
+// whatever its kind.
+func TestAReleaseInstalledByHelmCannotBeTakenOver(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	readyDefinition(t, cp)
+	ctx := context.Background()
+
+	ops := &chart.Chart{
+		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "opschart", Version: "1.0.0"},
+		Templates: []*chart.File{{Name: "templates/data.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: precious-data}\ndata: {keep: \"yes\"}\n")}},
+	}
+	dir := t.TempDir()
+	archive, err := chartutil.Save(ops, dir)
+	require.NoError(t, err)
+	res := cp.Helm(ctx, "install", "db", archive, "-n", "fireworksapp-system")
+	require.NoError(t, res.Err, res.Stderr)
+
+	takeover := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata:\n  name: innocent\n  namespace: fireworksapp-system\n  annotations: {krateo.io/release-name: db}\nspec: {replicaCount: 1}\n"
+	res = cp.Kubectl(ctx, takeover, "apply", "-f", "-")
+	require.Error(t, res.Err, "admitted: %s", res.Stdout)
+	assert.Contains(t, res.Stderr, `metadata.annotations[krateo.io/release-name]: Invalid value: "db": a Helm release "db" already exists in namespace fireworksapp-system, and a new composition never takes over a release it did not install: choose another release name`)
+
+	res = cp.Helm(ctx, "history", "db", "-n", "fireworksapp-system", "-o", "json")
+	require.NoError(t, res.Err, res.Stderr)
+	var history []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &history))
+	require.Len(t, history, 1, "the foreign release was not upgraded")
+	assert.Equal(t, "opschart-1.0.0", history[0]["chart"])
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "precious-data"}, cm))
+	assert.Equal(t, "yes", cm.Data["keep"])
 }
