@@ -1,7 +1,11 @@
 package generators
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/mitchellh/copystructure"
 	"helm.sh/helm/v3/pkg/chart"
@@ -46,4 +50,19 @@ func CopyChart(c *chart.Chart) (*chart.Chart, error) {
 	}
 	out.SetDependencies(deps...)
 	return &out, nil
+}
+
+// ContentDigest identifies what a chart holds, whatever archive it came in: a sha256
+// over the name and content of every file the archive had (subcharts included), in
+// name order. Two packagings of one chart directory share it, while their archive
+// digests differ by timestamps.
+func ContentDigest(c *chart.Chart) string {
+	files := slices.Clone(c.Raw)
+	slices.SortFunc(files, func(a, b *chart.File) int { return strings.Compare(a.Name, b.Name) })
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -9,9 +9,10 @@
 //   - A definition serves the kind and version its status reports (status.kind and
 //     status.apiVersion), from the chart content of its status.digest, unless it is
 //     being deleted.
-//   - One kind and version has one chart content. The first definition to serve it (the
-//     oldest, then by namespace and name) owns it; a definition that would serve it from
-//     other content conflicts with that owner and does not serve it.
+//   - One kind and version has one chart content (the files the chart holds, not the
+//     archive's bytes). The first definition to serve it (the oldest, then by namespace
+//     and name) owns it; a definition that would serve it from other content conflicts
+//     with that owner and does not serve it.
 //   - Several definitions may serve one kind and version from the same content, say one
 //     per team namespace. A composition belongs to the definition in its own namespace
 //     when there is one, else to the owner: its controller, identity and release rights
@@ -70,19 +71,21 @@ func For(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind,
 	return nil
 }
 
-// Conflict is the definition that keeps def from serving gvk from the chart content
-// digest: one older than def that serves gvk from other content. nil means def may
-// serve it.
-func Conflict(defs []corev1alpha1.CompositionDefinition, def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind, digest string) *corev1alpha1.CompositionDefinition {
+// Conflict is the definition that keeps def from serving gvk: one older than def that
+// serves gvk from other chart content. same tells whether a server's content is def's
+// (an archive digest compares cheaply; two packagings of one chart differ in it but
+// not in content). nil means def may serve gvk.
+func Conflict(defs []corev1alpha1.CompositionDefinition, def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind,
+	same func(server *corev1alpha1.CompositionDefinition) (bool, error)) (*corev1alpha1.CompositionDefinition, error) {
 	for _, d := range Servers(defs, gvk) {
 		if d.UID == def.UID {
-			return nil // def is older than every server after it
+			return nil, nil // def is older than every server after it
 		}
-		if d.Status.Digest != digest {
-			return d
+		if ok, err := same(d); err != nil || !ok {
+			return d, err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // ServedByAnother tells whether a definition other than def serves gvk.

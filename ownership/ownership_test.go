@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -85,9 +86,19 @@ func TestConflict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defs := append(tc.defs, tc.def)
-			assert.Equal(t, tc.want, name(Conflict(defs, &defs[len(defs)-1], v115, tc.digest)))
+			same := func(d *corev1alpha1.CompositionDefinition) (bool, error) { return d.Status.Digest == tc.digest, nil }
+			owner, err := Conflict(defs, &defs[len(defs)-1], v115, same)
+			assert.NoError(t, err)
+			assert.Equal(t, tc.want, name(owner))
 		})
 	}
+}
+
+func TestConflictThatCannotBeTold(t *testing.T) {
+	defs := []corev1alpha1.CompositionDefinition{def("team-a", "fireworks", 0, v115, "d1"), def("team-b", "fireworks", 5, schema.GroupVersionKind{}, "")}
+	owner, err := Conflict(defs, &defs[1], v115, func(*corev1alpha1.CompositionDefinition) (bool, error) { return false, errors.New("chart unavailable") })
+	assert.EqualError(t, err, "chart unavailable")
+	assert.Equal(t, "team-a/fireworks", name(owner))
 }
 
 func TestServedByAnotherAndGenerated(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/ownership"
@@ -154,7 +155,7 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 	if err != nil {
 		return r.fail(def, err)
 	}
-	if err := r.claimAPI(ctx, def, api, chart.Digest); err != nil {
+	if err := r.claimAPI(ctx, def, api, chart); err != nil {
 		return r.fail(def, err)
 	}
 	claimed, err := r.applyCRD(ctx, api)
@@ -183,23 +184,35 @@ func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.Compo
 // chart content.
 const ReasonAPIOwnedElsewhere = "APIOwnedElsewhere"
 
-// claimAPI refuses to serve api from the chart content digest when another definition
-// already serves that kind and version from other content (see package ownership): it
-// would change another team's API under its compositions. It is retried, so the
-// definition serves once the owner is gone.
-func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, digest string) error {
+// claimAPI refuses to serve api from fetched when another definition already serves
+// that kind and version from other chart content (see package ownership): it would
+// change another team's API under its compositions. It is retried, so the definition
+// serves once the owner is gone.
+func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartsource.Result) error {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
+	content := generators.ContentDigest(fetched.Chart)
+	same := func(server *corev1alpha1.CompositionDefinition) (bool, error) {
+		if server.Status.Digest == fetched.Digest {
+			return true, nil
+		}
+		ch, _, err := r.Charts.Chart(ctx, server)
+		if err != nil {
+			return false, fmt.Errorf("comparing with the chart of CompositionDefinition %s/%s, which serves %s %s: %w",
+				server.Namespace, server.Name, api.Kind, api.APIVersion(), err)
+		}
+		return generators.ContentDigest(ch) == content, nil
+	}
 	gvk := schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind}
-	owner := ownership.Conflict(list.Items, def, gvk, digest)
-	if owner == nil {
-		return nil
+	owner, err := ownership.Conflict(list.Items, def, gvk, same)
+	if err != nil || owner == nil {
+		return err
 	}
 	return &phaseError{reason: ReasonAPIOwnedElsewhere, err: fmt.Errorf(
 		"%s %s is served by CompositionDefinition %s/%s from other chart content (%s; this chart is %s): one kind and version has one chart. Publish this chart under another name or version, or use the same chart as %s/%s",
-		api.Kind, api.APIVersion(), owner.Namespace, owner.Name, owner.Status.Digest, digest, owner.Namespace, owner.Name)}
+		api.Kind, api.APIVersion(), owner.Namespace, owner.Name, owner.Status.Digest, fetched.Digest, owner.Namespace, owner.Name)}
 }
 
 // publishStatus records the served API in the status and writes it at once when it
