@@ -3,6 +3,7 @@ package generators
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,7 +33,7 @@ func CopyChart(c *chart.Chart) (*chart.Chart, error) {
 		out.Metadata = &md
 	}
 	if c.Values != nil {
-		v, err := copystructure.Copy(c.Values)
+		v, err := copyValues(c.Values)
 		if err != nil {
 			return nil, fmt.Errorf("copying the values of chart %s: %w", c.Name(), err)
 		}
@@ -50,6 +51,38 @@ func CopyChart(c *chart.Chart) (*chart.Chart, error) {
 	}
 	out.SetDependencies(deps...)
 	return &out, nil
+}
+
+// copyValues deep-copies chart values. Values read from YAML hold only maps, lists and
+// scalars, which are copied directly (reflection-based copying was a quarter of an
+// admission review's time); anything else goes through copystructure.
+func copyValues(v interface{}) (interface{}, error) {
+	switch x := v.(type) {
+	case map[string]interface{}:
+		out := make(map[string]interface{}, len(x))
+		for k, e := range x {
+			c, err := copyValues(e)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []interface{}:
+		out := make([]interface{}, len(x))
+		for i, e := range x {
+			c, err := copyValues(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	case nil, string, bool, int, int64, float64, json.Number:
+		return x, nil
+	default:
+		return copystructure.Copy(x)
+	}
 }
 
 // ContentDigest identifies what a chart holds, whatever archive it came in: a sha256

@@ -93,10 +93,12 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 }
 
 // owningDefinition finds the CompositionDefinition a composition of gvk in namespace
-// belongs to (see package ownership), or nil when none serves gvk.
+// belongs to (see package ownership), or nil when none serves gvk. It may be shared with
+// a cache: callers only read it.
 func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind, namespace string) (*corev1alpha1.CompositionDefinition, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := definitions.List(ctx, list); err != nil {
+	// Only read: a cache need not copy every definition for each review.
+	if err := definitions.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
 	return ownership.For(list.Items, schema.GroupVersionKind(gvk), namespace), nil
