@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // CompositionFinalizer holds a composition until its release is uninstalled.
@@ -45,6 +46,8 @@ const (
 	EventHelmSkip          = "HelmSkip"
 	EventHelmInstallFailed = "HelmInstallFailed"
 	EventHelmUninstalled   = "HelmUninstalled"
+	EventUpdateRefused     = "UpdateRefused"
+	EventReleaseLeftAlone  = "ReleaseLeftAlone"
 )
 
 // Reasons of a composition's conditions.
@@ -53,11 +56,15 @@ const (
 	ReasonInstallFailed      = "InstallFailed"
 	ReasonUninstallFailed    = "UninstallFailed"
 	ReasonBindFailed         = "BindFailed"
+	ReasonUpdateRefused      = "UpdateRefused"
 )
 
 // waitForDefinition is how often a composition without a Ready definition looks again;
 // definition changes also wake it.
 const waitForDefinition = 30 * time.Second
+
+// retryRefused is how often a composition the install gate refused is tried again.
+const retryRefused = time.Minute
 
 // CompositionReconciler installs one Helm release per composition of one served version
 // of a generated kind (SPEC §6.5).
@@ -82,6 +89,10 @@ type CompositionReconciler struct {
 	Bind func(ctx context.Context, namespace string) error
 	// MaxReconcileRate is the most reconciliations per second.
 	MaxReconcileRate int
+	// Checker validates the values about to be installed (its Schemas, the same
+	// validator as the webhook's) and judges the manifests about to be applied (its
+	// Engine: the policies in force; nil Engine evaluates none). Required.
+	Checker *policies.Checker
 }
 
 // NewComposition returns an empty object of the controller's kind.
@@ -156,12 +167,12 @@ func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // install runs helm upgrade --install unless the release already is what the
-// composition asks for.
+// composition asks for, and only through the install gate (installgate.go): the
+// release must be the composition's own, its values must pass the chart's schema, and
+// the manifests Helm is about to apply must stay in the namespace and pass the policies.
 func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if controllerutil.AddFinalizer(obj, CompositionFinalizer) {
-		if err := r.Client.Update(ctx, obj); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.addFinalizer(ctx, obj); err != nil {
+		return ctrl.Result{}, err
 	}
 	ch, digest, err := r.Charts.Chart(ctx, def)
 	if err != nil {
@@ -175,15 +186,30 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	name := releaseName(obj)
+	last, err := r.Helm.lastRelease(obj.GetNamespace(), name)
+	if err != nil {
+		err = fmt.Errorf("reading the history of release %s/%s: %w", obj.GetNamespace(), name, err)
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
+		return r.refused(obj, err)
+	}
 	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
 	// status fields, so it is stored as it is.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	if installed == fingerprint {
-		if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil && last != nil && last.Info.Status == "deployed" {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
-			r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
-			return ctrl.Result{}, nil
-		}
+	if installed == fingerprint && last != nil && last.Info.Status == "deployed" {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
+		r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
+		return ctrl.Result{}, nil
+	}
+	request, err := r.policyRequest(ctx, obj, def, ch, digest, last != nil)
+	if err != nil {
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
+	if err := r.validateValues(ctx, request); err != nil {
+		return r.refused(obj, err)
 	}
 	if r.Bind != nil {
 		if err := r.Bind(ctx, obj.GetNamespace()); err != nil {
@@ -191,7 +217,14 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 			return ctrl.Result{}, err
 		}
 	}
-	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values)
+	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values, InstallOptions{
+		Last:         last,
+		Labels:       map[string]string{LabelCompositionUID: string(obj.GetUID())},
+		PostRenderer: r.gate(ctx, obj.GetNamespace(), request),
+	})
+	if gateErr, refused := asGateError(err); refused {
+		return r.refused(obj, gateErr)
+	}
 	if err != nil {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
 		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
@@ -215,12 +248,53 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 	return ctrl.Result{}, nil
 }
 
+// addFinalizer adds the composition's finalizer before anything is installed. When
+// the API server refuses the update (a webhook, a quota, RBAC), the composition says
+// so in its conditions: the status is patched apart from the object.
+func (r *CompositionReconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstructured) error {
+	if !controllerutil.AddFinalizer(obj, CompositionFinalizer) {
+		return nil
+	}
+	withFinalizer := obj.DeepCopy()
+	if err := r.Client.Update(ctx, withFinalizer); err != nil {
+		controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
+		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", CompositionFinalizer, err)
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventUpdateRefused, "Install", "%s", message)
+		r.setConditions(obj, false, ReasonUpdateRefused, message)
+		return fmt.Errorf("adding the finalizer: %w", err)
+	}
+	// Keep the status as reconciled so far: the update returns the stored one.
+	withFinalizer.Object["status"] = obj.Object["status"]
+	obj.Object = withFinalizer.Object
+	return nil
+}
+
+// refused reports a refusal of the install gate: a Warning event and Ready=False with
+// its reason. It tries again later, since a policy or the foreign release may change
+// without the composition changing.
+func (r *CompositionReconciler) refused(obj *unstructured.Unstructured, err error) (ctrl.Result, error) {
+	gate, ok := asGateError(err)
+	if !ok {
+		gate = &GateError{Reason: ReasonInstallFailed, Message: err.Error()}
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, gate.Reason, "Install", "%s", gate.Message)
+	r.setConditions(obj, false, gate.Reason, gate.Message)
+	return ctrl.Result{RequeueAfter: retryRefused}, nil
+}
+
 // remove uninstalls the release, then lets the composition go.
 func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Unstructured) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	name := releaseName(obj)
+	if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil {
+		if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
+			controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
+			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+		}
+	}
 	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name)
 	switch {
 	case err != nil && r.namespaceTerminating(ctx, obj.GetNamespace()):

@@ -12,6 +12,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
+	"helm.sh/helm/v3/pkg/postrender"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,8 +67,10 @@ type restClientGetter struct {
 
 var _ genericclioptions.RESTClientGetter = (*restClientGetter)(nil)
 
+// ToRESTConfig is Helm's config confined to the release namespace: Helm's client and
+// the templates' lookup reach nothing outside it.
 func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
-	return rest.CopyConfig(g.helm.config), nil
+	return confineToNamespace(g.helm.config, g.namespace), nil
 }
 
 func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
@@ -93,7 +96,7 @@ func (c *namespacedConfig) RawConfig() (clientcmdapi.Config, error) {
 	return clientcmdapi.Config{}, nil
 }
 func (c *namespacedConfig) ClientConfig() (*rest.Config, error) {
-	return rest.CopyConfig(c.config), nil
+	return confineToNamespace(c.config, c.namespace), nil
 }
 func (c *namespacedConfig) Namespace() (string, bool, error) { return c.namespace, true, nil }
 func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
@@ -135,9 +138,23 @@ const (
 	Upgraded  Outcome = "Upgraded"
 )
 
+// InstallOptions say how a release is installed.
+type InstallOptions struct {
+	// Last is the release's latest revision, nil when there is none; the caller has
+	// checked that the composition owns it.
+	Last *release.Release
+	// Labels are set on the release (Compositor's mark of ownership).
+	Labels map[string]string
+	// PostRenderer sees the manifests before anything is applied and may refuse them.
+	PostRenderer postrender.PostRenderer
+}
+
 // UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
-// of ch (Helm writes into the charts it installs).
-func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}) (Outcome, *release.Release, error) {
+// of ch (Helm writes into the charts it installs). Helm's own values-schema check is
+// off: it would load the schema's $refs from anywhere; the caller has validated the
+// values with Compositor's validator, which loads nothing. The chart's crds/ directory
+// is never installed: CRDs are cluster-wide, and compositions never create them.
+func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}, opts InstallOptions) (Outcome, *release.Release, error) {
 	cfg, err := h.actions(namespace)
 	if err != nil {
 		return "", nil, err
@@ -146,10 +163,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	if err != nil {
 		return "", nil, err
 	}
-	last, err := cfg.Releases.Last(name)
-	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
-		return "", nil, fmt.Errorf("reading the history of release %s/%s: %w", namespace, name, err)
-	}
+	last := opts.Last
 	// A first install that failed has nothing to upgrade from: install it again.
 	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed) {
 		if last != nil {
@@ -162,6 +176,8 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		}
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
+		install.SkipSchemaValidation, install.SkipCRDs = true, true
+		install.Labels, install.PostRenderer = opts.Labels, opts.PostRenderer
 		rel, err := install.RunWithContext(ctx, fresh, values)
 		if err != nil {
 			return "", nil, fmt.Errorf("installing release %s/%s: %w", namespace, name, err)
@@ -170,6 +186,8 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	}
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
+	upgrade.SkipSchemaValidation = true
+	upgrade.Labels, upgrade.PostRenderer = opts.Labels, opts.PostRenderer
 	rel, err := upgrade.RunWithContext(ctx, name, fresh, values)
 	if err != nil {
 		return "", nil, fmt.Errorf("upgrading release %s/%s: %w", namespace, name, err)

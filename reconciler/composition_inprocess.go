@@ -14,6 +14,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // CompositionControllers run the composition controllers of served versions. The
@@ -36,6 +37,10 @@ type InProcess struct {
 	Client client.Client
 	Scheme *runtime.Scheme
 	Charts *Charts
+	// Checker is the webhook's: each controller validates values with its schema
+	// validator and judges what it installs with its policies. nil: see
+	// CompositionManagerOptions.Checker.
+	Checker *policies.Checker
 	// MaxReconcileRate and Sync are those of each controller.
 	MaxReconcileRate int
 	Sync             time.Duration
@@ -56,6 +61,7 @@ func (p *InProcess) Ensure(ctx context.Context, def *corev1alpha1.CompositionDef
 		GVK:                 schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind},
 		Scheme:              p.Scheme,
 		Charts:              p.Charts,
+		Checker:             p.Checker,
 		DefinitionNamespace: def.Namespace,
 		Bind:                bind,
 		MaxReconcileRate:    p.MaxReconcileRate,

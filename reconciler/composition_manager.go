@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // CompositionManagerOptions configure the manager of one version's composition
@@ -31,6 +33,9 @@ type CompositionManagerOptions struct {
 	DefinitionNamespace string
 	Bind                func(ctx context.Context, namespace string) error
 	MaxReconcileRate    int
+	// Checker validates values and judges manifests before they are installed (see
+	// CompositionReconciler.Checker); nil checks the chart's schemas and no policies.
+	Checker *policies.Checker
 	// Sync is the resync period.
 	Sync time.Duration
 	// HealthProbeAddr and MetricsAddr: "0" turns them off.
@@ -48,6 +53,10 @@ func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (ma
 		DefinitionNamespace: opts.DefinitionNamespace,
 		Bind:                opts.Bind,
 		MaxReconcileRate:    opts.MaxReconcileRate,
+		Checker:             opts.Checker,
+	}
+	if r.Checker == nil {
+		r.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
 	}
 	sync := opts.Sync
 	if sync <= 0 {

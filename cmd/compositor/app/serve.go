@@ -90,14 +90,15 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	}
 	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
 
-	if err := setupAdmission(ctx, mgr, charts, opts); err != nil {
+	checker, err := setupAdmission(ctx, mgr, charts, opts)
+	if err != nil {
 		return err
 	}
 	endpoint, err := setupWebhookConfigurations(ctx, mgr, live, provider, opts)
 	if err != nil {
 		return err
 	}
-	if err := setupReconciler(mgr, live, charts, provider, endpoint, opts); err != nil {
+	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -148,36 +149,37 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, opts *ServeOptions) error {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, opts *ServeOptions) (*policies.Checker, error) {
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
 		Cached:  mgr.GetClient(),
 		Live:    mgr.GetAPIReader(),
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+		Checker: checker,
 		Charts:  charts,
 	})
 	if err := (&reconciler.PolicyReconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
-		return err
+		return nil, err
 	}
 	if opts.AuditInterval > 0 {
 		// Leader only: one replica writes the audit status.
 		auditor := &reconciler.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval}
 		if err := mgr.Add(auditor); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if opts.PolicyDir != "" {
 		if err := watchPolicyDir(mgr, engine, opts.PolicyDir); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The mutating webhook reads definitions from the cache: start their informer with
 	// the manager rather than on the first admission request.
 	_, err = mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
-	return err
+	return checker, err
 }
 
 // setupWebhookConfigurations prepares the webhook certificate and, once the webhook
@@ -208,7 +210,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler.Charts, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler.Charts, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -238,6 +240,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 			Client:           mgr.GetClient(),
 			Scheme:           mgr.GetScheme(),
 			Charts:           charts,
+			Checker:          checker,
 			MaxReconcileRate: opts.MaxReconcileRate,
 			Sync:             opts.Sync,
 		}

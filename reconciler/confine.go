@@ -1,0 +1,94 @@
+package reconciler
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// confineToNamespace returns a copy of cfg whose requests stay in namespace: Helm,
+// its release records and the templates' `lookup` act with the controller's
+// identity, whose rights span every namespace that holds a composition of its
+// version. A request for another namespace, or for a resource outside any namespace
+// (a list across namespaces, a cluster-scoped object), is answered 403 by the client
+// itself and never reaches the API server. Discovery stays open: Helm needs it to
+// map kinds.
+func confineToNamespace(cfg *rest.Config, namespace string) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return &confinedTransport{next: next, namespace: namespace}
+	})
+	return out
+}
+
+// confinedTransport refuses the requests that leave its namespace.
+type confinedTransport struct {
+	next      http.RoundTripper
+	namespace string
+}
+
+func (t *confinedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if why := outsideNamespace(req.URL.Path, t.namespace); why != "" {
+		return refusal(req, fmt.Sprintf("Compositor confines Helm and the chart's templates to namespace %s: %s %s %s", t.namespace, req.Method, req.URL.Path, why)), nil
+	}
+	return t.next.RoundTrip(req)
+}
+
+// outsideNamespace says why an API path leaves namespace, or "" when it stays in it.
+// Paths are /api/v1/... or /apis/GROUP/VERSION/...; what follows the version is
+// either namespaces/NAME[/RESOURCE...] or a resource outside any namespace.
+func outsideNamespace(path, namespace string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string
+	switch {
+	case len(parts) >= 1 && parts[0] == "api":
+		rest = parts[min(2, len(parts)):]
+	case len(parts) >= 1 && parts[0] == "apis":
+		rest = parts[min(3, len(parts)):]
+	default:
+		return "" // /version, /openapi, health: no objects
+	}
+	if len(rest) == 0 {
+		return "" // discovery of a group version
+	}
+	if rest[0] != "namespaces" {
+		return "reaches objects outside any namespace"
+	}
+	switch {
+	case len(rest) == 1:
+		return "lists namespaces"
+	case rest[1] != namespace:
+		return "reaches namespace " + rest[1]
+	}
+	return ""
+}
+
+// refusal is the 403 the API server would answer, so that client-go and Helm report it
+// as any other Forbidden error, with the reason in the message.
+func refusal(req *http.Request, message string) *http.Response {
+	status := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  message,
+		Reason:   metav1.StatusReasonForbidden,
+		Code:     http.StatusForbidden,
+	}
+	body, _ := json.Marshal(status)
+	return &http.Response{
+		StatusCode:    http.StatusForbidden,
+		Status:        "403 Forbidden",
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}

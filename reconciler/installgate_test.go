@@ -1,0 +1,155 @@
+package reconciler
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// testMapper knows a few namespaced and cluster-scoped kinds, as discovery would.
+func testMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for gvk, scope := range map[schema.GroupVersionKind]meta.RESTScope{
+		{Version: "v1", Kind: "ConfigMap"}:                                               meta.RESTScopeNamespace,
+		{Version: "v1", Kind: "Secret"}:                                                  meta.RESTScopeNamespace,
+		{Group: "apps", Version: "v1", Kind: "Deployment"}:                               meta.RESTScopeNamespace,
+		{Group: "scheduling.k8s.io", Version: "v1", Kind: "PriorityClass"}:               meta.RESTScopeRoot,
+		{Group: "example.com", Version: "v1", Kind: "Widget"}:                            meta.RESTScopeRoot,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}:                meta.RESTScopeNamespace,
+		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: meta.RESTScopeRoot,
+	} {
+		m.Add(gvk, scope)
+	}
+	return m
+}
+
+func manifest(docs ...string) *bytes.Buffer {
+	var b bytes.Buffer
+	for i, d := range docs {
+		b.WriteString("---\n# Source: app/templates/t" + string(rune('a'+i)) + ".yaml\n" + d + "\n")
+	}
+	return &b
+}
+
+func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
+	gate := &installGate{namespace: "team-a", mapper: testMapper()}
+	for name, tc := range map[string]struct {
+		doc     string
+		reason  string
+		message string
+	}{
+		"a ConfigMap in another namespace": {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: team-b}", ReasonObjectOutsideNamespace,
+			"v1 ConfigMap/c in namespace team-b (template app/templates/tb.yaml): rendered into namespace team-b, outside the composition's namespace team-a"},
+		"a ServiceAccount token Secret": {"apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: kubernetes.io/service-account-token", ReasonForbiddenObject,
+			"v1 Secret/s in namespace team-a (template app/templates/tb.yaml): a Secret of type kubernetes.io/service-account-token would mint a ServiceAccount token"},
+		"a Role":                           {"apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}", ReasonForbiddenObject, "compositions never create a Role"},
+		"a ClusterRoleBinding":             {"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: r}", ReasonForbiddenObject, "compositions never create a ClusterRoleBinding"},
+		"a webhook configuration":          {"apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: w}", ReasonForbiddenObject, "compositions never create a MutatingWebhookConfiguration"},
+		"a CRD":                            {"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: w}", ReasonForbiddenObject, "compositions never create a CustomResourceDefinition"},
+		"a Namespace":                      {"apiVersion: v1\nkind: Namespace\nmetadata: {name: n}", ReasonForbiddenObject, "compositions never create a Namespace"},
+		"a cluster-scoped kind":            {"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}", ReasonForbiddenObject, "Widget is cluster-scoped, and compositions create only namespaced objects"},
+		"a kind the server does not serve": {"apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}", ReasonForbiddenObject, "the API server does not serve this kind"},
+		"a Role inside a List":             {"apiVersion: v1\nkind: List\nitems:\n- apiVersion: rbac.authorization.k8s.io/v1\n  kind: Role\n  metadata: {name: hidden}", ReasonForbiddenObject, "rbac.authorization.k8s.io/v1 Role/hidden"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}", tc.doc)
+			_, err := gate.Run(in)
+			gateErr, ok := asGateError(err)
+			require.True(t, ok, "refused with a GateError: %v", err)
+			assert.Equal(t, tc.reason, gateErr.Reason)
+			assert.Contains(t, gateErr.Message, tc.message)
+			assert.True(t, strings.HasPrefix(gateErr.Message, "nothing was installed: "), gateErr.Message)
+			assert.NotContains(t, gateErr.Message, "ConfigMap/fine", "only refused objects are named")
+		})
+	}
+	t.Run("every refused object is named", func(t *testing.T) {
+		_, err := gate.Run(manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}", "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}"))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "ConfigMap/a")
+		assert.Contains(t, err.Error(), "Role/r")
+	})
+	t.Run("namespaced objects in the namespace pass unchanged", func(t *testing.T) {
+		in := manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: team-a}", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: Opaque")
+		want := in.String()
+		out, err := gate.Run(in)
+		require.NoError(t, err)
+		assert.Equal(t, want, out.String())
+	})
+}
+
+func TestReleaseOwnership(t *testing.T) {
+	foreign := &release.Release{Name: "db", Version: 1, Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "opschart", Version: "1.0.0"}}}
+	mine := &release.Release{Name: "db", Version: 3, Labels: map[string]string{LabelCompositionUID: "uid-1"}}
+	assert.NoError(t, checkOwner(nil, "ops", "db", "uid-1"), "no release yet")
+	assert.NoError(t, checkOwner(mine, "ops", "db", "uid-1"))
+
+	err := checkOwner(foreign, "ops", "db", "uid-1")
+	gateErr, ok := asGateError(err)
+	require.True(t, ok)
+	assert.Equal(t, ReasonReleaseConflict, gateErr.Reason)
+	assert.Contains(t, gateErr.Message, "Helm release db in namespace ops (chart opschart-1.0.0, revision 1) was not installed by Compositor")
+
+	err = checkOwner(mine, "ops", "db", "uid-2")
+	gateErr, ok = asGateError(err)
+	require.True(t, ok)
+	assert.Equal(t, ReasonReleaseConflict, gateErr.Reason)
+	assert.Contains(t, gateErr.Message, "belongs to another composition (UID uid-1)")
+}
+
+func TestOutsideNamespace(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/team-a/secrets/sh.helm.release.v1.x.v1": "",
+		"/apis/apps/v1/namespaces/team-a/deployments":               "",
+		"/api/v1/namespaces/team-a":                                 "",
+		"/api":                                                      "",
+		"/apis/apps/v1":                                             "",
+		"/version":                                                  "",
+		"/api/v1/namespaces/team-b/secrets/x":                       "reaches namespace team-b",
+		"/apis/apps/v1/namespaces/team-b/deployments":               "reaches namespace team-b",
+		"/api/v1/configmaps":                                        "reaches objects outside any namespace",
+		"/apis/scheduling.k8s.io/v1/priorityclasses/p":              "reaches objects outside any namespace",
+		"/api/v1/namespaces":                                        "lists namespaces",
+	} {
+		assert.Equal(t, want, outsideNamespace(path, "team-a"), path)
+	}
+}
+
+// roundTripFunc records the requests that reach the API server's side.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A request outside the namespace is answered 403 by the client: it never leaves the
+// process, and client-go reads it as Forbidden with the reason.
+func TestConfinedClientRefusesOtherNamespaces(t *testing.T) {
+	var reached []string
+	cfg := &rest.Config{Host: "https://127.0.0.1:1", Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		reached = append(reached, r.URL.Path)
+		return nil, assert.AnError
+	})}
+	clients, err := kubernetes.NewForConfig(confineToNamespace(cfg, "team-a"))
+	require.NoError(t, err)
+
+	_, err = clients.CoreV1().Secrets("team-b").Get(t.Context(), "x", metav1.GetOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Contains(t, err.Error(), "Compositor confines Helm and the chart's templates to namespace team-a: GET /api/v1/namespaces/team-b/secrets/x reaches namespace team-b")
+	_, err = clients.CoreV1().ConfigMaps("").List(t.Context(), metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Empty(t, reached, "refused requests never reach the transport")
+
+	_, err = clients.CoreV1().ConfigMaps("team-a").Get(t.Context(), "c", metav1.GetOptions{})
+	require.Error(t, err)
+	assert.Equal(t, []string{"/api/v1/namespaces/team-a/configmaps/c"}, reached, "requests in the namespace go through")
+}
