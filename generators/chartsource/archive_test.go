@@ -120,13 +120,16 @@ func TestCheckAddress(t *testing.T) {
 
 // FuzzCheckArchive checks that CheckArchive never panics and that whatever it accepts
 // really is within the limits: only regular files and directories, no escaping paths,
-// at most MaxFiles entries and MaxUncompressedBytes of content.
+// at most MaxFiles entries, and a stream that inflates to at most MaxUncompressedBytes,
+// headers included.
 func FuzzCheckArchive(f *testing.F) {
 	f.Add(tinyChart(f, "app", "1.0.0"))
 	f.Add(tarGz(f, entry{name: "app/Chart.yaml", body: chartYAML}, entry{name: "app/../x", body: []byte("x")}))
 	f.Add(tarGz(f, entry{name: "app/l", typeflag: tar.TypeSymlink, linkname: "/etc/passwd"}))
 	f.Add(tarGz(f, entry{name: "app/big", size: 64 << 10}))
 	f.Add(tarGz(f, entry{name: "pax_global_header", typeflag: tar.TypeXGlobalHeader}, entry{name: "app/", typeflag: tar.TypeDir}))
+	f.Add(extendedHeaderArchive(f, 2, 20<<10, 0))
+	f.Add(extendedHeaderArchive(f, 2, 0, 20<<10))
 	f.Add([]byte{0x1f, 0x8b, 0x08, 0x00})
 	f.Add([]byte{})
 
@@ -144,7 +147,14 @@ func FuzzCheckArchive(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted, but not gzip: %v", err)
 		}
-		tr := tar.NewReader(zr)
+		stream, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("accepted, but the gzip stream does not read: %v", err)
+		}
+		if int64(len(stream)) > lim.MaxUncompressedBytes { // headers and padding included
+			t.Fatalf("accepted a stream that inflates to %d bytes", len(stream))
+		}
+		tr := tar.NewReader(bytes.NewReader(stream))
 		var entries int
 		var total int64
 		for {
@@ -171,5 +181,53 @@ func FuzzCheckArchive(f *testing.F) {
 		if entries > lim.MaxFiles || total > lim.MaxUncompressedBytes {
 			t.Fatalf("accepted %d entries, %d bytes", entries, total)
 		}
+	})
+}
+
+// extendedHeaderArchive writes entries whose contents are tiny but whose PAX records
+// or GNU long names are large: what CheckArchive must count too.
+func extendedHeaderArchive(t testing.TB, entries int, pax, longName int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for i := range entries {
+		hdr := &tar.Header{Name: fmt.Sprintf("app/f%d", i), Size: 1, Mode: 0o644}
+		if pax > 0 {
+			hdr.Format = tar.FormatPAX
+			hdr.PAXRecords = map[string]string{"comment": strings.Repeat("x", pax)}
+		}
+		if longName > 0 {
+			hdr.Format = tar.FormatGNU
+			hdr.Name = "app/" + strings.Repeat("n", longName) + fmt.Sprint(i)
+		}
+		require.NoError(t, tw.WriteHeader(hdr))
+		_, err := tw.Write([]byte("x"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, zw.Close())
+	return buf.Bytes()
+}
+
+func TestCheckArchiveCountsExtendedHeaders(t *testing.T) {
+	lim := chartsource.Limits{MaxUncompressedBytes: 64 << 10}
+	cases := map[string][]byte{
+		"PAX records":     extendedHeaderArchive(t, 3, 40<<10, 0),
+		"one PAX record":  extendedHeaderArchive(t, 1, 100<<10, 0),
+		"GNU long names":  extendedHeaderArchive(t, 3, 0, 40<<10),
+		"many tiny files": extendedHeaderArchive(t, 200, 0, 0), // 200 × (512 header + 512 block)
+	}
+	for name, archive := range cases {
+		t.Run(name, func(t *testing.T) {
+			require.Less(t, len(archive), 8<<10, "the archive itself is small")
+			err := chartsource.CheckArchive(bytes.NewReader(archive), lim)
+			require.ErrorIs(t, err, chartsource.ErrArchiveTooLarge)
+			assert.Contains(t, err.Error(), "MaxUncompressedBytes")
+			assert.Contains(t, err.Error(), "65536 bytes")
+		})
+	}
+	t.Run("the same headers within the limit", func(t *testing.T) {
+		require.NoError(t, chartsource.CheckArchive(bytes.NewReader(extendedHeaderArchive(t, 1, 40<<10, 0)), lim))
 	})
 }

@@ -28,11 +28,13 @@
 // # Archive limits
 //
 // Before an archive reaches Helm's loader, CheckArchive reads it once as a stream and
-// refuses it when it breaks Limits: compressed size, uncompressed size (actual bytes,
-// not the sizes the headers claim), per-file size, number of entries, paths that are
+// refuses it when it breaks Limits: compressed size, uncompressed size (every byte the
+// gzip stream inflates to, tar headers, PAX/GNU extended headers and long names
+// included, not the sizes the headers claim), per-file size, number of entries, paths that are
 // absolute or climb with "..", and any entry that is not a regular file or directory
 // (symlinks, hard links, devices, FIFOs). Helm's loader keeps its own limits (100 MiB
-// total, 5 MiB per file): raising Limits above those has no effect.
+// total, 5 MiB per file): raising Limits above those has no effect. The loader is only
+// ever given the very bytes CheckArchive passed, cached archives included.
 //
 // # Cache and credentials
 //
