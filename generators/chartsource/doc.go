@@ -13,13 +13,21 @@
 //     Credentials inside a URL (user:pass@host) are refused; they belong in
 //     spec.chart.credentials.
 //   - Every connection, including redirects, token endpoints named by a registry and
-//     archive URLs named by an index, is dialled through a Control hook (Options.DialGuard,
-//     CheckAddress by default) that refuses link-local addresses (169.254.0.0/16 with the
-//     cloud metadata endpoint, fe80::/10), unspecified, "this network" (0.0.0.0/8),
-//     broadcast and multicast addresses, the NAT64 and IPv4-mapped forms of those, and
-//     the AWS IPv6 metadata address. The hook sees the resolved IP, so DNS names that
-//     point at those ranges are refused too (ErrBlockedAddress). Private ranges stay
-//     allowed: in-cluster chart repositories are common.
+//     archive URLs named by an index, is judged by the dial guard (Options.DialGuard,
+//     NewAddressGuard(Options.AllowNetworks) by default) three times over: on the URL's
+//     host when it is an IP literal, on every address the host name resolves to
+//     (through Options.Resolver) before that address is dialled, and in the dialer's
+//     Control hook on the socket's very address, so DNS rebinding gains nothing. It
+//     always refuses link-local addresses (169.254.0.0/16 with the cloud metadata
+//     endpoint, fe80::/10), the AWS IPv6 metadata address, unspecified, "this network"
+//     (0.0.0.0/8), broadcast and multicast addresses. It refuses by default loopback,
+//     RFC 1918, CGNAT (100.64.0.0/10), unique-local (fc00::/7) and the other
+//     special-purpose ranges, which an allow-list opens (--allow-chart-network for
+//     on-premises registries, LoopbackNetworks in `compositor dev`): a chart URL comes
+//     from a tenant, and Compositor must not be their way into the cluster's network.
+//     IPv4-mapped, IPv4-compatible, NAT64, 6to4 and Teredo addresses are judged as the
+//     IPv4 address they reach. A refusal (ErrBlockedAddress) names the address, the
+//     range and the flag that would allow it.
 //   - Redirects are bounded (Options.MaxRedirects) and every hop passes the same checks;
 //     the Authorization header is dropped when a redirect changes host, port or scheme.
 //   - No proxy from the environment: a proxy would hide the real destination from the

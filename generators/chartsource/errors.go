@@ -10,7 +10,7 @@ var (
 	// in the URL, or an https URL that is neither a .tgz nor used with a chart name.
 	ErrUnsupportedURL = errors.New("unsupported chart URL")
 	// ErrBlockedAddress: a connection would go to an address the dial guard refuses
-	// (link-local, cloud metadata, unspecified, multicast, ...).
+	// (link-local, cloud metadata, multicast, ...; loopback and private ranges unless allowed).
 	ErrBlockedAddress = errors.New("address blocked by the chart source network policy")
 	// ErrTooManyRedirects: more redirects than Options.MaxRedirects.
 	ErrTooManyRedirects = errors.New("too many redirects")

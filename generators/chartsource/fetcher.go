@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -37,7 +38,10 @@ func New(opts Options) (*Fetcher, error) {
 		opts.Timeout = DefaultTimeout
 	}
 	if opts.DialGuard == nil {
-		opts.DialGuard = CheckAddress
+		opts.DialGuard = NewAddressGuard(opts.AllowNetworks)
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
 	}
 	switch {
 	case opts.MaxRedirects == 0:

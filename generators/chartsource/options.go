@@ -1,7 +1,9 @@
 package chartsource
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"time"
 
@@ -119,11 +121,25 @@ type Options struct {
 	// RegistryConfigPath is Helm's registry credentials file (HELM_REGISTRY_CONFIG_PATH),
 	// used for OCI references that carry no Username. Empty means Helm's default.
 	RegistryConfigPath string
-	// DialGuard vets every connection; nil means CheckAddress. A refusal surfaces as
-	// ErrBlockedAddress.
+	// AllowNetworks are the ranges refused by default (loopback, RFC 1918, CGNAT, ULA,
+	// ...) that chart sources may be reached at nonetheless: on-premises registries
+	// (--allow-chart-network), LoopbackNetworks for `compositor dev` and tests. Link-local,
+	// metadata, unspecified, multicast and broadcast addresses stay refused. Ignored when
+	// DialGuard is set.
+	AllowNetworks []netip.Prefix
+	// DialGuard vets every connection; nil means NewAddressGuard(AllowNetworks). A
+	// refusal surfaces as ErrBlockedAddress.
 	DialGuard DialGuard
+	// Resolver resolves host names before the dial guard sees their addresses; nil means
+	// net.DefaultResolver. Tests inject one so that names never reach real DNS.
+	Resolver Resolver
 	// MaxRedirects bounds redirects per request. Default 5; negative forbids them.
 	MaxRedirects int
+}
+
+// Resolver looks up the addresses of a host; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // DefaultTimeout is the Fetch timeout when Options.Timeout is zero.

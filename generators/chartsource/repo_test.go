@@ -208,7 +208,7 @@ func TestFetchConcurrentlyIntoOneCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f, err := chartsource.New(chartsource.Options{CacheDir: cacheDir})
+			f, err := chartsource.New(chartsource.Options{CacheDir: cacheDir, AllowNetworks: chartsource.LoopbackNetworks()})
 			if err != nil {
 				errs[i] = err
 				return

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -25,8 +26,12 @@ type session struct {
 	ctx     context.Context
 	timeout time.Duration
 	guard   DialGuard
-	base    *http.Transport
-	client  *http.Client
+	// resolver and dialer make every connection: the guard judges each resolved
+	// address before it is dialled, and again in the dialer's Control hook.
+	resolver Resolver
+	dialer   *net.Dialer
+	base     *http.Transport
+	client   *http.Client
 	// maxBody bounds every response body; libraries read through it unaware.
 	maxBody int64
 
@@ -43,8 +48,8 @@ func (f *Fetcher) newSession(ctx context.Context, ref Ref, maxBody int64) (*sess
 	if err != nil {
 		return nil, err
 	}
-	s := &session{ctx: ctx, timeout: f.opts.Timeout, guard: f.opts.DialGuard, maxBody: maxBody}
-	dialer := &net.Dialer{
+	s := &session{ctx: ctx, timeout: f.opts.Timeout, guard: f.opts.DialGuard, resolver: f.opts.Resolver, maxBody: maxBody}
+	s.dialer = &net.Dialer{
 		Timeout:   f.opts.Timeout,
 		KeepAlive: 30 * time.Second,
 		Control: func(network, address string, _ syscall.RawConn) error {
@@ -57,7 +62,7 @@ func (f *Fetcher) newSession(ctx context.Context, ref Ref, maxBody int64) (*sess
 	}
 	s.base = &http.Transport{
 		Proxy:                  nil, // a proxy would hide the destination from the dial guard
-		DialContext:            dialer.DialContext,
+		DialContext:            s.dial,
 		TLSClientConfig:        tlsConf,
 		ForceAttemptHTTP2:      true,
 		TLSHandshakeTimeout:    f.opts.Timeout,
@@ -90,6 +95,40 @@ func (f *Fetcher) newSession(ctx context.Context, ref Ref, maxBody int64) (*sess
 }
 
 func (s *session) close() { s.base.CloseIdleConnections() }
+
+// dial resolves address itself, so that the dial guard judges the very IP that is
+// dialled (a name that resolves to another address on a second lookup, DNS rebinding,
+// gains nothing), and dials the allowed addresses in turn.
+func (s *session) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip}
+	} else if ips, err = s.resolver.LookupNetIP(ctx, "ip", host); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	var errs []error
+	for _, ip := range ips {
+		target := net.JoinHostPort(ip.String(), port)
+		if err := guardErr(s.guard(network, target)); err != nil {
+			s.refuse(fmt.Errorf("%s: %w", host, err))
+			errs = append(errs, err)
+			continue
+		}
+		conn, err := s.dialer.DialContext(ctx, network, target)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}}
+	}
+	return nil, errors.Join(errs...)
+}
 
 func (s *session) refuse(err error) {
 	s.mu.Lock()
