@@ -17,6 +17,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/test/controlplane"
 	"github.com/compositor-dev/compositor/webhooks"
 )
@@ -31,6 +32,8 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 	opts.HealthProbeAddr, opts.MetricsAddr = "0", "0"
 	opts.WebhookAddr = freePort(t)
 	opts.WebhookURL = "https://" + opts.WebhookAddr
+	// The tests serve their charts on loopback, which Compositor refuses by default.
+	opts.AllowChartNetworks = chartsource.LoopbackNetworks()
 	for _, tweak := range tweaks {
 		tweak(opts)
 	}

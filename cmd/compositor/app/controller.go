@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ type ControllerOptions struct {
 	MetricsAddr        string
 	ChartCacheDir      string
 	RegistryConfigPath string
+	// AllowChartNetworks are the ranges refused by default where chart sources may be
+	// reached nonetheless, as for serve.
+	AllowChartNetworks []netip.Prefix
 }
 
 // NewControllerOptions returns the defaults of `compositor controller`.
@@ -70,6 +74,7 @@ func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
 	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
+	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 }
 
 // Validate reports every option that is missing or out of range.
@@ -129,7 +134,9 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	fetcher, err := chartsource.New(chartsource.Options{
+		CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath, AllowNetworks: opts.AllowChartNetworks,
+	})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
+	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -138,6 +140,8 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 		return err
 	}
 	serve := opts.Serve
+	// The sample charts are served on loopback, and so are a developer's own.
+	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartsource.LoopbackNetworks()...)
 	if serve.WebhookAddr, err = resolvePort(serve.WebhookAddr); err != nil {
 		return fmt.Errorf("--webhook-bind-address: %w", err)
 	}

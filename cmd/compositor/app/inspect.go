@@ -126,7 +126,12 @@ func loadChart(ctx context.Context, o ChartOptions) (*loadedChart, error) {
 		}
 		ref.CAData = ca
 	}
-	fetcher, err := chartsource.New(chartsource.Options{CacheDir: o.CacheDir, RegistryConfigPath: o.RegistryConfigPath})
+	// A person's own command fetching what that person names cannot be turned against
+	// a cluster: private ranges (their own registry, loopback) are allowed; link-local
+	// and metadata addresses are not.
+	fetcher, err := chartsource.New(chartsource.Options{
+		CacheDir: o.CacheDir, RegistryConfigPath: o.RegistryConfigPath, AllowNetworks: chartsource.PrivateNetworks(),
+	})
 	if err != nil {
 		return nil, err
 	}

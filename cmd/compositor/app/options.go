@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,10 @@ type ServeOptions struct {
 	WebhookTimeout time.Duration
 	// ChartCacheDir holds downloaded chart archives, keyed by digest.
 	ChartCacheDir string
+	// AllowChartNetworks are address ranges refused by default (loopback, RFC 1918,
+	// CGNAT, ULA) where chart sources may be reached nonetheless: on-premises
+	// registries. `compositor dev` adds loopback, where it serves its sample charts.
+	AllowChartNetworks []netip.Prefix
 	// PolicyDir holds *.rego policies loaded besides the CompositionPolicy objects.
 	PolicyDir string
 	// DisabledPolicies are ids of built-in policies switched off.
@@ -150,6 +155,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "Base https:// URL of the webhooks for a server outside the cluster; replaces --webhook-service")
 	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", o.WebhookTimeout, "How long the API server waits for a webhook (1s to 30s)")
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
+	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Directory of *.rego policies, reloaded when its files change")
 	fs.StringSliceVar(&o.DisabledPolicies, "disable-builtin-policy", o.DisabledPolicies, "Built-in policies to switch off, by id: "+strings.Join(policies.BuiltinIDs(), ", "))
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
@@ -230,3 +236,36 @@ func (o *ServeOptions) complete(fs *pflag.FlagSet) error {
 func defaultChartCacheDir() string {
 	return filepath.Join(os.TempDir(), "compositor-charts")
 }
+
+// addAllowChartNetworkFlag registers --allow-chart-network, repeatable, on fs.
+func addAllowChartNetworkFlag(fs *pflag.FlagSet, into *[]netip.Prefix) {
+	fs.Var((*prefixList)(into), "allow-chart-network",
+		"CIDR where chart sources may be reached although it is loopback, private (RFC 1918), CGNAT or unique-local, e.g. 10.0.0.0/8 for an on-premises registry; repeatable. Link-local and metadata addresses stay refused")
+}
+
+// prefixList is a repeatable flag of CIDRs; every use adds one or more (comma-separated).
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	parts := make([]string, 0, len(*p))
+	for _, prefix := range *p {
+		parts = append(parts, prefix.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p *prefixList) Set(value string) error {
+	for _, part := range strings.Split(value, ",") {
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(part))
+		if err != nil {
+			return fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8 or fd00::/8: %w", part, err)
+		}
+		if prefix != prefix.Masked() {
+			return fmt.Errorf("%q has host bits set; did you mean %s?", part, prefix.Masked())
+		}
+		*p = append(*p, prefix)
+	}
+	return nil
+}
+
+func (p *prefixList) Type() string { return "cidr" }

@@ -84,7 +84,9 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	fetcher, err := chartsource.New(chartsource.Options{CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath})
+	fetcher, err := chartsource.New(chartsource.Options{
+		CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath, AllowNetworks: opts.AllowChartNetworks,
+	})
 	if err != nil {
 		return err
 	}
