@@ -112,7 +112,7 @@ func (f *Fetcher) fetch(ctx context.Context, ref Ref) (*Result, error) {
 // fetchDirect downloads a .tgz URL. Nothing tells its digest before the download, so
 // a URL→digest memo stands in: on disk for anonymous URLs, in memory otherwise.
 func (f *Fetcher) fetchDirect(ctx context.Context, ref Ref, u *url.URL) (*Result, error) {
-	memoKey := "url\x00" + u.String()
+	memoKey := memoKey("url", u.String(), "", ref.Version, "")
 	if digest, ok := f.lookupMemo(memoKey, ref); ok {
 		if res, ok := f.fromCache(ref, digest, u.String()); ok {
 			return res, nil
@@ -184,6 +184,16 @@ func (f *Fetcher) load(ref Ref, data []byte) (*chart.Chart, error) {
 	return ch, nil
 }
 
+// memoKey names what a URL→digest memo entry stands for: the kind of source, its
+// origin URL, the chart and version, and the archive URL. Two entries share a key only
+// when they name the same thing the same way.
+func memoKey(kind, origin, chart, version, archive string) string {
+	return strings.Join([]string{kind, origin, chart, version, archive}, "\x00")
+}
+
+// credentialedKey keys a memo entry by the credentials that fetched it as well: an
+// HMAC of the key, the username and the password, so the map never holds a password
+// and a caller without the same credentials never finds the entry.
 func (f *Fetcher) credentialedKey(key string, ref Ref) string {
 	mac := hmac.New(sha256.New, f.memoKey)
 	for _, s := range []string{key, ref.Username, ref.Password} {
@@ -193,6 +203,8 @@ func (f *Fetcher) credentialedKey(key string, ref Ref) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
+// lookupMemo returns the digest memoised under key for a caller with ref's
+// credentials: from the disk for anonymous fetches, from memory otherwise.
 func (f *Fetcher) lookupMemo(key string, ref Ref) (string, bool) {
 	if ref.Username == "" && ref.Password == "" {
 		return f.cache.memo(key)
@@ -203,6 +215,8 @@ func (f *Fetcher) lookupMemo(key string, ref Ref) (string, bool) {
 	return d, ok
 }
 
+// storeMemo memoises digest under key for callers with ref's credentials; credentials
+// never reach the disk, so credentialed entries live in memory only.
 func (f *Fetcher) storeMemo(ctx context.Context, key string, ref Ref, digest string) {
 	if f.cache == nil {
 		return

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/repo"
 )
 
@@ -68,12 +67,14 @@ func (f *Fetcher) fetchRepo(ctx context.Context, ref Ref, repoURL *url.URL) (*Re
 	}
 	packageURL := archiveURL.String()
 
-	// The index's digest is the cache key when it gives one; otherwise the archive
-	// URL is memoised (the index check above already gated access).
+	// The index's digest is the cache key when it gives one; otherwise a memo stands
+	// in, keyed by the repository, chart, version and archive URL and, through
+	// lookupMemo, by the credentials: it never answers a direct fetch of the archive URL,
+	// nor a caller with other credentials.
 	digest := normalizeDigest(cv.Digest)
-	memoKey := "url\x00" + packageURL
+	memoKey := memoKey("repo", repoURL.String(), ref.Repo, ref.Version, packageURL)
 	if digest == "" {
-		digest, _ = f.cache.memo(memoKey)
+		digest, _ = f.lookupMemo(memoKey, ref)
 	}
 	if digest != "" {
 		if res, ok := f.fromCache(ref, digest, packageURL); ok {
@@ -90,9 +91,7 @@ func (f *Fetcher) fetchRepo(ctx context.Context, ref Ref, repoURL *url.URL) (*Re
 		return nil, err
 	}
 	if normalizeDigest(cv.Digest) == "" {
-		if err := f.cache.putMemo(memoKey, res.Digest); err != nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "cannot write chart cache memo")
-		}
+		f.storeMemo(ctx, memoKey, ref, res.Digest)
 	}
 	return res, nil
 }
