@@ -218,9 +218,9 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 		}
 	}
 	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values, InstallOptions{
-		Last:         last,
-		Labels:       map[string]string{LabelCompositionUID: string(obj.GetUID())},
-		PostRenderer: r.gate(ctx, obj.GetNamespace(), request),
+		Last:   last,
+		Labels: map[string]string{LabelCompositionUID: string(obj.GetUID())},
+		Gate:   r.gate(ctx, obj.GetNamespace(), request),
 	})
 	if gateErr, refused := asGateError(err); refused {
 		return r.refused(obj, gateErr)
@@ -264,7 +264,11 @@ func (r *CompositionReconciler) addFinalizer(ctx context.Context, obj *unstructu
 		return fmt.Errorf("adding the finalizer: %w", err)
 	}
 	// Keep the status as reconciled so far: the update returns the stored one.
-	withFinalizer.Object["status"] = obj.Object["status"]
+	if status, found := obj.Object["status"]; found {
+		withFinalizer.Object["status"] = status
+	} else {
+		delete(withFinalizer.Object, "status")
+	}
 	obj.Object = withFinalizer.Object
 	return nil
 }

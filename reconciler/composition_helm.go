@@ -145,8 +145,9 @@ type InstallOptions struct {
 	Last *release.Release
 	// Labels are set on the release (Compositor's mark of ownership).
 	Labels map[string]string
-	// PostRenderer sees the manifests before anything is applied and may refuse them.
-	PostRenderer postrender.PostRenderer
+	// Gate sees the manifests before anything is applied, and the hooks before each
+	// is created, and may refuse them; nil checks nothing.
+	Gate *installGate
 }
 
 // UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
@@ -174,25 +175,39 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 				return "", nil, err
 			}
 		}
+		postRenderer := gated(cfg, opts.Gate)
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
 		install.SkipSchemaValidation, install.SkipCRDs = true, true
-		install.Labels, install.PostRenderer = opts.Labels, opts.PostRenderer
+		install.Labels, install.PostRenderer = opts.Labels, postRenderer
 		rel, err := install.RunWithContext(ctx, fresh, values)
 		if err != nil {
 			return "", nil, fmt.Errorf("installing release %s/%s: %w", namespace, name, err)
 		}
 		return Installed, rel, nil
 	}
+	postRenderer := gated(cfg, opts.Gate)
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
 	upgrade.SkipSchemaValidation = true
-	upgrade.Labels, upgrade.PostRenderer = opts.Labels, opts.PostRenderer
+	upgrade.Labels, upgrade.PostRenderer = opts.Labels, postRenderer
 	rel, err := upgrade.RunWithContext(ctx, name, fresh, values)
 	if err != nil {
 		return "", nil, fmt.Errorf("upgrading release %s/%s: %w", namespace, name, err)
 	}
 	return Upgraded, rel, nil
+}
+
+// gated puts gate in front of what cfg's actions apply: as the post-renderer of the
+// manifests, and in Helm's Kubernetes client for the hooks.
+func gated(cfg *action.Configuration, gate *installGate) postrender.PostRenderer {
+	if gate == nil {
+		return nil
+	}
+	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
+		cfg.KubeClient = &gatedKubeClient{Client: kc, gate: gate}
+	}
+	return gate
 }
 
 // Uninstall removes the release and what it created; a release that does not exist is

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/postrender"
 	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
@@ -170,7 +172,10 @@ func (g *installGate) checkObject(obj policies.RenderedObject) *GateError {
 		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("%s/%s has an unreadable apiVersion %q", kind, name, apiVersion)}
 	}
 	gk := gv.WithKind(kind).GroupKind()
-	where := fmt.Sprintf("%s %s/%s in namespace %s (template %s)", gv.WithKind(kind).GroupVersion().String(), kind, name, cmpOr(namespace, g.namespace), obj.Template)
+	where := fmt.Sprintf("%s %s/%s (template %s)", apiVersion, kind, name, obj.Template)
+	if obj.Template == "" {
+		where = fmt.Sprintf("%s %s/%s (a Helm hook)", apiVersion, kind, name)
+	}
 	switch {
 	case neverInstalled[gk]:
 		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("%s: compositions never create a %s", where, kind)}
@@ -193,13 +198,6 @@ func (g *installGate) checkObject(obj policies.RenderedObject) *GateError {
 func secretType(obj map[string]any) string {
 	t, _ := obj["type"].(string)
 	return t
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // checkPolicies runs the policies in force on the composition, the rendered ones on
@@ -310,4 +308,29 @@ func (r *CompositionReconciler) gate(ctx context.Context, namespace string, requ
 		g.policies = r.Checker.Engine
 	}
 	return g
+}
+
+// gatedKubeClient is Helm's Kubernetes client, during an install or upgrade, with the
+// install gate's object checks in front of every object Helm builds to act on: the
+// release's manifests, which the post-renderer has checked already, and its hooks,
+// which Helm never post-renders (and deletes by policy before creating them).
+type gatedKubeClient struct {
+	*kube.Client
+	gate *installGate
+}
+
+// Build checks the objects of reader before Helm acts on them.
+func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceList, error) {
+	data, err := io.ReadAll(reader)
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifests to apply: %w", err)
+	}
+	objs, err := policies.ParseManifests(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifests to apply: %w", err)
+	}
+	if err := c.gate.checkObjects(objs); err != nil {
+		return nil, err
+	}
+	return c.Client.Build(bytes.NewReader(data), validate)
 }

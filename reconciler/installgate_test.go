@@ -51,9 +51,9 @@ func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 		message string
 	}{
 		"a ConfigMap in another namespace": {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: team-b}", ReasonObjectOutsideNamespace,
-			"v1 ConfigMap/c in namespace team-b (template app/templates/tb.yaml): rendered into namespace team-b, outside the composition's namespace team-a"},
+			"v1 ConfigMap/c (template app/templates/tb.yaml): rendered into namespace team-b, outside the composition's namespace team-a"},
 		"a ServiceAccount token Secret": {"apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: kubernetes.io/service-account-token", ReasonForbiddenObject,
-			"v1 Secret/s in namespace team-a (template app/templates/tb.yaml): a Secret of type kubernetes.io/service-account-token would mint a ServiceAccount token"},
+			"v1 Secret/s (template app/templates/tb.yaml): a Secret of type kubernetes.io/service-account-token would mint a ServiceAccount token"},
 		"a Role":                           {"apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}", ReasonForbiddenObject, "compositions never create a Role"},
 		"a ClusterRoleBinding":             {"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: r}", ReasonForbiddenObject, "compositions never create a ClusterRoleBinding"},
 		"a webhook configuration":          {"apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: w}", ReasonForbiddenObject, "compositions never create a MutatingWebhookConfiguration"},
