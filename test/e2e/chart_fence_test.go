@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+// compositorSA is the identity the chart gives Compositor, installed as release
+// compositor in compositor-system.
+const compositorSA = "system:serviceaccount:compositor-system:compositor"
+
+var compositorGroups = []string{"system:serviceaccounts", "system:serviceaccounts:compositor-system", "system:authenticated"}
+
+// TestDeploymentChartFencesCompositorsRights installs the chart and, acting as
+// Compositor's ServiceAccount through kubectl, tries what its wide RBAC rights would
+// allow but its ValidatingAdmissionPolicies refuse: each attempt is refused by the
+// API server with the policy's message, and what Compositor generates is accepted.
+func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	res := cp.Helm(ctx, "install", "compositor", chartDir(), "--namespace", "compositor-system", "--create-namespace")
+	require.NoError(t, res.Err, res.Stderr)
+	require.NoError(t, cp.Kubectl(ctx, "", "create", "namespace", "team-a").Err)
+
+	asCompositor := func(stdin string, args ...string) controlplane.Result {
+		t.Helper()
+		args = append(args, "--as", compositorSA)
+		for _, g := range compositorGroups {
+			args = append(args, "--as-group", g)
+		}
+		return cp.Kubectl(ctx, stdin, args...)
+	}
+	config := rest.CopyConfig(cp.Config)
+	config.Impersonate = rest.ImpersonationConfig{UserName: compositorSA, Groups: compositorGroups}
+	impersonated, err := client.New(config, client.Options{})
+	require.NoError(t, err)
+	refused := func(t *testing.T, want, manifest string) {
+		t.Helper()
+		res := asCompositor(manifest, "create", "-f", "-")
+		require.Error(t, res.Err, "admitted:\n%s", manifest)
+		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-rbac'")
+		assert.Contains(t, res.Stderr, want)
+	}
+	// The API server loads new policies asynchronously: wait until a dry run is
+	// refused before trying anything for real.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := asCompositor("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: probe, namespace: team-a}\n", "create", "--dry-run=server", "-f", "-")
+		assert.Contains(c, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-rbac'")
+	}, 30*time.Second, 100*time.Millisecond)
+	policy := cp.Kubectl(ctx, "", "get", "validatingadmissionpolicy", "compositor-generated-rbac", "-o", "jsonpath={.status}")
+	require.NoError(t, policy.Err, policy.Stderr)
+	assert.NotContains(t, policy.Stdout, "warning", "the policy type-checks")
+
+	// The labels of one definition version, as generators/rbac sets them.
+	const labels = `labels:
+    app.kubernetes.io/managed-by: compositor
+    compositor.dev/definition-namespace: team-a
+    compositor.dev/resource: fireworksapps
+    compositor.dev/version: v1-1-5`
+
+	t.Run("a ClusterRoleBinding to cluster-admin", func(t *testing.T) {
+		refused(t, "may only bind the role it generated for compositor:team-a:fireworksapps-v1-1-5, not ClusterRole cluster-admin", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:cluster
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]
+`)
+		refused(t, "lacks the labels app.kubernetes.io/managed-by=compositor", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: root}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: compositor, namespace: compositor-system}]
+`)
+	})
+
+	t.Run("a Compositor-labelled ClusterRole with every verb", func(t *testing.T) {
+		refused(t, `a rule has the wildcard "*"`, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:release
+  `+labels+`
+rules: [{apiGroups: [""], resources: [configmaps], verbs: ["*"]}]
+`)
+		refused(t, "a rule grants escalate, bind or impersonate", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:release
+  `+labels+`
+rules: [{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}]
+`)
+		refused(t, "a rule grants a subresource", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:cluster
+  `+labels+`
+rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
+`)
+		refused(t, "is bound cluster-wide and may not grant Secrets", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:compositions
+  `+labels+`
+rules: [{apiGroups: [""], resources: [secrets], verbs: [get]}]
+`)
+		refused(t, "writes admission configuration", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:cluster
+  `+labels+`
+rules: [{apiGroups: [admissionregistration.k8s.io], resources: [validatingwebhookconfigurations], verbs: [delete]}]
+`)
+	})
+
+	t.Run("a RoleBinding to an arbitrary ServiceAccount", func(t *testing.T) {
+		refused(t, "may only bind the controller ServiceAccount team-a/fireworksapps-v1-1-5-controller", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5
+  namespace: team-a
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:release"}
+subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
+`)
+	})
+
+	t.Run("what Compositor generates is admitted", func(t *testing.T) {
+		objs, err := rbac.Generate(rbac.Options{
+			Namespace: "team-a", DefinitionName: "fireworks", Plural: "fireworksapps", Version: "v1-1-5",
+			Types: []rbac.ResourceType{
+				{Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true},
+				{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true},
+				{Group: "storage.k8s.io", Version: "v1", Kind: "CSIDriver", Resource: "csidrivers"},
+			},
+			CredentialsSecret: "chart-password",
+		})
+		require.NoError(t, err)
+		var manifests []string
+		for _, obj := range append(objs.List(), objs.ReleaseBinding("team-a"), objs.ReleaseBinding("default")) {
+			data, err := yaml.Marshal(obj)
+			require.NoError(t, err)
+			manifests = append(manifests, string(data))
+		}
+		res := asCompositor(strings.Join(manifests, "---\n"), "apply", "--server-side", "--field-manager", "compositor", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		// And, once they exist, Compositor removes them again as it does, by label.
+		selector := client.MatchingLabels(rbac.IdentityLabels("team-a", "fireworksapps", "v1-1-5"))
+		for _, obj := range []client.Object{&rbacv1.ClusterRoleBinding{}, &rbacv1.ClusterRole{}} {
+			require.NoError(t, impersonated.DeleteAllOf(ctx, obj, selector))
+		}
+		roles := &rbacv1.ClusterRoleList{}
+		require.NoError(t, cp.Client.List(ctx, roles, selector))
+		assert.Empty(t, roles.Items)
+	})
+
+	t.Run("deletes reach only generated objects, with or without a selector", func(t *testing.T) {
+		// deletecollection: the policy cannot see the selector, but it judges every
+		// object the collection would delete.
+		err := impersonated.DeleteAllOf(ctx, &rbacv1.ClusterRole{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "lacks the labels app.kubernetes.io/managed-by=compositor")
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "cluster-admin"}, &rbacv1.ClusterRole{}))
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "admin"}, &rbacv1.ClusterRole{}))
+	})
+}
