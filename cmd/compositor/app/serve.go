@@ -92,7 +92,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	}
 	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
 
-	checker, err := setupAdmission(ctx, mgr, charts, opts)
+	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   cache.Options{SyncPeriod: &opts.Sync},
+		Cache:                   cache.Options{SyncPeriod: &opts.Sync, ByObject: secretCache()},
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		LeaderElection:          opts.LeaderElection,
@@ -151,7 +151,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
 	if err != nil {
 		return nil, err
@@ -162,6 +162,8 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 		Live:    mgr.GetAPIReader(),
 		Checker: checker,
 		Charts:  charts,
+		// Creates SubjectAccessReviews, never cached.
+		Authorizer: authorizer,
 	})
 	if err := (&reconciler.PolicyReconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
