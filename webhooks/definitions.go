@@ -2,12 +2,16 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -18,8 +22,111 @@ import (
 )
 
 // definitionChecks are the validations every CompositionDefinition write goes through.
-func definitionChecks(reader client.Reader) Chain {
-	return Chain{keepServedCompositions{reader: reader}}
+func definitionChecks(reader client.Reader, authorizer Authorizer) Chain {
+	return Chain{keepServedCompositions{reader: reader}, secretAccess{authorizer: authorizer}}
+}
+
+// Authorizer creates SubjectAccessReviews; a controller-runtime client is one.
+type Authorizer interface {
+	Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error
+}
+
+// passwordRefPath is the field a definition names its credentials' Secret in.
+var passwordRefPath = field.NewPath("spec", "chart", "credentials", "passwordRef")
+
+// secretAccess refuses a definition whose author may not get the Secret its
+// credentials name. Compositor reads that Secret with its own rights and sends it as
+// Basic auth to the definition's URL; without this check, whoever may write a
+// definition could send any Secret Compositor can read to a server of their choosing.
+// The API server decides, through a SubjectAccessReview with the author's identity.
+// Only a new reference is asked about: a create, or an update that changes it.
+type secretAccess struct {
+	authorizer Authorizer
+}
+
+func (s secretAccess) Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Kind.Kind != "CompositionDefinition" || req.Object == nil ||
+		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil, nil
+	}
+	ref, err := secretRef(req.Object)
+	if err != nil || ref == nil {
+		return nil, nil // a malformed object is the API server's schema's to refuse
+	}
+	if req.Operation == admissionv1.Update {
+		if old, err := secretRef(req.OldObject); err == nil && old != nil && *old == *ref {
+			return nil, nil
+		}
+	}
+	if ref.Namespace == "" {
+		ref.Namespace = req.Namespace
+	}
+	if s.authorizer == nil {
+		return field.ErrorList{field.InternalError(passwordRefPath, errors.New(
+			"Compositor was started without a way to ask the API server who may read Secrets, so definitions with credentials are refused"))}, nil
+	}
+	allowed, reason, err := s.mayGet(ctx, req.UserInfo, ref)
+	if err != nil {
+		return field.ErrorList{field.InternalError(passwordRefPath, fmt.Errorf(
+			"asking the API server whether %q may get Secret %s/%s: %w", req.UserInfo.Username, ref.Namespace, ref.Name, err))}, nil
+	}
+	if !allowed {
+		return field.ErrorList{field.Forbidden(passwordRefPath, fmt.Sprintf(
+			"user %q may not get Secret %s/%s (%s): a definition may only name credentials its author can read; ask for get on that Secret, or name one you can read",
+			req.UserInfo.Username, ref.Namespace, ref.Name, reason))}, nil
+	}
+	return nil, nil
+}
+
+// mayGet asks the API server whether user may get the Secret ref names, and why not.
+func (s secretAccess) mayGet(ctx context.Context, user authenticationv1.UserInfo, ref *corev1alpha1.SecretKeySelector) (bool, string, error) {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user.Username,
+		Groups: user.Groups,
+		UID:    user.UID,
+		Extra:  extraOf(user),
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ref.Namespace, Verb: "get", Version: "v1", Resource: "secrets", Name: ref.Name,
+		},
+	}}
+	if err := s.authorizer.Create(ctx, review); err != nil {
+		return false, "", err
+	}
+	reason := review.Status.Reason
+	if reason == "" {
+		reason = "no RBAC rule allows it"
+	}
+	if review.Status.EvaluationError != "" {
+		reason += "; " + review.Status.EvaluationError
+	}
+	return review.Status.Allowed && !review.Status.Denied, reason, nil
+}
+
+func extraOf(user authenticationv1.UserInfo) map[string]authorizationv1.ExtraValue {
+	if len(user.Extra) == 0 {
+		return nil
+	}
+	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+	for k, v := range user.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	return extra
+}
+
+// secretRef returns the Secret a definition's credentials name, or nil.
+func secretRef(obj *unstructured.Unstructured) (*corev1alpha1.SecretKeySelector, error) {
+	if obj == nil {
+		return nil, nil
+	}
+	raw, found, err := unstructured.NestedMap(obj.Object, "spec", "chart", "credentials", "passwordRef")
+	if err != nil || !found {
+		return nil, err
+	}
+	ref := &corev1alpha1.SecretKeySelector{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, ref); err != nil {
+		return nil, err
+	}
+	return ref, nil
 }
 
 // keepServedCompositions refuses to delete a definition while compositions of the

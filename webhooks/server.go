@@ -51,6 +51,9 @@ type Options struct {
 	Checker *policies.Checker
 	// Charts gives compositions the chart of their definition for the schema check.
 	Charts ChartSource
+	// Authorizer asks the API server whether a definition's author may get the Secret
+	// it names; without one, definitions with credentials are refused.
+	Authorizer Authorizer
 }
 
 // Register mounts the admission handlers on srv.
@@ -65,7 +68,7 @@ func Register(srv webhook.Server, opts Options) {
 func newHandlers(opts Options) (*Mutator, *Validator) {
 	v := &Validator{
 		Compositions: compositionChecks(opts.Live),
-		Definitions:  definitionChecks(opts.Live),
+		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 	}
 	if opts.Cached != nil {
