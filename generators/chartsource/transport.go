@@ -1,6 +1,7 @@
 package chartsource
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -111,10 +112,11 @@ func (s *session) dial(ctx context.Context, network, address string) (net.Conn, 
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	var errs []error
+	var refused error
 	for _, ip := range ips {
 		target := net.JoinHostPort(ip.String(), port)
 		if err := guardErr(s.guard(network, target)); err != nil {
-			s.refuse(fmt.Errorf("%s: %w", host, err))
+			refused = cmp.Or(refused, fmt.Errorf("%s: %w", host, err))
 			errs = append(errs, err)
 			continue
 		}
@@ -123,6 +125,9 @@ func (s *session) dial(ctx context.Context, network, address string) (net.Conn, 
 			return conn, nil
 		}
 		errs = append(errs, err)
+	}
+	if refused != nil {
+		s.refuse(refused) // only once no address of host could be reached
 	}
 	if len(errs) == 0 {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}}
