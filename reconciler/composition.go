@@ -217,13 +217,14 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 			return ctrl.Result{}, err
 		}
 	}
+	gate := r.gate(ctx, obj.GetNamespace(), request)
 	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values, InstallOptions{
 		Last:   last,
 		Labels: map[string]string{LabelCompositionUID: string(obj.GetUID())},
-		Gate:   r.gate(ctx, obj.GetNamespace(), request),
+		Gate:   gate,
 	})
-	if gateErr, refused := asGateError(err); refused {
-		return r.refused(obj, gateErr)
+	if err != nil && gate.refusal != nil {
+		return r.refused(obj, gate.refusal)
 	}
 	if err != nil {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())

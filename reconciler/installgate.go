@@ -104,6 +104,9 @@ type installGate struct {
 	policies *policies.Engine
 	// request describes the composition; Rendered is set to the manifests.
 	request *policies.Request
+	// refusal is the gate's last refusal: Helm reports some errors (those of hooks) as
+	// text only, so the reconciler reads the refusal here.
+	refusal *GateError
 }
 
 var _ postrender.PostRenderer = (*installGate)(nil)
@@ -139,7 +142,8 @@ func (g *installGate) checkObjects(objs []policies.RenderedObject) error {
 	for i, r := range refusals {
 		messages[i] = r.Message
 	}
-	return &GateError{Reason: refusals[0].Reason, Message: "nothing was installed: " + strings.Join(messages, "; ")}
+	g.refusal = &GateError{Reason: refusals[0].Reason, Message: "nothing was installed: " + strings.Join(messages, "; ")}
+	return g.refusal
 }
 
 // flatten expands List objects into their items: Helm applies the items one by one.
@@ -213,13 +217,15 @@ func (g *installGate) checkPolicies(objs []policies.RenderedObject) error {
 	}
 	violations, err := g.policies.Evaluate(g.ctx, &req)
 	if err != nil {
-		return &GateError{Reason: ReasonPolicyDenied, Message: fmt.Sprintf("nothing was installed: the policies could not be evaluated: %v", err)}
+		g.refusal = &GateError{Reason: ReasonPolicyDenied, Message: fmt.Sprintf("nothing was installed: the policies could not be evaluated: %v", err)}
+		return g.refusal
 	}
 	decision := policies.Decision{Violations: violations}
 	if !decision.Denied() {
 		return nil
 	}
-	return &GateError{Reason: ReasonPolicyDenied, Message: "nothing was installed: " + denials(violations)}
+	g.refusal = &GateError{Reason: ReasonPolicyDenied, Message: "nothing was installed: " + denials(violations)}
+	return g.refusal
 }
 
 // denials lists the deny violations, each naming its policy and object.
