@@ -227,3 +227,27 @@ func TestFetchRefusesPrivateRedirects(t *testing.T) {
 		rec.mu.Unlock()
 	}
 }
+
+// FuzzCheckAddress checks the default guard against the standard library's own
+// classification: whatever it lets through is, as dialled and once unmapped, neither
+// loopback, private, link-local, multicast nor unspecified.
+func FuzzCheckAddress(f *testing.F) {
+	for _, a := range []string{"127.0.0.1", "10.1.2.3", "::ffff:192.168.0.1", "64:ff9b::a00:1", "2002:a00:1::", "fd00::1", "8.8.8.8", "2001:db8::1"} {
+		f.Add(netip.MustParseAddr(a).AsSlice())
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ip, ok := netip.AddrFromSlice(raw)
+		if !ok {
+			return
+		}
+		if chartsource.CheckAddress("tcp", netip.AddrPortFrom(ip, 443).String()) != nil {
+			return
+		}
+		for _, a := range []netip.Addr{ip, ip.Unmap()} {
+			if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+				a.IsMulticast() || a.IsUnspecified() || a.IsInterfaceLocalMulticast() {
+				t.Fatalf("allowed %s", ip)
+			}
+		}
+	})
+}
