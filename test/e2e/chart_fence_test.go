@@ -36,11 +36,7 @@ func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
 
 	asCompositor := func(stdin string, args ...string) controlplane.Result {
 		t.Helper()
-		args = append(args, "--as", compositorSA)
-		for _, g := range compositorGroups {
-			args = append(args, "--as-group", g)
-		}
-		return cp.Kubectl(ctx, stdin, args...)
+		return kubectlAsCompositor(cp, stdin, args...)
 	}
 	config := rest.CopyConfig(cp.Config)
 	config.Impersonate = rest.ImpersonationConfig{UserName: compositorSA, Groups: compositorGroups}
@@ -53,15 +49,7 @@ func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
 		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-rbac'")
 		assert.Contains(t, res.Stderr, want)
 	}
-	// The API server loads new policies asynchronously: wait until a dry run is
-	// refused before trying anything for real.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		res := asCompositor("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: probe, namespace: team-a}\n", "create", "--dry-run=server", "-f", "-")
-		assert.Contains(c, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-rbac'")
-	}, 30*time.Second, 100*time.Millisecond)
-	policy := cp.Kubectl(ctx, "", "get", "validatingadmissionpolicy", "compositor-generated-rbac", "-o", "jsonpath={.status}")
-	require.NoError(t, policy.Err, policy.Stderr)
-	assert.NotContains(t, policy.Stdout, "warning", "the policy type-checks")
+	waitForFence(t, cp)
 
 	// The labels of one definition version, as generators/rbac sets them.
 	const labels = `labels:
@@ -145,6 +133,48 @@ subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
 `)
 	})
 
+	t.Run("a Deployment that is not a generated controller", func(t *testing.T) {
+		res := asCompositor(`
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: fireworksapps-v1-1-5-controller
+  namespace: team-a
+  `+labels+`
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec:
+      serviceAccountName: fireworksapps-v1-1-5-controller
+      hostPID: true
+      containers: [{name: c, image: busybox}]
+`, "create", "-f", "-")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-controllers'")
+		assert.Contains(t, res.Stderr, "must run as ServiceAccount fireworksapps-v1-1-5-controller, unprivileged, without host namespaces")
+		res = asCompositor(`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: miner, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec: {containers: [{name: c, image: busybox}]}
+`, "create", "-f", "-")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, "may only write the controller Deployments it generates: miner is not one")
+	})
+
+	t.Run("a CRD it did not generate", func(t *testing.T) {
+		res := asCompositor("", "delete", "crd", "compositiondefinitions.core.krateo.io")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-crds'")
+		assert.Contains(t, res.Stderr, "may only write the CRDs it generates")
+		require.NoError(t, cp.Kubectl(ctx, "", "get", "crd", "compositiondefinitions.core.krateo.io").Err)
+	})
+
 	t.Run("what Compositor generates is admitted", func(t *testing.T) {
 		objs, err := rbac.Generate(rbac.Options{
 			Namespace: "team-a", DefinitionName: "fireworks", Plural: "fireworksapps", Version: "v1-1-5",
@@ -183,4 +213,32 @@ subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "cluster-admin"}, &rbacv1.ClusterRole{}))
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "admin"}, &rbacv1.ClusterRole{}))
 	})
+}
+
+// kubectlAsCompositor runs kubectl as the chart's ServiceAccount.
+func kubectlAsCompositor(cp *controlplane.ControlPlane, stdin string, args ...string) controlplane.Result {
+	args = append(args, "--as", compositorSA)
+	for _, g := range compositorGroups {
+		args = append(args, "--as-group", g)
+	}
+	return cp.Kubectl(context.Background(), stdin, args...)
+}
+
+// waitForFence waits until the chart's policies guard Compositor's ServiceAccount: the
+// API server loads new policies asynchronously, so a server-side dry run is tried
+// until the policy refuses it. (The policies' type-checking status is written by
+// kube-controller-manager, which the test control plane does not run.)
+func waitForFence(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	probes := map[string][]string{
+		"compositor-generated-rbac":        {"create", "serviceaccount", "probe", "-n", "default"},
+		"compositor-generated-controllers": {"create", "deployment", "probe", "-n", "default", "--image", "probe"},
+		"compositor-generated-crds":        {"delete", "crd", "compositiondefinitions.core.krateo.io"},
+	}
+	for policy, args := range probes {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res := kubectlAsCompositor(cp, "", append(args, "--dry-run=server")...)
+			assert.Contains(c, res.Stderr, "ValidatingAdmissionPolicy '"+policy+"'")
+		}, 30*time.Second, 100*time.Millisecond)
+	}
 }

@@ -147,6 +147,8 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	ctx := context.Background()
 	res := cp.Helm(ctx, "install", "compositor", chartDir(), "--namespace", "compositor-system", "--create-namespace")
 	require.NoError(t, res.Err, res.Stderr)
+	// Compositor runs under the chart's policies too: what it generates passes them.
+	waitForFence(t, cp)
 
 	const serviceAccount = "system:serviceaccount:compositor-system:compositor"
 	asChart := *cp
@@ -208,4 +210,11 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		require.NoError(t, cp.Client.Create(ctx, review))
 		assert.False(t, review.Status.Allowed, "%+v is allowed", attrs)
 	}
+	// The definitions webhook asks whether an author may read the Secret a definition names.
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: serviceAccount, Groups: asChart.Config.Impersonate.Groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "subjectaccessreviews", Group: "authorization.k8s.io"},
+	}}
+	require.NoError(t, cp.Client.Create(ctx, review))
+	assert.True(t, review.Status.Allowed, "creating SubjectAccessReviews is refused: %s", review.Status.Reason)
 }
