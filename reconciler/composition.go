@@ -151,7 +151,7 @@ func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	case isPaused(obj) || (def != nil && isPaused(def)):
 		r.setConditions(obj, false, ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", corev1alpha1.AnnotationPaused))
 	case !obj.GetDeletionTimestamp().IsZero():
-		result, err = r.remove(ctx, obj)
+		result, err = r.remove(ctx, obj, def)
 	case def == nil:
 		r.setConditions(obj, false, ReasonDefinitionNotFound, fmt.Sprintf("no Ready CompositionDefinition serves %s %s", r.GVK.Kind, r.GVK.GroupVersion()))
 		result = ctrl.Result{RequeueAfter: waitForDefinition}
@@ -217,11 +217,13 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 			return ctrl.Result{}, err
 		}
 	}
-	gate := r.gate(ctx, obj.GetNamespace(), request)
+	clusterKinds, clusterResources := allowedClusterScoped(def, r.Helm.mapper)
+	gate := r.gate(ctx, obj.GetNamespace(), request, clusterKinds)
 	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values, InstallOptions{
-		Last:   last,
-		Labels: map[string]string{LabelCompositionUID: string(obj.GetUID())},
-		Gate:   gate,
+		Last:             last,
+		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID())},
+		ClusterResources: clusterResources,
+		Gate:             gate,
 	})
 	if err != nil && gate.refusal != nil {
 		return r.refused(obj, gate.refusal)
@@ -288,7 +290,7 @@ func (r *CompositionReconciler) refused(obj *unstructured.Unstructured, err erro
 }
 
 // remove uninstalls the release, then lets the composition go.
-func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Unstructured) (ctrl.Result, error) {
+func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -300,7 +302,8 @@ func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Un
 			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
 		}
 	}
-	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name)
+	_, clusterResources := allowedClusterScoped(def, r.Helm.mapper)
+	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name, clusterResources...)
 	switch {
 	case err != nil && r.namespaceTerminating(ctx, obj.GetNamespace()):
 		// The namespace's deletion removes the release with everything else in it,

@@ -16,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -55,14 +56,17 @@ func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
 }
 
 // Getter returns the RESTClientGetter Helm uses for releases in namespace.
-func (h *Helm) Getter(namespace string) genericclioptions.RESTClientGetter {
-	return &restClientGetter{helm: h, namespace: namespace}
+func (h *Helm) Getter(namespace string, clusterResources ...schema.GroupResource) genericclioptions.RESTClientGetter {
+	return &restClientGetter{helm: h, namespace: namespace, clusterResources: clusterResources}
 }
 
 // restClientGetter gives Helm the Helm's config, its shared discovery and a namespace.
 type restClientGetter struct {
 	helm      *Helm
 	namespace string
+	// clusterResources are the cluster-scoped resources the definition lets its
+	// compositions create, which Helm may therefore reach.
+	clusterResources []schema.GroupResource
 }
 
 var _ genericclioptions.RESTClientGetter = (*restClientGetter)(nil)
@@ -70,7 +74,7 @@ var _ genericclioptions.RESTClientGetter = (*restClientGetter)(nil)
 // ToRESTConfig is Helm's config confined to the release namespace: Helm's client and
 // the templates' lookup reach nothing outside it.
 func (g *restClientGetter) ToRESTConfig() (*rest.Config, error) {
-	return confineToNamespace(g.helm.config, g.namespace), nil
+	return confineToNamespace(g.helm.config, g.namespace, g.clusterResources...), nil
 }
 
 func (g *restClientGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
@@ -82,21 +86,22 @@ func (g *restClientGetter) ToRESTMapper() (meta.RESTMapper, error) {
 }
 
 func (g *restClientGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
-	return &namespacedConfig{config: g.helm.config, namespace: g.namespace}
+	return &namespacedConfig{config: g.helm.config, namespace: g.namespace, clusterResources: g.clusterResources}
 }
 
 // namespacedConfig is the kubeconfig loader Helm asks for: it knows no kubeconfig file,
 // only the REST config and the release namespace.
 type namespacedConfig struct {
-	config    *rest.Config
-	namespace string
+	config           *rest.Config
+	namespace        string
+	clusterResources []schema.GroupResource
 }
 
 func (c *namespacedConfig) RawConfig() (clientcmdapi.Config, error) {
 	return clientcmdapi.Config{}, nil
 }
 func (c *namespacedConfig) ClientConfig() (*rest.Config, error) {
-	return confineToNamespace(c.config, c.namespace), nil
+	return confineToNamespace(c.config, c.namespace, c.clusterResources...), nil
 }
 func (c *namespacedConfig) Namespace() (string, bool, error) { return c.namespace, true, nil }
 func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
@@ -105,10 +110,10 @@ func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
 
 // actions returns Helm's action configuration for releases in namespace, stored in
 // Secrets there.
-func (h *Helm) actions(namespace string) (*action.Configuration, error) {
+func (h *Helm) actions(namespace string, clusterResources ...schema.GroupResource) (*action.Configuration, error) {
 	cfg := &action.Configuration{}
 	debug := func(format string, v ...interface{}) { h.log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
-	if err := cfg.Init(h.Getter(namespace), namespace, "secret", debug); err != nil {
+	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret", debug); err != nil {
 		return nil, fmt.Errorf("initialising Helm for namespace %s: %w", namespace, err)
 	}
 	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
@@ -145,6 +150,9 @@ type InstallOptions struct {
 	Last *release.Release
 	// Labels are set on the release (Compositor's mark of ownership).
 	Labels map[string]string
+	// ClusterResources are the cluster-scoped resources Helm may reach for the release
+	// (those its definition allows).
+	ClusterResources []schema.GroupResource
 	// Gate sees the manifests before anything is applied, and the hooks before each
 	// is created, and may refuse them; nil checks nothing.
 	Gate *installGate
@@ -156,7 +164,7 @@ type InstallOptions struct {
 // values with Compositor's validator, which loads nothing. The chart's crds/ directory
 // is never installed: CRDs are cluster-wide, and compositions never create them.
 func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}, opts InstallOptions) (Outcome, *release.Release, error) {
-	cfg, err := h.actions(namespace)
+	cfg, err := h.actions(namespace, opts.ClusterResources...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -171,7 +179,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
 			}
-			if cfg, err = h.actions(namespace); err != nil {
+			if cfg, err = h.actions(namespace, opts.ClusterResources...); err != nil {
 				return "", nil, err
 			}
 		}
@@ -212,8 +220,8 @@ func gated(cfg *action.Configuration, gate *installGate) postrender.PostRenderer
 
 // Uninstall removes the release and what it created; a release that does not exist is
 // not an error.
-func (h *Helm) Uninstall(namespace, name string) (bool, error) {
-	cfg, err := h.actions(namespace)
+func (h *Helm) Uninstall(namespace, name string, clusterResources ...schema.GroupResource) (bool, error) {
+	cfg, err := h.actions(namespace, clusterResources...)
 	if err != nil {
 		return false, err
 	}

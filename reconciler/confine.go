@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 )
 
@@ -18,23 +20,25 @@ import (
 // version. A request for another namespace, or for a resource outside any namespace
 // (a list across namespaces, a cluster-scoped object), is answered 403 by the client
 // itself and never reaches the API server. Discovery stays open: Helm needs it to
-// map kinds.
-func confineToNamespace(cfg *rest.Config, namespace string) *rest.Config {
+// map kinds. clusterResources are the cluster-scoped resources the definition lets
+// its compositions create: those stay reachable.
+func confineToNamespace(cfg *rest.Config, namespace string, clusterResources ...schema.GroupResource) *rest.Config {
 	out := rest.CopyConfig(cfg)
 	out.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return &confinedTransport{next: next, namespace: namespace}
+		return &confinedTransport{next: next, namespace: namespace, clusterResources: clusterResources}
 	})
 	return out
 }
 
 // confinedTransport refuses the requests that leave its namespace.
 type confinedTransport struct {
-	next      http.RoundTripper
-	namespace string
+	next             http.RoundTripper
+	namespace        string
+	clusterResources []schema.GroupResource
 }
 
 func (t *confinedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if why := outsideNamespace(req.URL.Path, t.namespace); why != "" {
+	if why := outsideNamespace(req.URL.Path, t.namespace, t.clusterResources...); why != "" {
 		return refusal(req, fmt.Sprintf("Compositor confines Helm and the chart's templates to namespace %s: %s %s %s", t.namespace, req.Method, req.URL.Path, why)), nil
 	}
 	return t.next.RoundTrip(req)
@@ -43,14 +47,16 @@ func (t *confinedTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // outsideNamespace says why an API path leaves namespace, or "" when it stays in it.
 // Paths are /api/v1/... or /apis/GROUP/VERSION/...; what follows the version is
 // either namespaces/NAME[/RESOURCE...] or a resource outside any namespace.
-func outsideNamespace(path, namespace string) string {
+func outsideNamespace(path, namespace string, clusterResources ...schema.GroupResource) string {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	var rest []string
+	var group string
 	switch {
 	case len(parts) >= 1 && parts[0] == "api":
 		rest = parts[min(2, len(parts)):]
 	case len(parts) >= 1 && parts[0] == "apis":
 		rest = parts[min(3, len(parts)):]
+		group = parts[min(1, len(parts)-1)]
 	default:
 		return "" // /version, /openapi, health: no objects
 	}
@@ -58,6 +64,9 @@ func outsideNamespace(path, namespace string) string {
 		return "" // discovery of a group version
 	}
 	if rest[0] != "namespaces" {
+		if slices.Contains(clusterResources, schema.GroupResource{Group: group, Resource: rest[0]}) {
+			return ""
+		}
 		return "reaches objects outside any namespace"
 	}
 	switch {

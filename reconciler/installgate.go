@@ -31,6 +31,12 @@ import (
 // belongs to someone else and is never upgraded or uninstalled.
 const LabelCompositionUID = "compositor.dev/composition-uid"
 
+// AnnotationAllowClusterScoped, on a CompositionDefinition, lists the cluster-scoped
+// kinds its compositions may create, as Kind.group (Kind alone for the core group),
+// separated by commas: e.g. "IngressClass.networking.k8s.io". Every other
+// cluster-scoped kind is refused, and the kinds of neverInstalled always are.
+const AnnotationAllowClusterScoped = "compositor.dev/allow-cluster-scoped"
+
 // Reasons of the install gate's refusals: nothing was applied.
 const (
 	ReasonInvalidValues          = "InvalidValues"
@@ -100,6 +106,8 @@ type installGate struct {
 	namespace string
 	// mapper tells namespaced kinds from cluster-scoped ones.
 	mapper meta.RESTMapper
+	// clusterScoped are the cluster-scoped kinds the definition allows.
+	clusterScoped map[schema.GroupKind]bool
 	// policies evaluates the policies in force; nil evaluates none.
 	policies *policies.Engine
 	// request describes the composition; Rendered is set to the manifests.
@@ -191,7 +199,12 @@ func (g *installGate) checkObject(obj policies.RenderedObject) *GateError {
 		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("%s: the API server does not serve this kind, so its scope cannot be checked: %v", where, err)}
 	}
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
-		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("%s: %s is cluster-scoped, and compositions create only namespaced objects", where, kind)}
+		if g.clusterScoped[gk] {
+			return nil
+		}
+		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
+			"%s: %s is cluster-scoped, and compositions create only namespaced objects unless their definition lists the kind in annotation %s (%s)",
+			where, kind, AnnotationAllowClusterScoped, gk.String())}
 	}
 	if namespace != "" && namespace != g.namespace {
 		return &GateError{Reason: ReasonObjectOutsideNamespace, Message: fmt.Sprintf("%s: rendered into namespace %s, outside the composition's namespace %s", where, namespace, g.namespace)}
@@ -308,8 +321,8 @@ func (r *CompositionReconciler) validateValues(ctx context.Context, request *pol
 }
 
 // gate is the post-renderer of one install of the composition.
-func (r *CompositionReconciler) gate(ctx context.Context, namespace string, request *policies.Request) *installGate {
-	g := &installGate{ctx: ctx, namespace: namespace, mapper: r.Helm.mapper, request: request}
+func (r *CompositionReconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool) *installGate {
+	g := &installGate{ctx: ctx, namespace: namespace, mapper: r.Helm.mapper, request: request, clusterScoped: clusterScoped}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine
 	}
@@ -339,4 +352,29 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		return nil, err
 	}
 	return c.Client.Build(bytes.NewReader(data), validate)
+}
+
+// allowedClusterScoped reads the cluster-scoped kinds def lets its compositions create
+// (AnnotationAllowClusterScoped), leaving out those never installed, and the resources
+// Helm must reach for them. A kind the API server does not serve is left out: the gate
+// refuses its objects anyway.
+func allowedClusterScoped(def *corev1alpha1.CompositionDefinition, mapper meta.RESTMapper) (map[schema.GroupKind]bool, []schema.GroupResource) {
+	if def == nil {
+		return nil, nil
+	}
+	kinds := map[schema.GroupKind]bool{}
+	var resources []schema.GroupResource
+	for _, entry := range strings.Split(def.Annotations[AnnotationAllowClusterScoped], ",") {
+		gk := schema.ParseGroupKind(strings.TrimSpace(entry))
+		if gk.Kind == "" || neverInstalled[gk] {
+			continue
+		}
+		mapping, err := mapper.RESTMapping(gk)
+		if err != nil || mapping.Scope.Name() != meta.RESTScopeNameRoot {
+			continue
+		}
+		kinds[gk] = true
+		resources = append(resources, mapping.Resource.GroupResource())
+	}
+	return kinds, resources
 }

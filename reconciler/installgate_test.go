@@ -16,20 +16,28 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 )
 
 // testMapper knows a few namespaced and cluster-scoped kinds, as discovery would.
 func testMapper() meta.RESTMapper {
-	m := meta.NewDefaultRESTMapper(nil)
-	for gvk, scope := range map[schema.GroupVersionKind]meta.RESTScope{
+	kinds := map[schema.GroupVersionKind]meta.RESTScope{
 		{Version: "v1", Kind: "ConfigMap"}:                                               meta.RESTScopeNamespace,
 		{Version: "v1", Kind: "Secret"}:                                                  meta.RESTScopeNamespace,
 		{Group: "apps", Version: "v1", Kind: "Deployment"}:                               meta.RESTScopeNamespace,
 		{Group: "scheduling.k8s.io", Version: "v1", Kind: "PriorityClass"}:               meta.RESTScopeRoot,
 		{Group: "example.com", Version: "v1", Kind: "Widget"}:                            meta.RESTScopeRoot,
+		{Group: "example.com", Version: "v1", Kind: "Gizmo"}:                             meta.RESTScopeRoot,
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}:                meta.RESTScopeNamespace,
 		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: meta.RESTScopeRoot,
-	} {
+	}
+	var versions []schema.GroupVersion
+	for gvk := range kinds {
+		versions = append(versions, gvk.GroupVersion())
+	}
+	m := meta.NewDefaultRESTMapper(versions)
+	for gvk, scope := range kinds {
 		m.Add(gvk, scope)
 	}
 	return m
@@ -152,4 +160,29 @@ func TestConfinedClientRefusesOtherNamespaces(t *testing.T) {
 	_, err = clients.CoreV1().ConfigMaps("team-a").Get(t.Context(), "c", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.Equal(t, []string{"/api/v1/namespaces/team-a/configmaps/c"}, reached, "requests in the namespace go through")
+}
+
+// A definition may let its compositions create listed cluster-scoped kinds, never the
+// security-sensitive ones; Helm may then reach those resources, and only those.
+func TestClusterScopedKindsByOptIn(t *testing.T) {
+	mapper := testMapper()
+	def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationAllowClusterScoped: "Widget.example.com, CustomResourceDefinition.apiextensions.k8s.io,Gadget.example.com,ConfigMap",
+	}}}
+	kinds, resources := allowedClusterScoped(def, mapper)
+	assert.Equal(t, map[schema.GroupKind]bool{{Group: "example.com", Kind: "Widget"}: true}, kinds,
+		"CRDs are never allowed; unknown and namespaced kinds are no cluster-scoped kinds")
+	assert.Equal(t, []schema.GroupResource{{Group: "example.com", Resource: "widgets"}}, resources)
+
+	gate := &installGate{namespace: "team-a", mapper: mapper, clusterScoped: kinds}
+	_, err := gate.Run(manifest("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}"))
+	assert.NoError(t, err)
+	_, err = gate.Run(manifest("apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g}"))
+	assert.ErrorContains(t, err, "unless their definition lists the kind in annotation compositor.dev/allow-cluster-scoped (Gizmo.example.com)")
+	_, err = gate.Run(manifest("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: c}"))
+	assert.ErrorContains(t, err, "compositions never create a CustomResourceDefinition")
+
+	assert.Empty(t, outsideNamespace("/apis/example.com/v1/widgets/w", "team-a", resources...))
+	assert.NotEmpty(t, outsideNamespace("/apis/example.com/v1/gadgets/g", "team-a", resources...))
+	assert.NotEmpty(t, outsideNamespace("/apis/example.com/v1/widgets/w", "team-a"))
 }

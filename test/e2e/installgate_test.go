@@ -235,6 +235,17 @@ func TestInstallGateAppliesNothingItRefuses(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a definition may allow a cluster-scoped kind", func(t *testing.T) {
+		res := cp.Kubectl(ctx, "", "annotate", "compositiondefinition", "gate-check", "-n", gateNamespace,
+			"compositor.dev/allow-cluster-scoped=IngressClass.networking.k8s.io,PriorityClass.scheduling.k8s.io")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, "True Available release clusterwide is installed", readyCondition(c, cp, resource, gateNamespace, "clusterwide"))
+		}, 2*time.Minute, 250*time.Millisecond)
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "clusterwide-class"}, &networkingv1.IngressClass{}))
+		assert.Contains(t, readyCondition(t, cp, resource, gateNamespace, "urgent"), "compositions never create a PriorityClass", "never, even when listed")
+		absent(t, cp, &schedulingv1.PriorityClass{}, "", "urgent-urgent")
+	})
 	secret := &corev1.Secret{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "other-team", Name: "x"}, secret))
 	assert.Equal(t, "other-teams-secret", string(secret.Data["password"]), "the other team's Secret is untouched")
