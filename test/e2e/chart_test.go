@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -24,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -124,6 +128,36 @@ func TestDeploymentChartRenders(t *testing.T) {
 		assert.Contains(t, objects, "ServiceMonitor/compositor")
 	})
 
+	t.Run("the policy fencing Compositor holds generators/rbac's invariants", func(t *testing.T) {
+		objects, err := helmTemplate(t)
+		require.NoError(t, err)
+		for _, name := range []string{"compositor-generated-rbac", "compositor-generated-controllers", "compositor-generated-crds"} {
+			require.Contains(t, objects, "ValidatingAdmissionPolicy/"+name)
+			require.Contains(t, objects, "ValidatingAdmissionPolicyBinding/"+name)
+			user, _, _ := unstructured.NestedSlice(objects["ValidatingAdmissionPolicy/"+name].Object, "spec", "matchConditions")
+			assert.Contains(t, fmt.Sprint(user), `request.userInfo.username == "system:serviceaccount:compositor-system:compositor"`)
+		}
+		spec, err := json.Marshal(objects["ValidatingAdmissionPolicy/compositor-generated-rbac"].Object["spec"])
+		require.NoError(t, err)
+		quoted := slices.Concat(rbac.DangerousVerbs(), rbac.RefusedGroups())
+		for _, gr := range rbac.RefusedTypes() {
+			quoted = append(quoted, gr.Group+"/"+gr.Resource)
+		}
+		for _, s := range quoted {
+			assert.Contains(t, string(spec), "'"+s+"'", "the policy does not name %s", s)
+		}
+		assert.NotContains(t, objects, "NetworkPolicy/compositor", "off by default")
+	})
+
+	t.Run("network policy", func(t *testing.T) {
+		objects, err := helmTemplate(t, "networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24")
+		require.NoError(t, err)
+		policy := as[networkingv1.NetworkPolicy](t, objects["NetworkPolicy/compositor"])
+		require.Len(t, policy.Spec.Ingress, 1, "no metrics port without metricsFrom")
+		assert.Equal(t, "webhook", policy.Spec.Ingress[0].Ports[0].Port.String())
+		assert.Equal(t, "10.0.0.0/24", policy.Spec.Ingress[0].From[0].IPBlock.CIDR)
+	})
+
 	t.Run("bad values are refused by the chart's schema", func(t *testing.T) {
 		for set, want := range map[string]string{
 			"certs.mode=vault":          "at '/certs/mode': value must be one of 'builtin', 'cert-manager'",
@@ -131,6 +165,7 @@ func TestDeploymentChartRenders(t *testing.T) {
 			"webhook.timeoutSeconds=60": "at '/webhook/timeoutSeconds': maximum: got 60, want 30",
 			"reconciler.poll=soon":      "at '/reconciler/poll'",
 			"replicas=3":                "replicas",
+			"networkPolicy.webhookFrom[0].cidr=10.0.0.0/8": "at '/networkPolicy/webhookFrom/0': additional properties 'cidr' not allowed",
 		} {
 			_, err := helmTemplate(t, set)
 			require.Error(t, err, set)
