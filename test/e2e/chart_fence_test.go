@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -131,6 +132,16 @@ metadata:
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:release"}
 subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
 `)
+	})
+
+	t.Run("taking over a role it did not generate", func(t *testing.T) {
+		patch := `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"compositor","compositor.dev/definition-namespace":"team-a",` +
+			`"compositor.dev/resource":"fireworksapps","compositor.dev/version":"v1-1-5"}}}`
+		admin := &rbacv1.ClusterRole{}
+		admin.Name = "admin"
+		err := impersonated.Patch(ctx, admin, client.RawPatch(types.MergePatchType, []byte(patch)))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "may only write clusterroles it generates: admin is stored without the label app.kubernetes.io/managed-by=compositor")
 	})
 
 	t.Run("a Deployment that is not a generated controller", func(t *testing.T) {
