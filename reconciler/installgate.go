@@ -101,6 +101,7 @@ const serviceAccountTokenType = "kubernetes.io/service-account-token"
 // composition's namespace, is a kind compositions never create, or a rendered policy
 // denies them.
 type installGate struct {
+	// ctx bounds the policies' evaluation: a PostRenderer's Run takes no context.
 	ctx context.Context
 	// namespace is the composition's: every object stays in it.
 	namespace string
