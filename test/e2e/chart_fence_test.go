@@ -192,7 +192,8 @@ spec:
 			Types: []rbac.ResourceType{
 				{Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true},
 				{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true},
-				{Group: "storage.k8s.io", Version: "v1", Kind: "CSIDriver", Resource: "csidrivers"},
+				// A cluster-scoped kind, for the version's ClusterRole and its binding.
+				{Group: "cert-manager.io", Version: "v1", Kind: "ClusterIssuer", Resource: "clusterissuers"},
 			},
 			CredentialsSecret: "chart-password",
 		})
