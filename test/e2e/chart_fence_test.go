@@ -24,10 +24,11 @@ const compositorSA = "system:serviceaccount:compositor-system:compositor"
 
 var compositorGroups = []string{"system:serviceaccounts", "system:serviceaccounts:compositor-system", "system:authenticated"}
 
-// TestDeploymentChartFencesCompositorsRights installs the chart and, acting as
-// Compositor's ServiceAccount through kubectl, tries what its wide RBAC rights would
-// allow but its ValidatingAdmissionPolicies refuse: each attempt is refused by the
-// API server with the policy's message, and what Compositor generates is accepted.
+// TestDeploymentChartFencesCompositorsRights installs the chart and, impersonating
+// Compositor's ServiceAccount (with kubectl, and with client-go where kubectl would
+// need a list first), tries what its wide RBAC rights would allow but its
+// ValidatingAdmissionPolicies refuse: each attempt is refused by the API server with
+// the policy's message, and what Compositor generates is accepted.
 func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
 	cp := controlplane.Start(t)
 	ctx := context.Background()
