@@ -32,7 +32,7 @@ import (
 
 // ReleaseBindings keeps the release role of each served version bound in exactly the
 // namespaces that hold compositions of that version which the definition's controller
-// owns (see chooseDefinition): bound as soon as the first one appears there, unbound
+// owns (see ownership.For): bound as soon as the first one appears there, unbound
 // once the last one is gone or another definition takes them over. A version's controller cannot bind
 // itself, as its identity holds no RBAC rights; Compositor binds for it. It is a
 // leader-elected runnable of Compositor's manager, with one small manager per version

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -337,39 +337,7 @@ func (r *CompositionReconciler) definition(ctx context.Context, obj client.Objec
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
-	return chooseDefinition(list.Items, r.GVK, obj.GetNamespace()), nil
-}
-
-// chooseDefinition picks, among defs serving gvk, the one in namespace, else the
-// oldest (then by namespace and name), so that every controller picks the same.
-func chooseDefinition(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind, namespace string) *corev1alpha1.CompositionDefinition {
-	var candidates []*corev1alpha1.CompositionDefinition
-	for i := range defs {
-		d := &defs[i]
-		if d.Status.APIVersion == gvk.GroupVersion().String() && d.Status.Kind == gvk.Kind && d.DeletionTimestamp.IsZero() {
-			candidates = append(candidates, d)
-		}
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	slices.SortFunc(candidates, func(a, b *corev1alpha1.CompositionDefinition) int {
-		switch {
-		case (a.Namespace == namespace) != (b.Namespace == namespace):
-			if a.Namespace == namespace {
-				return -1
-			}
-			return 1
-		case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
-			if a.CreationTimestamp.Before(&b.CreationTimestamp) {
-				return -1
-			}
-			return 1
-		default:
-			return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-		}
-	})
-	return candidates[0]
+	return ownership.For(list.Items, r.GVK, obj.GetNamespace()), nil
 }
 
 func (r *CompositionReconciler) compositionsOfDefinition(ctx context.Context, obj client.Object) []reconcile.Request {

@@ -2,17 +2,13 @@ package reconciler
 
 import (
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/chart"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
-	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators"
 )
 
@@ -39,37 +35,6 @@ func TestFingerprint(t *testing.T) {
 	alsoEmpty, err := Fingerprint("sha256:chart", map[string]interface{}{})
 	require.NoError(t, err)
 	assert.Equal(t, empty, alsoEmpty, "no spec and an empty spec are the same values")
-}
-
-func TestChooseDefinition(t *testing.T) {
-	gvk := schema.GroupVersionKind{Group: "composition.krateo.io", Version: "v1-1-5", Kind: "FireworksApp"}
-	at := func(minutes int) metav1.Time {
-		return metav1.NewTime(time.Unix(0, 0).Add(time.Duration(minutes) * time.Minute))
-	}
-	def := func(namespace, name, apiVersion string, created metav1.Time) corev1alpha1.CompositionDefinition {
-		d := corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, CreationTimestamp: created}}
-		d.Status.APIVersion, d.Status.Kind = apiVersion, "FireworksApp"
-		return d
-	}
-	defs := []corev1alpha1.CompositionDefinition{
-		def("team-b", "newer", "composition.krateo.io/v1-1-5", at(2)),
-		def("team-c", "older", "composition.krateo.io/v1-1-5", at(1)),
-		def("team-d", "other-version", "composition.krateo.io/v1-1-6", at(0)),
-	}
-	for name, tc := range map[string]struct {
-		namespace string
-		want      string
-	}{
-		"the definition in the composition's namespace": {"team-b", "team-b/newer"},
-		"else the oldest": {"elsewhere", "team-c/older"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got := chooseDefinition(defs, gvk, tc.namespace)
-			require.NotNil(t, got)
-			assert.Equal(t, tc.want, got.Namespace+"/"+got.Name)
-		})
-	}
-	assert.Nil(t, chooseDefinition(defs[2:], gvk, "team-d"), "a definition of another version serves nothing here")
 }
 
 // Helm writes into the chart it installs; the copy keeps the cached chart intact.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/ownership"
 )
 
 // definitionChecks are the validations every CompositionDefinition write goes through.
@@ -153,11 +154,8 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	if err := k.reader.List(ctx, definitions); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing definitions: %w", err))}, nil
 	}
-	for _, other := range definitions.Items {
-		if other.UID != def.UID && other.DeletionTimestamp.IsZero() &&
-			other.Status.Kind == def.Status.Kind && other.Status.APIVersion == def.Status.APIVersion {
-			return nil, nil
-		}
+	if ownership.ServedByAnother(definitions.Items, def, gv.WithKind(def.Status.Kind)) {
+		return nil, nil
 	}
 
 	// The compositions are listed through any version the CRD still serves: the
