@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -64,6 +65,9 @@ type DefinitionReconciler struct {
 	Mapper meta.RESTMapper
 	// ControllerImage runs the generated controller Deployments.
 	ControllerImage string
+	// AllowChartNetworks are passed on to the generated controllers, which fetch the
+	// same charts.
+	AllowChartNetworks []netip.Prefix
 	// Controllers, when set, run the composition controllers in process instead of the
 	// generated Deployments.
 	Controllers CompositionControllers

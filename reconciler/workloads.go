@@ -73,11 +73,12 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 		return r.Controllers.Ensure(ctx, def, api.Kind, api.Plural, api.Version)
 	}
 	return apply(ctx, r.Client, controller.Deployment(controller.Options{
-		Definition: def,
-		Plural:     api.Plural,
-		Version:    api.Version,
-		Group:      crd.Group,
-		Image:      r.ControllerImage,
+		Definition:         def,
+		Plural:             api.Plural,
+		Version:            api.Version,
+		Group:              crd.Group,
+		Image:              r.ControllerImage,
+		AllowChartNetworks: r.AllowChartNetworks,
 	}))
 }
 

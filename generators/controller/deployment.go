@@ -7,6 +7,7 @@ package controller
 
 import (
 	"maps"
+	"net/netip"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -55,6 +56,9 @@ type Options struct {
 	Group string
 	// Image of Compositor; defaults to DefaultImage.
 	Image string
+	// AllowChartNetworks are the address ranges the controller may fetch charts from
+	// beyond the public ones (--allow-chart-network), as Compositor's own.
+	AllowChartNetworks []netip.Prefix
 	// ImagePullPolicy; empty lets the API server choose (Always for :latest).
 	ImagePullPolicy corev1.PullPolicy
 	// Resources default to DefaultResources().
@@ -167,14 +171,14 @@ func podSpec(opts Options, def *corev1alpha1.CompositionDefinition, resources co
 			Image:           opts.Image,
 			ImagePullPolicy: opts.ImagePullPolicy,
 			Command:         []string{"compositor"},
-			Args: []string{
+			Args: append([]string{
 				"controller",
 				"--group", opts.Group,
 				"--version", opts.Version,
 				"--resource", opts.Plural,
 				"--health-probe-bind-address", ":" + strconv.Itoa(HealthPort),
 				"--metrics-bind-address", ":" + strconv.Itoa(MetricsPort),
-			},
+			}, allowChartNetworkArgs(opts.AllowChartNetworks)...),
 			Env: env(def),
 			Ports: []corev1.ContainerPort{
 				{Name: "health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
@@ -226,4 +230,13 @@ func probe(path string, initialDelay, period int32) *corev1.Probe {
 		TimeoutSeconds:      1,
 		FailureThreshold:    3,
 	}
+}
+
+// allowChartNetworkArgs passes each allowed range as its own --allow-chart-network.
+func allowChartNetworkArgs(networks []netip.Prefix) []string {
+	var args []string
+	for _, n := range networks {
+		args = append(args, "--allow-chart-network", n.String())
+	}
+	return args
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -100,6 +101,7 @@ func TestDeploymentOptions(t *testing.T) {
 	opts.ImagePullPolicy = corev1.PullIfNotPresent
 	opts.Resources = &limits
 	opts.Labels = map[string]string{"team": "blue", rbac.LabelVersion: "ignored"}
+	opts.AllowChartNetworks = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd00:1::/64")}
 	d := Deployment(opts)
 
 	c := container(d)
@@ -108,6 +110,8 @@ func TestDeploymentOptions(t *testing.T) {
 	assert.Equal(t, corev1.PullIfNotPresent, c.ImagePullPolicy)
 	assert.Equal(t, limits, c.Resources)
 	assert.Equal(t, "example.compositor.dev", c.Args[2])
+	assert.Equal(t, []string{"--allow-chart-network", "10.20.0.0/16", "--allow-chart-network", "fd00:1::/64"}, c.Args[len(c.Args)-4:],
+		"the controller may fetch from the ranges Compositor may")
 	assert.Equal(t, "blue", d.Labels["team"])
 	assert.Equal(t, "blue", d.Spec.Template.Labels["team"])
 	assert.Equal(t, "v1-1-5", d.Labels[rbac.LabelVersion], "identity labels win")

@@ -222,16 +222,17 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 		conversion.URL += crd.ConvertPath
 	}
 	definitions := &reconciler.DefinitionReconciler{
-		Client:           mgr.GetClient(),
-		Live:             mgr.GetAPIReader(),
-		Charts:           charts,
-		Conversion:       conversion,
-		Bundle:           provider,
-		Recorder:         mgr.GetEventRecorder("compositor"),
-		Poll:             opts.Poll,
-		MaxReconcileRate: opts.MaxReconcileRate,
-		Mapper:           mgr.GetRESTMapper(),
-		ControllerImage:  opts.ControllerImage,
+		Client:             mgr.GetClient(),
+		Live:               mgr.GetAPIReader(),
+		Charts:             charts,
+		Conversion:         conversion,
+		Bundle:             provider,
+		Recorder:           mgr.GetEventRecorder("compositor"),
+		Poll:               opts.Poll,
+		MaxReconcileRate:   opts.MaxReconcileRate,
+		Mapper:             mgr.GetRESTMapper(),
+		ControllerImage:    opts.ControllerImage,
+		AllowChartNetworks: opts.AllowChartNetworks,
 	}
 	bindings := &reconciler.ReleaseBindings{Config: mgr.GetConfig(), Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
 	if err := mgr.Add(bindings); err != nil {
