@@ -61,12 +61,7 @@ func TestChartContentIsPinnedToTheRecordedDigest(t *testing.T) {
 	require.NoError(t, samplecharts.Package(dir))
 	repository := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
 	ctx := context.Background()
-	res := cp.Kubectl(ctx, "", "apply", "-f", filepath.Join(seedDir(t), "namespaces.yaml"))
-	require.NoError(t, res.Err, res.Stderr)
-	res = cp.Kubectl(ctx, localSeed(t, repository.URL), "apply", "-f", "-")
-	require.NoError(t, res.Err, res.Stderr)
-	res = cp.Kubectl(ctx, "", "wait", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--for", "condition=Ready=True", "--timeout", "120s")
-	require.NoError(t, res.Err, res.Stderr)
+	readyDefinitionFrom(t, cp, repository.URL)
 	digest := func() string {
 		return cp.Kubectl(ctx, "", "get", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "-o", "jsonpath={.status.digest}").Stdout
 	}
@@ -97,7 +92,7 @@ func TestChartContentIsPinnedToTheRecordedDigest(t *testing.T) {
 	assert.Contains(t, reasons, "ChartChanged", "an event says so")
 
 	// A composition written meanwhile is judged and installed from the recorded content.
-	res = cp.Kubectl(ctx, fireworksApp("pinned", 1), "apply", "-f", "-")
+	res := cp.Kubectl(ctx, fireworksApp("pinned", 1), "apply", "-f", "-")
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "True", compositionField(c, cp, "v1-1-5", "pinned", `{.status.conditions[?(@.type=="Ready")].status}`))

@@ -22,11 +22,16 @@ import (
 // until fireworksapps v1-1-5 is served.
 func readyDefinition(t *testing.T, cp *controlplane.ControlPlane) {
 	t.Helper()
+	readyDefinitionFrom(t, cp, sampleRepository(t).URL)
+}
+
+// readyDefinitionFrom is readyDefinition with the chart repository at repoURL.
+func readyDefinitionFrom(t *testing.T, cp *controlplane.ControlPlane, repoURL string) {
+	t.Helper()
 	ctx := context.Background()
-	repo := sampleRepository(t)
 	res := cp.Kubectl(ctx, "", "apply", "-f", filepath.Join(seedDir(t), "namespaces.yaml"))
 	require.NoError(t, res.Err, res.Stderr)
-	res = cp.Kubectl(ctx, localSeed(t, repo.URL), "apply", "-f", "-")
+	res = cp.Kubectl(ctx, localSeed(t, repoURL), "apply", "-f", "-")
 	require.NoError(t, res.Err, res.Stderr)
 	res = cp.Kubectl(ctx, "", "wait", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "--for", "condition=Ready=True", "--timeout", "120s")
 	require.NoError(t, res.Err, res.Stderr)
