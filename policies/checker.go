@@ -22,7 +22,16 @@ type Checker struct {
 // an object (a composition being created or updated). The error is for trouble other
 // than violations: a chart whose schema cannot be compiled (ErrSchemaCompile,
 // ErrRemoteRef), a request that cannot become Rego input.
+//
+// The schema check and the policies share one deadline, the engine's (DefaultTimeout
+// without an engine), so that together they stay below the webhook's timeout.
 func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
+	timeout := DefaultTimeout
+	if c.Engine != nil {
+		timeout = c.Engine.Timeout()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var out []Violation
 	if c.Schemas != nil && r.Chart != nil && r.Object != nil {
 		vs, err := c.validate(ctx, r)
@@ -48,15 +57,8 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 	return Decision{Violations: out}, nil
 }
 
-// validate checks r's values against its chart's schemas within the deadline of the
-// policies (DefaultTimeout without an engine).
+// validate checks r's values against its chart's schemas until ctx is done.
 func (c *Checker) validate(ctx context.Context, r *Request) (vs []Violation, err error) {
-	timeout := DefaultTimeout
-	if c.Engine != nil {
-		timeout = c.Engine.Timeout()
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	err = uncancellable.run(ctx, "the schema check", func() (err error) {
 		vs, err = c.Schemas.ValidateValues(ctx, r.Chart, r.ChartDigest, r.Spec())
 		return err

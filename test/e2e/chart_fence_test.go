@@ -60,6 +60,18 @@ func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
     compositor.dev/resource: fireworksapps
     compositor.dev/version: v1-1-5`
 
+	// clusterRole is a ClusterRole labelled and named as generated, for the role of
+	// that name suffix, with rules.
+	clusterRole := func(suffix, rules string) string {
+		return `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:` + suffix + `
+  ` + labels + `
+rules: ` + rules + "\n"
+	}
+
 	t.Run("a ClusterRoleBinding to cluster-admin", func(t *testing.T) {
 		refused(t, "may only bind the role it generated for compositor:team-a:fireworksapps-v1-1-5, not ClusterRole cluster-admin", `
 apiVersion: rbac.authorization.k8s.io/v1
@@ -80,46 +92,11 @@ subjects: [{kind: ServiceAccount, name: compositor, namespace: compositor-system
 	})
 
 	t.Run("a Compositor-labelled ClusterRole with every verb", func(t *testing.T) {
-		refused(t, `a rule has the wildcard "*"`, `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: compositor:team-a:fireworksapps-v1-1-5:release
-  `+labels+`
-rules: [{apiGroups: [""], resources: [configmaps], verbs: ["*"]}]
-`)
-		refused(t, "a rule grants escalate, bind or impersonate", `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: compositor:team-a:fireworksapps-v1-1-5:release
-  `+labels+`
-rules: [{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}]
-`)
-		refused(t, "a rule grants a subresource", `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: compositor:team-a:fireworksapps-v1-1-5:cluster
-  `+labels+`
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
-`)
-		refused(t, "is bound cluster-wide and may not grant Secrets", `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: compositor:team-a:fireworksapps-v1-1-5:compositions
-  `+labels+`
-rules: [{apiGroups: [""], resources: [secrets], verbs: [get]}]
-`)
-		refused(t, "writes admission configuration", `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: compositor:team-a:fireworksapps-v1-1-5:cluster
-  `+labels+`
-rules: [{apiGroups: [admissionregistration.k8s.io], resources: [validatingwebhookconfigurations], verbs: [delete]}]
-`)
+		refused(t, `a rule has the wildcard "*"`, clusterRole("release", `[{apiGroups: [""], resources: [configmaps], verbs: ["*"]}]`))
+		refused(t, "a rule grants escalate, bind or impersonate", clusterRole("release", `[{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}]`))
+		refused(t, "a rule grants a subresource", clusterRole("cluster", `[{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]`))
+		refused(t, "is bound cluster-wide and may not grant Secrets", clusterRole("compositions", `[{apiGroups: [""], resources: [secrets], verbs: [get]}]`))
+		refused(t, "writes admission configuration", clusterRole("cluster", `[{apiGroups: [admissionregistration.k8s.io], resources: [validatingwebhookconfigurations], verbs: [delete]}]`))
 	})
 
 	t.Run("a RoleBinding to an arbitrary ServiceAccount", func(t *testing.T) {
