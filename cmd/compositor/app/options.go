@@ -39,6 +39,8 @@ type ServeOptions struct {
 	HealthProbeAddr string
 	// MetricsAddr serves /metrics; "0" turns metrics off.
 	MetricsAddr string
+	// PprofAddr serves Go's /debug/pprof profiles; "0" (the default) turns them off.
+	PprofAddr string
 
 	// Namespace is the namespace Compositor runs in; it holds the CA Secret.
 	Namespace string
@@ -119,6 +121,7 @@ func NewServeOptions() *ServeOptions {
 		MaxReconcileRate: 3,
 		HealthProbeAddr:  ":8081",
 		MetricsAddr:      ":8080",
+		PprofAddr:        "0",
 
 		Namespace:              "compositor-system",
 		Certs:                  CertsBuiltin,
@@ -146,6 +149,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, `Address of /healthz and /readyz ("0" turns them off)`)
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, `Address of Go's /debug/pprof profiles, for diagnosing speed ("0" turns them off; never expose it)`)
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace Compositor runs in; it holds the CA Secret (env POD_NAMESPACE)")
 	fs.StringVar(&o.Certs, "certs", o.Certs, "Certificate mode: builtin (a CA in a Secret) or cert-manager")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory with tls.crt, tls.key and ca.crt in cert-manager mode")

@@ -124,6 +124,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 		Cache:                   cache.Options{SyncPeriod: &opts.Sync, ByObject: secretCache()},
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
+		PprofBindAddress:        opts.PprofAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: cmp.Or(opts.LeaderElectionNamespace, opts.Namespace),
