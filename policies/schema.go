@@ -53,6 +53,8 @@ var specPath = field.NewPath("spec")
 // once per digest and never loads a schema from a URL. It is safe for concurrent use.
 type JSONSchemaValidator struct {
 	max int
+	// processed keeps charts with their dependencies processed.
+	processed *processedCharts
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // digest → element holding *schemaEntry
@@ -76,7 +78,7 @@ func NewJSONSchemaValidator(maxCharts int) *JSONSchemaValidator {
 	if maxCharts <= 0 {
 		maxCharts = DefaultSchemaCacheSize
 	}
-	return &JSONSchemaValidator{max: maxCharts, entries: map[string]*list.Element{}, lru: list.New()}
+	return &JSONSchemaValidator{max: maxCharts, processed: newProcessedCharts(), entries: map[string]*list.Element{}, lru: list.New()}
 }
 
 // ValidateValues implements SchemaValidator.
@@ -84,6 +86,9 @@ func (v *JSONSchemaValidator) ValidateValues(_ context.Context, ch *chart.Chart,
 	if ch == nil {
 		return nil, ErrNoChart
 	}
+	// Processed charts are kept by the digest of the whole content; the schemas' own
+	// digest only identifies the schemas.
+	contentDigest := digest
 	if digest == "" {
 		digest = schemaDigest(ch)
 	}
@@ -98,7 +103,7 @@ func (v *JSONSchemaValidator) ValidateValues(_ context.Context, ch *chart.Chart,
 		SortViolations(vs)
 		return vs, nil
 	}
-	processed, vals, err := helmValues(ch, spec)
+	processed, vals, err := v.processed.values(ch, contentDigest, spec)
 	if err != nil {
 		return []Violation{{
 			Path:    specPath.String(),
