@@ -21,9 +21,11 @@ package ownership
 
 import (
 	"cmp"
+	"context"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 )
@@ -111,3 +113,42 @@ func olderFirst(a, b *corev1alpha1.CompositionDefinition) int {
 	}
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
+
+// ServedIndex is the name of the cache index of definitions by what their status
+// reports serving; list with ServingVersion or ServingKind to read only those.
+const ServedIndex = "compositor.dev/served"
+
+// IndexServed adds ServedIndex to a cache of CompositionDefinitions, before it starts.
+// Admission reads a composition's definitions through it on every review: a list of
+// every definition each time grew with their number.
+func IndexServed(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, ServedIndex, func(obj client.Object) []string {
+		def, ok := obj.(*corev1alpha1.CompositionDefinition)
+		if !ok || def.Status.Kind == "" {
+			return nil
+		}
+		gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
+		if err != nil {
+			return nil
+		}
+		return []string{versionKey(gv.WithKind(def.Status.Kind)), kindKey(schema.GroupKind{Group: gv.Group, Kind: def.Status.Kind})}
+	})
+}
+
+// ServingVersion selects, in a cache with ServedIndex, the definitions whose status
+// reports gvk; For, Owner and Servers then decide among them.
+func ServingVersion(gvk schema.GroupVersionKind) client.ListOption {
+	return client.MatchingFields{ServedIndex: versionKey(gvk)}
+}
+
+// ServingKind selects, in a cache with ServedIndex, the definitions whose status
+// reports gk in any version; Generated then holds for gk when there is one.
+func ServingKind(gk schema.GroupKind) client.ListOption {
+	return client.MatchingFields{ServedIndex: kindKey(gk)}
+}
+
+func versionKey(gvk schema.GroupVersionKind) string {
+	return "version=" + gvk.Group + "/" + gvk.Version + "/" + gvk.Kind
+}
+
+func kindKey(gk schema.GroupKind) string { return "kind=" + gk.Group + "/" + gk.Kind }

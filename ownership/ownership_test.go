@@ -1,14 +1,17 @@
 package ownership
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 )
@@ -109,4 +112,37 @@ func TestServedByAnotherAndGenerated(t *testing.T) {
 	assert.True(t, Generated(defs, v115.GroupKind()))
 	assert.False(t, Generated(defs, schema.GroupKind{Group: v115.Group, Kind: "DemoApp"}))
 	assert.Equal(t, "a/x", name(Owner(defs, v115)))
+}
+
+// capturedIndex is a client.FieldIndexer that keeps the index function it is given.
+type capturedIndex struct {
+	field   string
+	extract client.IndexerFunc
+}
+
+func (c *capturedIndex) IndexField(_ context.Context, _ client.Object, field string, extract client.IndexerFunc) error {
+	c.field, c.extract = field, extract
+	return nil
+}
+
+func TestServedIndexSelectsWhatStatusReports(t *testing.T) {
+	idx := &capturedIndex{}
+	assert.NoError(t, IndexServed(context.Background(), idx))
+	assert.Equal(t, ServedIndex, idx.field)
+	selects := func(opt client.ListOption, d corev1alpha1.CompositionDefinition) bool {
+		lo := &client.ListOptions{}
+		opt.ApplyToList(lo)
+		for _, v := range idx.extract(&d) {
+			if lo.FieldSelector.Matches(fields.Set{ServedIndex: v}) {
+				return true
+			}
+		}
+		return false
+	}
+	serving := def("a", "x", 0, v115, "d1")
+	assert.True(t, selects(ServingVersion(v115), serving))
+	assert.False(t, selects(ServingVersion(v116), serving))
+	assert.True(t, selects(ServingKind(v116.GroupKind()), serving), "any version of the kind")
+	assert.False(t, selects(ServingKind(schema.GroupKind{Group: v115.Group, Kind: "Other"}), serving))
+	assert.False(t, selects(ServingVersion(v115), def("a", "y", 0, schema.GroupVersionKind{}, "")), "a definition that serves nothing yet")
 }

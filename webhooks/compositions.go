@@ -80,7 +80,7 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 			return name, nil
 		}
 	}
-	def, err := owningDefinition(ctx, definitions, req.Kind, req.Namespace)
+	def, err := cachedOwningDefinition(ctx, definitions, req.Kind, req.Namespace)
 	if err != nil {
 		return "", err
 	}
@@ -94,23 +94,30 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 
 // owningDefinition finds the CompositionDefinition a composition of gvk in namespace
 // belongs to (see package ownership), or nil when none serves gvk. It may be shared with
-// a cache: callers only read it.
-func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind, namespace string) (*corev1alpha1.CompositionDefinition, error) {
+// a cache: callers only read it. opts narrow the list; with a cache indexed by
+// ownership.IndexServed, pass ownership.ServingVersion(gvk).
+func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1.GroupVersionKind, namespace string, opts ...client.ListOption) (*corev1alpha1.CompositionDefinition, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
-	// Only read: a cache need not copy every definition for each review.
-	if err := definitions.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+	// Only read: a cache need not copy the definitions for each review.
+	if err := definitions.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
 	return ownership.For(list.Items, schema.GroupVersionKind(gvk), namespace), nil
 }
 
-// compositionChecks are the validations every composition write goes through.
-func compositionChecks(reader client.Reader) Chain {
+// cachedOwningDefinition is owningDefinition through the index of a cache.
+func cachedOwningDefinition(ctx context.Context, cached client.Reader, gvk metav1.GroupVersionKind, namespace string) (*corev1alpha1.CompositionDefinition, error) {
+	return owningDefinition(ctx, cached, gvk, namespace, ownership.ServingVersion(schema.GroupVersionKind(gvk)))
+}
+
+// compositionChecks are the validations every composition write goes through. cached
+// reads compositions and Helm's release records from a cache (see uniqueReleaseName).
+func compositionChecks(cached client.Reader) Chain {
 	return Chain{
 		CheckFunc(checkReleaseName),
 		CheckFunc(checkPaused),
 		CheckFunc(checkConversionData),
-		uniqueReleaseName{reader: reader},
+		uniqueReleaseName{reader: cached},
 		CheckFunc(warnPausedDeletion),
 	}
 }
@@ -154,10 +161,15 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 // in the same namespace already uses, or that names a Helm release already in the
 // namespace (another composition's, of any kind, or one installed with helm): two
 // owners would fight over one release, and the controller would upgrade what it did
-// not install. The controller checks the release's owner too, for writes that race.
+// not install. It tells the writer early and plainly; the guarantee is the
+// controller's, which installs and upgrades only a release labelled with its own
+// composition's UID (ReleaseConflict), since two creates admitted at once can never
+// see each other whatever admission reads.
 type uniqueReleaseName struct {
-	// reader must read from the API server, not a cache, so that a composition created
-	// a moment ago is seen.
+	// reader reads from a cache: the metadata of a kind's compositions (an informer
+	// per kind, started on the kind's first write) and of Secrets (the definition
+	// reconciler's informer). Two lists from the API server on each create cost more
+	// than the rest of the review and grew with the namespace.
 	reader client.Reader
 }
 
@@ -171,7 +183,7 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 	}
 	others := &metav1.PartialObjectMetadataList{}
 	others.SetGroupVersionKind(schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind + "List"})
-	if err := u.reader.List(ctx, others, client.InNamespace(req.Namespace)); err != nil {
+	if err := u.reader.List(ctx, others, client.InNamespace(req.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("listing %s to check the release name: %w", req.Kind.Kind, err))}, nil
 	}
 	for _, other := range others.Items {
@@ -188,7 +200,7 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 func (u uniqueReleaseName) releaseExists(ctx context.Context, namespace, name string) (field.ErrorList, admission.Warnings) {
 	records := &metav1.PartialObjectMetadataList{}
 	records.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if err := u.reader.List(ctx, records, client.InNamespace(namespace), client.MatchingLabels{"owner": "helm", "name": name}, client.Limit(1)); err != nil {
+	if err := u.reader.List(ctx, records, client.InNamespace(namespace), client.MatchingLabels{"owner": "helm", "name": name}, client.UnsafeDisableDeepCopy); err != nil {
 		return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("looking for a Helm release %s in namespace %s: %w", name, namespace, err))}, nil
 	}
 	if len(records.Items) == 0 {

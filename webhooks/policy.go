@@ -117,7 +117,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 		current = req.OldObject
 	}
 	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
-	def, err := owningDefinition(ctx, p.cached, req.Kind, req.Namespace)
+	def, err := cachedOwningDefinition(ctx, p.cached, req.Kind, req.Namespace)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
 		// compositions there; the cache may not have seen it yet.
@@ -145,11 +145,12 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 // A generated kind does: a version of it without a definition is one being added or
 // removed, and a write through it is refused rather than admitted unjudged.
 func (p *policyCheck) unowned(ctx context.Context, req *Request) error {
+	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := p.cached.List(ctx, list); err != nil {
+	if err := p.cached.List(ctx, list, ownership.ServingKind(gk), client.UnsafeDisableDeepCopy); err != nil {
 		return undecidable(fmt.Errorf("listing CompositionDefinitions: %w", err))
 	}
-	if !ownership.Generated(list.Items, schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}) {
+	if !ownership.Generated(list.Items, gk) {
 		return nil
 	}
 	return undecidable(fmt.Errorf("no CompositionDefinition reports serving %s %s/%s yet, so its chart's schema and policies cannot be applied: retry once the definition of that version is Ready (kubectl get compositiondefinitions -A -o wide)",

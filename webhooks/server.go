@@ -67,7 +67,7 @@ func Register(srv webhook.Server, opts Options) {
 // newHandlers returns the admission handlers of /mutate and /validate.
 func newHandlers(opts Options) (*Mutator, *Validator) {
 	v := &Validator{
-		Compositions: compositionChecks(opts.Live),
+		Compositions: compositionChecks(opts.Cached),
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler"
 	"github.com/compositor-dev/compositor/webhooks"
@@ -158,6 +159,10 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 		return nil, err
 	}
 	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}
+	// Admission finds a composition's definition through this index of the cache.
+	if err := ownership.IndexServed(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
 		Cached:  mgr.GetClient(),
 		Live:    mgr.GetAPIReader(),
