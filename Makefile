@@ -86,6 +86,15 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 1m)
 	  go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir"; \
 	done
 
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: control-plane build ## Measure the live webhooks against a do-nothing webhook and Gatekeeper's engine; writes BENCHMARKS.md (about 8 minutes)
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(TOOLS)/gatekeeper && go run . -json) > "$$tmp/peer.json"; \
+	go run ./test/bench -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
+	  -peer "$$tmp/peer.json" -profile-dir $(BIN)/profiles -out BENCHMARKS.md $(BENCH_ARGS)
+
 .PHONY: dev
 dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
 	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	goruntime "runtime"
 	"strings"
+	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,30 +116,36 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 		return []runtime.RawExtension{}, nil
 	}
 
+	// Decoding, converting and encoding each object are independent, and most of a
+	// review's time: they run on every core, and the error reported is the first
+	// object's that fails, as if they ran in order.
 	objects := make([]decodedObject, len(req.Objects))
-	gk := schema.GroupKind{Group: desired.Group}
-	versions := []string{desired.Version}
-	for i, raw := range req.Objects {
-		obj, err := decodeConversionObject(raw.Raw)
+	if err := inOrder(len(objects), func(i int) error {
+		obj, err := decodeConversionObject(req.Objects[i].Raw)
 		if err != nil {
-			return nil, fmt.Errorf("object %d: %w", i, err)
+			return fmt.Errorf("object %d: %w", i, err)
 		}
 		gv, err := schema.ParseGroupVersion(stringField(obj, "apiVersion"))
-		kind := stringField(obj, "kind")
 		switch {
 		case err != nil || gv.Version == "":
-			return nil, fmt.Errorf("object %d: %w: apiVersion %q", i, ErrUnknownVersion, stringField(obj, "apiVersion"))
+			return fmt.Errorf("object %d: %w: apiVersion %q", i, ErrUnknownVersion, stringField(obj, "apiVersion"))
 		case gv.Group != desired.Group:
-			return nil, fmt.Errorf("object %d: %w: apiVersion %q is not in the group %s", i, ErrWrongKind, gv, desired.Group)
-		case kind == "":
-			return nil, fmt.Errorf("object %d: %w: it has no kind", i, ErrWrongKind)
-		case gk.Kind == "":
-			gk.Kind = kind
-		case kind != gk.Kind:
-			return nil, fmt.Errorf("object %d: %w: %s, while object 0 is a %s", i, ErrWrongKind, kind, gk.Kind)
+			return fmt.Errorf("object %d: %w: apiVersion %q is not in the group %s", i, ErrWrongKind, gv, desired.Group)
+		case stringField(obj, "kind") == "":
+			return fmt.Errorf("object %d: %w: it has no kind", i, ErrWrongKind)
 		}
 		objects[i] = decodedObject{content: obj, version: gv.Version}
-		versions = append(versions, gv.Version)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	gk := schema.GroupKind{Group: desired.Group, Kind: stringField(objects[0].content, "kind")}
+	versions := []string{desired.Version}
+	for i, obj := range objects {
+		if kind := stringField(obj.content, "kind"); kind != gk.Kind {
+			return nil, fmt.Errorf("object %d: %w: %s, while object 0 is a %s", i, ErrWrongKind, kind, gk.Kind)
+		}
+		versions = append(versions, obj.version)
 	}
 
 	schemas, err := c.schemas.Schemas(ctx, gk, versions)
@@ -151,21 +159,66 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 	if !schemas.has(desired.Version) {
 		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", req.DesiredAPIVersion, ErrUnknownVersion, gk, strings.Join(schemas.knownVersions(), ", "))
 	}
-	out := make([]runtime.RawExtension, len(objects))
 	for i, obj := range objects {
 		if !schemas.has(obj.version) {
 			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, ErrUnknownVersion, obj.version, gk, strings.Join(schemas.knownVersions(), ", "))
 		}
+	}
+	out := make([]runtime.RawExtension, len(objects))
+	err = inOrder(len(objects), func(i int) error {
+		obj := objects[i]
 		if err := schemas.convertObject(obj.content, obj.version, desired.Version); err != nil {
-			return nil, fmt.Errorf("object %d (%s): %w", i, objectName(obj.content), err)
+			return fmt.Errorf("object %d (%s): %w", i, objectName(obj.content), err)
 		}
 		raw, err := json.Marshal(obj.content)
 		if err != nil {
-			return nil, fmt.Errorf("object %d (%s): encoding: %w", i, objectName(obj.content), err)
+			return fmt.Errorf("object %d (%s): encoding: %w", i, objectName(obj.content), err)
 		}
 		out[i] = runtime.RawExtension{Raw: raw}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// objectsPerWorker is the fewest objects worth a goroutine of their own.
+const objectsPerWorker = 32
+
+// inOrder calls fn for 0..n-1, spread over the cores in contiguous runs, and returns
+// the error of the lowest index that fails (each run stops at its first failure, so
+// the lowest failure of all is the first of some run).
+func inOrder(n int, fn func(i int) error) error {
+	workers := min(goruntime.GOMAXPROCS(0), (n+objectsPerWorker-1)/objectsPerWorker)
+	if workers <= 1 {
+		for i := range n {
+			if err := fn(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		from, to := w*n/workers, (w+1)*n/workers
+		wg.Go(func() {
+			for i := from; i < to; i++ {
+				if err := fn(i); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decodeConversionObject decodes a JSON object keeping its numbers exactly as written.

@@ -51,16 +51,18 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 	return p.checker.Check(ctx, r)
 }
 
-// breaksSchema reports whether req's values break its chart's schema, without the
-// policies; false when that cannot be told (the full decision will say why).
-func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) bool {
+// breaksSchema builds the policy request for req and reports whether its values break
+// its chart's schema, without the policies; false when that cannot be told (the full
+// decision will say why). The request is returned for that decision, so that it is
+// built once.
+func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies.Request, bool) {
 	r, err := p.request(ctx, req)
 	if err != nil || r.Chart == nil {
-		return false
+		return nil, false
 	}
 	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
 	d, err := schemaOnly.Check(ctx, r)
-	return err == nil && d.Reason() == metav1.StatusReasonInvalid
+	return r, err == nil && d.Reason() == metav1.StatusReasonInvalid
 }
 
 // request builds the policy request for req.

@@ -123,12 +123,14 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if m.Screen != nil && m.Screen.decider != nil && m.Screen.decider.breaksSchema(ctx, req) {
-		// Denied here with every violation at once. An admitted object's warnings are
-		// left to the validating webhook, so that kubectl prints each once.
-		if resp, decision := m.Screen.review(ctx, req); !resp.Allowed {
-			countViolations(decision)
-			return resp
+	if m.Screen != nil && m.Screen.decider != nil {
+		if r, broken := m.Screen.decider.breaksSchema(ctx, req); broken {
+			// Denied here with every violation at once. An admitted object's warnings
+			// are left to the validating webhook, so that kubectl prints each once.
+			if resp, decision := m.Screen.review(ctx, req, r); !resp.Allowed {
+				countViolations(decision)
+				return resp
+			}
 		}
 	}
 	mutated, err := json.Marshal(req.Object.Object)
@@ -161,14 +163,15 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	if bad != nil {
 		return *bad
 	}
-	resp, decision := v.review(ctx, req)
+	resp, decision := v.review(ctx, req, nil)
 	countViolations(decision)
 	return resp
 }
 
 // review runs the checks of req's kind, then the schema and the policies, and answers
-// with all they found. The decision is that of the schema and the policies.
-func (v *Validator) review(ctx context.Context, req *Request) (admission.Response, policies.Decision) {
+// with all they found. The decision is that of the schema and the policies, on built
+// when the caller already built req's policy request, else on one built here.
+func (v *Validator) review(ctx context.Context, req *Request, built *policies.Request) (admission.Response, policies.Decision) {
 	var checks Chain
 	switch req.Kind.Group {
 	case CompositionGroup:
@@ -184,7 +187,13 @@ func (v *Validator) review(ctx context.Context, req *Request) (admission.Respons
 	if v.decider == nil || req.Kind.Group == policyGroup || leaving(req) {
 		return respond(req, errs, warnings), policies.Decision{}
 	}
-	decision, err := v.decider.decide(ctx, req)
+	var decision policies.Decision
+	var err error
+	if built != nil {
+		decision, err = v.decider.checker.Check(ctx, built)
+	} else {
+		decision, err = v.decider.decide(ctx, req)
+	}
 	if err != nil {
 		if len(errs) > 0 { // refused already, for reasons the user can act on
 			return respond(req, errs, warnings), policies.Decision{}

@@ -113,6 +113,9 @@ func admissionWorkloads(w *world, repoURL string) []workload {
 // measureAdmission runs every workload against the floor, then against Compositor.
 func measureAdmission(ctx context.Context, o options, rep *report, fl *endpoint, d *dev, w *world) error {
 	for _, wl := range admissionWorkloads(w, d.chartsURL) {
+		if o.only != nil && !o.only.MatchString(wl.name) {
+			continue
+		}
 		for _, c := range wl.concurrency {
 			logf("%s at concurrency %d", wl.name, c)
 			floorRun, err := drive(ctx, fl, wl.name, floorCalls(wl.calls), c, o.warmup, o.duration)
@@ -120,10 +123,11 @@ func measureAdmission(ctx context.Context, o options, rep *report, fl *endpoint,
 				return err
 			}
 			var profile chan error
-			if o.profileDir != "" && wl.name == "composition create /validate" && c == 16 {
+			if o.profileDir != "" && c > 1 {
 				profile = make(chan error, 1)
+				path := filepath.Join(o.profileDir, profileName(wl.name, c))
 				go func() {
-					profile <- saveProfile(ctx, d.pprof, o.warmup+time.Second, o.duration-time.Second, filepath.Join(o.profileDir, "validate-c16.pprof"))
+					profile <- saveProfile(ctx, d.pprof, o.warmup+time.Second, o.duration-time.Second, path)
 				}()
 			}
 			run, err := drive(ctx, d.endpoint, wl.name, wl.calls, c, o.warmup, o.duration)
@@ -159,6 +163,17 @@ func expectAnyAdmission(body []byte) error {
 		return nil
 	}
 	return expectAdmission(false)(body)
+}
+
+// profileName is the file of the CPU profile of workload at concurrency c.
+func profileName(workload string, c int) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, workload)
+	return fmt.Sprintf("%s-c%d.pprof", strings.Trim(name, "-"), c)
 }
 
 // saveProfile fetches a CPU profile of length d from Compositor's pprof after waiting.

@@ -13,9 +13,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -34,6 +36,7 @@ const floorCommand = "floor"
 // serveFloor serves the floor on 127.0.0.1:port with the certificate in certDir until
 // the process is stopped.
 func serveFloor(certDir string, port int) error {
+	log.SetLogger(logr.Discard())
 	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
 	allow := admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
 		return admission.Allowed("")

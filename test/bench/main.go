@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,7 @@ type options struct {
 	definitions     int
 	scaleWait       time.Duration
 	peerJSON        string
+	only            *regexp.Regexp
 }
 
 func main() {
@@ -59,12 +61,20 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "Save a CPU profile of Compositor under load here")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "How long each load run is measured")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "Unmeasured load before each run")
-	flag.IntVar(&o.e2eCreates, "e2e-creates", 400, "Compositions created through the API server per end-to-end run")
+	flag.IntVar(&o.e2eCreates, "e2e-creates", 400, "Compositions created through the API server per end-to-end run (0 skips it)")
 	flag.IntVar(&o.e2eConcurrency, "e2e-concurrency", 8, "Concurrent creates through the API server")
 	flag.IntVar(&o.definitions, "definitions", 1000, "Definitions present for the last /validate run (0 skips it)")
 	flag.DurationVar(&o.scaleWait, "scale-wait", 5*time.Minute, "How long to wait for those definitions to be Ready")
 	flag.StringVar(&o.peerJSON, "peer", "", "JSON output of the Gatekeeper peer run (test/tools/gatekeeper -json) to include")
+	only := flag.String("only", "", "Run only the admission workloads whose name matches this regular expression")
 	flag.Parse()
+	if *only != "" {
+		var err error
+		if o.only, err = regexp.Compile(*only); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -only:", err)
+			os.Exit(2)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -104,8 +114,10 @@ func runBench(ctx context.Context, o options) error {
 	if err := measureAdmission(ctx, o, rep, fl.endpoint, d, w); err != nil {
 		return fmt.Errorf("%w (compositor's log: %s)", err, d.log)
 	}
-	if err := measureThroughAPIServer(ctx, o, rep, d, w); err != nil {
-		return fmt.Errorf("%w (compositor's log: %s)", err, d.log)
+	if o.e2eCreates > 0 {
+		if err := measureThroughAPIServer(ctx, o, rep, d, w); err != nil {
+			return fmt.Errorf("%w (compositor's log: %s)", err, d.log)
+		}
 	}
 	if o.definitions > 0 {
 		if err := measureManyDefinitions(ctx, o, rep, d, w, dir); err != nil {

@@ -349,7 +349,7 @@ func (r *report) profileTop() string {
 		return ""
 	}
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=30",
-		r.Options.compositor, filepath.Join(r.Options.profileDir, "validate-c16.pprof")).Output()
+		r.Options.compositor, filepath.Join(r.Options.profileDir, profileName("composition create /validate", 16))).Output()
 	if err != nil {
 		return ""
 	}
