@@ -120,6 +120,7 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allowed("")
 	}
+	annotations, labels := req.Object.GetAnnotations(), req.Object.GetLabels()
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -133,11 +134,7 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 			}
 		}
 	}
-	mutated, err := json.Marshal(req.Object.Object)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(ar.Object.Raw, mutated)
+	return admission.Patched("", defaultingPatch(annotations, labels, req.Object)...)
 }
 
 // Validator answers /validate: it runs the chain of checks of the object's kind.
