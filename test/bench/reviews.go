@@ -82,52 +82,56 @@ var fireworksGVK = metav1.GroupVersionKind{Group: compositionGroup, Version: com
 
 // compositionCreates are n admitted creates of distinct compositions in namespace.
 func compositionCreates(namespace string, n int, spec map[string]any) []call {
-	out := make([]call, n)
-	for i := range n {
-		obj := composition(namespace, i, spec)
-		out[i] = call{path: webhooks.ValidatePath, check: expectAdmission(true),
-			body: admissionReview(admissionv1.Create, fireworksGVK, "fireworksapps", namespace, nameOf(obj), obj, nil)}
-	}
-	return out
+	return compositionCalls(n, webhooks.ValidatePath, true, func(i int) (map[string]any, map[string]any) {
+		return composition(namespace, i, spec), nil
+	})
 }
 
 // compositionUpdates are n admitted updates, each changing replicaCount.
 func compositionUpdates(namespace string, n int, spec map[string]any) []call {
-	out := make([]call, n)
-	for i := range n {
+	return compositionCalls(n, webhooks.ValidatePath, true, func(i int) (map[string]any, map[string]any) {
 		old := composition(namespace, i, spec)
 		updated := composition(namespace, i+1, spec)
 		updated["metadata"] = old["metadata"]
-		out[i] = call{path: webhooks.ValidatePath, check: expectAdmission(true),
-			body: admissionReview(admissionv1.Update, fireworksGVK, "fireworksapps", namespace, nameOf(old), updated, old)}
-	}
-	return out
+		return updated, old
+	})
 }
 
 // compositionMutations are n creates as the mutating webhook receives them: no release
 // name, no pause annotation, no version label yet.
 func compositionMutations(namespace string, n int, spec map[string]any) []call {
-	out := make([]call, n)
-	for i := range n {
+	return compositionCalls(n, webhooks.MutatePath, true, func(i int) (map[string]any, map[string]any) {
 		obj := composition(namespace, i, spec)
 		md := obj["metadata"].(map[string]any)
 		delete(md, "annotations")
 		md["labels"] = map[string]any{"team": "a"}
-		out[i] = call{path: webhooks.MutatePath, check: expectAdmission(true),
-			body: admissionReview(admissionv1.Create, fireworksGVK, "fireworksapps", namespace, nameOf(obj), obj, nil)}
-	}
-	return out
+		return obj, nil
+	})
 }
 
 // compositionDenials are n creates that break the schema and two policies.
 func compositionDenials(namespace string, n int, spec map[string]any) []call {
-	out := make([]call, n)
-	for i := range n {
+	return compositionCalls(n, webhooks.ValidatePath, false, func(i int) (map[string]any, map[string]any) {
 		obj := composition(namespace, i, spec)
 		obj["spec"].(map[string]any)["replicaCount"] = int64(50 + i)
 		delete(obj["metadata"].(map[string]any)["labels"].(map[string]any), "team")
-		out[i] = call{path: webhooks.ValidatePath, check: expectAdmission(false),
-			body: admissionReview(admissionv1.Create, fireworksGVK, "fireworksapps", namespace, nameOf(obj), obj, nil)}
+		return obj, nil
+	})
+}
+
+// compositionCalls are n reviews of FireworksApps sent to path, a CREATE when build
+// gives no old object and an UPDATE otherwise, each answered with allowed.
+func compositionCalls(n int, path string, allowed bool, build func(i int) (obj, old map[string]any)) []call {
+	out := make([]call, n)
+	for i := range n {
+		obj, old := build(i)
+		op := admissionv1.Create
+		if old != nil {
+			op = admissionv1.Update
+		}
+		md := obj["metadata"].(map[string]any)
+		out[i] = call{path: path, check: expectAdmission(allowed),
+			body: admissionReview(op, fireworksGVK, "fireworksapps", md["namespace"].(string), nameOf(obj), obj, old)}
 	}
 	return out
 }
