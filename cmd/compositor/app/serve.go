@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -186,9 +188,15 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 			return nil, err
 		}
 	}
-	// The mutating webhook reads definitions from the cache: start their informer with
-	// the manager rather than on the first admission request.
-	_, err = mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
+	// The webhooks read definitions, and the metadata of Secrets (Helm's release
+	// records), from the cache: start their informers with the manager rather than on
+	// the first admission request, on every replica, leader or not.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
+		return nil, err
+	}
+	secrets := &metav1.PartialObjectMetadata{}
+	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	_, err = mgr.GetCache().GetInformer(ctx, secrets)
 	return checker, err
 }
 
