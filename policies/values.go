@@ -1,6 +1,8 @@
 package policies
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -131,5 +133,7 @@ func processingKey(ch *chart.Chart, digest string, spec map[string]any) (string,
 	if err != nil {
 		return "", err
 	}
-	return digest + "\x00" + string(b), nil
+	// Hashed: the values are the user's, of any size, and the keys stay in memory.
+	sum := sha256.Sum256(b)
+	return digest + "\x00" + hex.EncodeToString(sum[:]), nil
 }
