@@ -13,6 +13,8 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 )
 
 // Request is an admission request with its objects decoded. Object is nil on DELETE,
@@ -21,6 +23,12 @@ type Request struct {
 	admission.Request
 	Object    *unstructured.Unstructured
 	OldObject *unstructured.Unstructured
+
+	// The composition's definition as the cache knows it, once read (see
+	// cachedOwningDefinition).
+	definitionRead bool
+	definition     *corev1alpha1.CompositionDefinition
+	definitionErr  error
 }
 
 // Check inspects one aspect of a request. It returns every violation it finds, with

@@ -114,7 +114,7 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 			return name, nil
 		}
 	}
-	def, err := cachedOwningDefinition(ctx, definitions, req.Kind, req.Namespace)
+	def, err := cachedOwningDefinition(ctx, definitions, req)
 	if err != nil {
 		return "", err
 	}
@@ -139,9 +139,14 @@ func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1
 	return ownership.For(list.Items, schema.GroupVersionKind(gvk), namespace), nil
 }
 
-// cachedOwningDefinition is owningDefinition through the index of a cache.
-func cachedOwningDefinition(ctx context.Context, cached client.Reader, gvk metav1.GroupVersionKind, namespace string) (*corev1alpha1.CompositionDefinition, error) {
-	return owningDefinition(ctx, cached, gvk, namespace, ownership.ServingVersion(schema.GroupVersionKind(gvk)))
+// cachedOwningDefinition is owningDefinition through the index of a cache, read once
+// per request: defaulting and the policy request both need it.
+func cachedOwningDefinition(ctx context.Context, cached client.Reader, req *Request) (*corev1alpha1.CompositionDefinition, error) {
+	if !req.definitionRead {
+		req.definition, req.definitionErr = owningDefinition(ctx, cached, req.Kind, req.Namespace, ownership.ServingVersion(schema.GroupVersionKind(req.Kind)))
+		req.definitionRead = true
+	}
+	return req.definition, req.definitionErr
 }
 
 // compositionChecks are the validations every composition write goes through. cached

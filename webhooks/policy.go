@@ -119,7 +119,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 		current = req.OldObject
 	}
 	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
-	def, err := cachedOwningDefinition(ctx, p.cached, req.Kind, req.Namespace)
+	def, err := cachedOwningDefinition(ctx, p.cached, req)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
 		// compositions there; the cache may not have seen it yet.
