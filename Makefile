@@ -95,6 +95,13 @@ bench: control-plane build ## Measure the live webhooks against a do-nothing web
 	go run ./test/bench -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
 	  -peer "$$tmp/peer.json" -profile-dir $(BIN)/profiles -out BENCHMARKS.md $(BENCH_ARGS)
 
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: control-plane build ## Measure definitions and compositions at scale (10, 100, 1000 definitions, 10 compositions each); writes its section of BENCHMARKS.md (at most 40 minutes)
+	go run ./test/bench -scale -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
+	  -json $(BIN)/bench-scale.json -out BENCHMARKS.md $(SCALE_ARGS)
+
 .PHONY: dev
 dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
 	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)

@@ -44,9 +44,10 @@ type dev struct {
 	*endpoint
 }
 
-// startDev runs `compositor dev` from scratch in dir and waits until its webhooks are
-// installed and answer. Its log goes to dir/compositor.log.
-func startDev(ctx context.Context, bin, controlPlaneDir, dir string) (*dev, error) {
+// startDev runs `compositor dev` from scratch in dir, with extra flags after the
+// harness's own, and waits until its webhooks are installed and answer. Its log goes to
+// dir/compositor.log.
+func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...string) (*dev, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -67,7 +68,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string) (*dev, erro
 		chartsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		pprof:     fmt.Sprintf("127.0.0.1:%d", ports[2]),
 	}
-	d.cmd = exec.Command(bin, "dev", "--reset",
+	d.cmd = exec.Command(bin, append([]string{"dev", "--reset",
 		"--control-plane-dir", controlPlaneDir,
 		"--data-dir", filepath.Join(dir, "etcd"),
 		"--kubeconfig", kubeconfig,
@@ -78,7 +79,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string) (*dev, erro
 		// The audit re-checks every composition each minute; it would add load of its
 		// own to some runs and not others.
 		"--audit-interval", "0",
-	)
+	}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	// Its own process group, so that stopping it stops etcd and kube-apiserver too.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

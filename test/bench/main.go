@@ -6,18 +6,25 @@
 // same writes through the API server with Compositor's webhooks and without them, and
 // /validate again with many definitions present.
 //
+// With -scale it measures the scale curve instead (scalecurve.go): definitions of
+// distinct generated charts and their compositions, in steps, to Ready and installed.
+//
 //	make bench                      # builds, runs everything, writes BENCHMARKS.md
+//	make bench-scale                # the scale curve, into its section of BENCHMARKS.md
 //	go run ./test/bench -h          # the knobs
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -37,6 +44,7 @@ type options struct {
 	scaleWait       time.Duration
 	peerJSON        string
 	only            *regexp.Regexp
+	scale           bool
 }
 
 func main() {
@@ -67,6 +75,18 @@ func main() {
 	flag.DurationVar(&o.scaleWait, "scale-wait", 5*time.Minute, "How long to wait for those definitions to be Ready")
 	flag.StringVar(&o.peerJSON, "peer", "", "JSON output of the Gatekeeper peer run (test/tools/gatekeeper -json) to include")
 	only := flag.String("only", "", "Run only the admission workloads whose name matches this regular expression")
+	var so scaleOptions
+	flag.BoolVar(&o.scale, "scale", false, "Run the scale curve (make bench-scale) instead: definitions and compositions in steps; -out gets only its marked section")
+	steps := flag.String("steps", "10,100,1000", "-scale: the numbers of definitions, in rising order")
+	flag.IntVar(&so.perDefinition, "per-definition", 10, "-scale: compositions per definition")
+	flag.IntVar(&so.probes, "probes", 10, "-scale: definitions, then compositions, applied one at a time per step for the new-object p50s")
+	flag.DurationVar(&so.budget, "scale-budget", 40*time.Minute, "-scale: the whole curve stops after this, reporting what it reached")
+	flag.DurationVar(&so.readyWait, "ready-wait", 10*time.Minute, "-scale: the most a step waits for its definitions to be Ready")
+	flag.DurationVar(&so.installWait, "install-wait", 15*time.Minute, "-scale: the most a step waits for its compositions to be installed")
+	flag.DurationVar(&so.probeWait, "probe-wait", time.Minute, "-scale: the most one new definition or composition is waited for")
+	flag.IntVar(&so.reconcileRate, "max-reconcile-rate", 100, "-scale: passed to compositor dev as --max-reconcile-rate (0 leaves its default, 3/s)")
+	flag.DurationVar(&so.settle, "settle", 5*time.Second, "-scale: the pause before each reading of RSS, goroutines and watches")
+	devArgs := flag.String("dev-args", "", "-scale: more flags for compositor dev, space-separated")
 	flag.Parse()
 	if *only != "" {
 		var err error
@@ -78,6 +98,19 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.scale {
+		var err error
+		if so.steps, err = parseSteps(*steps); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -steps:", err)
+			os.Exit(2)
+		}
+		so.devArgs = strings.Fields(*devArgs)
+		if err := runScale(ctx, o, so); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := runBench(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -144,9 +177,30 @@ func runBench(ctx context.Context, o options) error {
 		fmt.Print(text)
 		return nil
 	}
-	return os.WriteFile(o.out, []byte(text), 0o644)
+	// The scale curve's section (make bench-scale) stays.
+	old, err := os.ReadFile(o.out)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.WriteFile(o.out, []byte(carryScaleSection(string(old), text)), 0o644)
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// parseSteps reads a comma-separated rising list of positive numbers.
+func parseSteps(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("%d does not rise above %d", n, out[len(out)-1])
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

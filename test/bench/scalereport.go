@@ -1,0 +1,325 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// The scale curve's section of BENCHMARKS.md lives between these markers: `make
+// bench-scale` replaces only what is between them, and `make bench`, which rewrites the
+// rest of the file, carries them over.
+const (
+	scaleBegin = "<!-- bench-scale -->"
+	scaleEnd   = "<!-- /bench-scale -->"
+)
+
+// scaleSectionOf is the marked section of text, markers included, or "".
+func scaleSectionOf(text string) string {
+	i := strings.Index(text, scaleBegin)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(text[i:], scaleEnd)
+	if j < 0 {
+		return ""
+	}
+	return text[i : i+j+len(scaleEnd)]
+}
+
+// replaceScaleSection puts section (markers included) in place of the marked section of
+// old, or at its end when old has none.
+func replaceScaleSection(old, section string) string {
+	section = strings.TrimSpace(section)
+	if cur := scaleSectionOf(old); cur != "" {
+		return strings.Replace(old, cur, section, 1)
+	}
+	if old == "" {
+		return section + "\n"
+	}
+	return strings.TrimRight(old, "\n") + "\n\n" + section + "\n"
+}
+
+// carryScaleSection puts the marked section of old into fresh, a report that has none:
+// before its "How to reproduce", else at its end.
+func carryScaleSection(old, fresh string) string {
+	section := scaleSectionOf(old)
+	if section == "" || scaleSectionOf(fresh) != "" {
+		return fresh
+	}
+	const anchor = "\n## How to reproduce"
+	if i := strings.Index(fresh, anchor); i >= 0 {
+		return fresh[:i] + "\n" + section + "\n" + fresh[i:]
+	}
+	return replaceScaleSection(fresh, section)
+}
+
+// Issue #15's targets.
+const (
+	rssLimitMiB        = 1024
+	rssGoalMiB         = 500
+	perDefinitionLimit = 5   // goroutines or watches per definition: "a few"
+	perCompositionMax  = 0.1 // goroutines or watches per composition: not growing
+	newDefinitionP50   = 2.0
+	newCompositionP50  = 5.0
+)
+
+// delta is the growth of goroutines, watches and RSS between two samples, per
+// definition or composition added between them.
+type delta struct {
+	Goroutines, Watches, RSS float64
+	ok                       bool
+}
+
+func perAdded(from, to sample, added int) delta {
+	if added <= 0 || from.Goroutines < 0 || to.Goroutines < 0 || from.Watches < 0 || to.Watches < 0 || from.RSSMiB < 0 || to.RSSMiB < 0 {
+		return delta{}
+	}
+	n := float64(added)
+	return delta{
+		Goroutines: float64(to.Goroutines-from.Goroutines) / n,
+		Watches:    (to.Watches - from.Watches) / n,
+		RSS:        (to.RSSMiB - from.RSSMiB) / n,
+		ok:         true,
+	}
+}
+
+// definitionDelta is step i's growth per definition, from the last sample of the step
+// before (or the start) to when its definitions were Ready.
+func (r *scaleRun) definitionDelta(i int) delta {
+	from := r.Baseline
+	if i > 0 {
+		from = r.Steps[i-1].AfterCompositions
+	}
+	to := r.Steps[i].AfterDefinitions
+	return perAdded(from, to, to.Definitions-from.Definitions)
+}
+
+// compositionDelta is step i's growth per composition, while its compositions were
+// created and installed.
+func (r *scaleRun) compositionDelta(i int) delta {
+	from, to := r.Steps[i].AfterDefinitions, r.Steps[i].AfterCompositions
+	return perAdded(from, to, to.Compositions-from.Compositions)
+}
+
+func (r *scaleRun) markdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p(scaleBegin)
+	p("## Scale")
+	p("")
+	p("Written by `make bench-scale` (`go run ./test/bench -scale`) on %s in %s, on %s,", r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second), r.Machine.CPU)
+	p("%d cores, %d GiB, Compositor at %s. `compositor dev %s`", r.Machine.Cores, r.Machine.MemoryGiB, r.Machine.Commit, strings.Join(r.DevArgs, " "))
+	p("gets, step by step, *definitions* CompositionDefinitions of as many distinct generated charts")
+	p("(one ConfigMap, a two-key schema; kinds of group composition.krateo.io) and %d compositions of", r.PerDefinition)
+	p("each, created through the API server. *All Ready* runs from the step's first definition create")
+	p("to every definition's condition Ready True; *all installed* from the step's first composition")
+	p("create to every composition's condition Ready True (its Helm release installed). RSS and")
+	p("goroutines are Compositor's process (its `/debug/pprof`), watches the API server's open WATCH")
+	p("requests (`%s{verb=\"WATCH\"}`, every client's), all read once every composition was", longrunningMetric)
+	p("installed. `/validate` p50 is `composition create /validate` (fireworks-app 1.1.5, whose")
+	p("definition is one more) at concurrency 1. The *new* columns apply %d more definitions, then %d", r.Probes, r.Probes)
+	p("more compositions, one at a time, each timed to Ready (timed out: counted as slowest); they stay")
+	p("for the next step. Budget %s; every wait has its own deadline.", time.Duration(r.BudgetSeconds*float64(time.Second)))
+	p("")
+	p("| definitions | compositions | all Ready s | all installed s | RSS MiB | goroutines | watches | /validate p50 ms | new definition Ready p50 s | new composition installed p50 s |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
+	for _, st := range r.Steps {
+		s := st.AfterCompositions
+		validate := "—"
+		if st.Validate != nil {
+			validate = fmt.Sprintf("%.2f", st.Validate.P50)
+		}
+		p("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |", st.Definitions, st.Compositions,
+			reached(st.DefinitionsReady, st.Definitions, st.ReadySeconds, st.ReadyTimedOut, "Ready"),
+			reached(st.Installed, st.Compositions, st.InstalledSeconds, st.InstalledTimedOut, "installed"),
+			num(s.RSSMiB, "%.0f"), num(float64(s.Goroutines), "%.0f"), num(s.Watches, "%.0f"), validate,
+			probeP50(st.NewDefinitionReady), probeP50(st.NewCompositionDone))
+	}
+	if len(r.Steps) > 0 {
+		p("")
+		p("Growth per definition (from the step before, or the start, to the step's definitions Ready)")
+		p("and per composition (while the step's compositions were created and installed):")
+		p("")
+		p("| definitions | goroutines / definition | watches / definition | RSS MiB / definition | goroutines / composition | watches / composition | RSS MiB / composition |")
+		p("|---|---|---|---|---|---|---|")
+		for i, st := range r.Steps {
+			dd, cd := r.definitionDelta(i), r.compositionDelta(i)
+			p("| %d | %s | %s | %s | %s | %s | %s |", st.Definitions, deltaCell(dd, dd.Goroutines, "%.1f"), deltaCell(dd, dd.Watches, "%.2f"),
+				deltaCell(dd, dd.RSS, "%.2f"), deltaCell(cd, cd.Goroutines, "%.2f"), deltaCell(cd, cd.Watches, "%.3f"), deltaCell(cd, cd.RSS, "%.3f"))
+		}
+		if curve := r.curve(); curve != "" {
+			p("")
+			p("```")
+			b.WriteString(curve)
+			p("```")
+		}
+	}
+	p("")
+	p("### Targets (issue #15)")
+	p("")
+	p("| target | measured | met |")
+	p("|---|---|---|")
+	for _, t := range r.targets() {
+		met := "yes"
+		if !t.Met {
+			met = "**no**"
+		}
+		p("| %s | %s | %s |", t.Goal, t.Measured, met)
+	}
+	var notes []string
+	if r.Stopped != "" {
+		notes = append(notes, "The curve stopped early: "+r.Stopped+".")
+	}
+	for _, st := range r.Steps {
+		for _, n := range st.Notes {
+			notes = append(notes, fmt.Sprintf("%d definitions: %s", st.Definitions, n))
+		}
+		for _, s := range []sample{st.AfterDefinitions, st.AfterCompositions} {
+			if s.Err != "" {
+				notes = append(notes, fmt.Sprintf("%d definitions: reading a sample: %s", st.Definitions, s.Err))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		p("")
+		p("Notes:")
+		p("")
+		for _, n := range notes {
+			p("- %s", strings.ReplaceAll(n, "\n", " "))
+		}
+	}
+	p("")
+	p("`make bench-scale SCALE_ARGS='-steps 10,100 -per-definition 5'` runs a shorter curve; `go run ./test/bench -h` lists the `-scale` knobs.")
+	p(scaleEnd)
+	return b.String()
+}
+
+// reached is a wait's outcome: its seconds, or how far it got by its deadline.
+func reached(got, want int, seconds float64, timedOut bool, what string) string {
+	if !timedOut && got >= want {
+		return fmt.Sprintf("%.1f", seconds)
+	}
+	return fmt.Sprintf("%d/%d %s after %.0f s", got, want, what, seconds)
+}
+
+func num(v float64, format string) string {
+	if v < 0 {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func deltaCell(d delta, v float64, format string) string {
+	if !d.ok {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func probeP50(p probes) string {
+	if p.Attempted == 0 {
+		return "—"
+	}
+	if p.P50 == nil {
+		return fmt.Sprintf("> %.0f (%d/%d in time)", p.WaitSeconds, len(p.Seconds), p.Attempted)
+	}
+	if p.TimedOut > 0 || len(p.Errors) > 0 {
+		return fmt.Sprintf("%.2f (%d/%d in time)", *p.P50, len(p.Seconds), p.Attempted)
+	}
+	return fmt.Sprintf("%.2f", *p.P50)
+}
+
+// curve draws RSS, goroutines and watches against definitions as bars.
+func (r *scaleRun) curve() string {
+	if len(r.Steps) < 2 {
+		return ""
+	}
+	var b strings.Builder
+	series := []struct {
+		name string
+		get  func(sample) float64
+	}{
+		{"RSS MiB", func(s sample) float64 { return s.RSSMiB }},
+		{"goroutines", func(s sample) float64 { return float64(s.Goroutines) }},
+		{"watches", func(s sample) float64 { return s.Watches }},
+	}
+	for k, s := range series {
+		top := 0.0
+		for _, st := range r.Steps {
+			top = math.Max(top, s.get(st.AfterCompositions))
+		}
+		if top <= 0 {
+			continue
+		}
+		if k > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s by definitions\n", s.name)
+		for _, st := range r.Steps {
+			v := s.get(st.AfterCompositions)
+			if v < 0 {
+				fmt.Fprintf(&b, "%6d │ —\n", st.Definitions)
+				continue
+			}
+			fmt.Fprintf(&b, "%6d │%s %.0f\n", st.Definitions, strings.Repeat("█", max(1, int(math.Round(40*v/top)))), v)
+		}
+	}
+	return b.String()
+}
+
+// targets are issue #15's goals, judged at the last step that got there.
+func (r *scaleRun) targets() []target {
+	if len(r.Steps) == 0 {
+		return nil
+	}
+	i := len(r.Steps) - 1
+	last := r.Steps[i]
+	at := fmt.Sprintf("%d definitions, %d compositions", last.AfterCompositions.Definitions, last.AfterCompositions.Compositions)
+	var out []target
+	if rss := last.AfterCompositions.RSSMiB; rss >= 0 {
+		out = append(out, target{"Compositor's RSS < 1 GiB (goal 500 MiB)",
+			fmt.Sprintf("%.0f MiB with %s (goal %s)", rss, at, metWord(rss < rssGoalMiB)), rss < rssLimitMiB})
+	}
+	dd, cd := r.definitionDelta(i), r.compositionDelta(i)
+	if dd.ok {
+		out = append(out,
+			target{fmt.Sprintf("goroutines per definition ≤ %d (\"a few\"), last step", perDefinitionLimit),
+				fmt.Sprintf("%.1f (%d → %d definitions)", dd.Goroutines, r.prevDefinitions(i), last.AfterDefinitions.Definitions), dd.Goroutines <= perDefinitionLimit},
+			target{fmt.Sprintf("API server watches per definition ≤ %d, last step", perDefinitionLimit),
+				fmt.Sprintf("%.2f", dd.Watches), dd.Watches <= perDefinitionLimit})
+	}
+	if cd.ok {
+		out = append(out,
+			target{fmt.Sprintf("goroutines do not grow with compositions (≤ %.1f per composition), last step", perCompositionMax),
+				fmt.Sprintf("%.3f (%d → %d compositions)", cd.Goroutines, last.AfterDefinitions.Compositions, last.AfterCompositions.Compositions), cd.Goroutines <= perCompositionMax},
+			target{fmt.Sprintf("watches do not grow with compositions (≤ %.1f per composition), last step", perCompositionMax),
+				fmt.Sprintf("%.3f", cd.Watches), cd.Watches <= perCompositionMax})
+	}
+	if p := last.NewDefinitionReady; p.Attempted > 0 {
+		ok := p.P50 != nil && *p.P50 <= newDefinitionP50
+		out = append(out, target{"a new definition Ready, p50 ≤ 2 s with 1,000 present",
+			fmt.Sprintf("%s s with %d present", probeP50(p), last.AfterCompositions.Definitions), ok})
+	}
+	if p := last.NewCompositionDone; p.Attempted > 0 {
+		ok := p.P50 != nil && *p.P50 <= newCompositionP50
+		out = append(out, target{"a new composition installed, p50 ≤ 5 s with 10,000 present",
+			fmt.Sprintf("%s s with %d present", probeP50(p), last.AfterCompositions.Compositions), ok})
+	}
+	return out
+}
+
+func (r *scaleRun) prevDefinitions(i int) int {
+	if i == 0 {
+		return r.Baseline.Definitions
+	}
+	return r.Steps[i-1].AfterCompositions.Definitions
+}
+
+func metWord(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
+}
