@@ -332,9 +332,10 @@ func (r *CompositionReconciler) namespaceTerminating(ctx context.Context, namesp
 
 // definition returns the CompositionDefinition that serves the controller's version
 // for obj: the one in obj's namespace, else the oldest. nil when none is Ready for it.
+// The client's cache has ownership's index of definitions.
 func (r *CompositionReconciler) definition(ctx context.Context, obj client.Object) (*corev1alpha1.CompositionDefinition, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, ownership.ServingVersion(r.GVK)); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
 	return ownership.For(list.Items, r.GVK, obj.GetNamespace()), nil

@@ -55,6 +55,13 @@ func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
 	}, nil
 }
 
+// As returns Helm acting as the user of cfg, sharing h's discovery and REST mapper:
+// what the API server serves is the same for every user, and each copy of it costs
+// memory in proportion to the number of kinds served.
+func (h *Helm) As(cfg *rest.Config) *Helm {
+	return &Helm{config: rest.CopyConfig(cfg), discovery: h.discovery, mapper: h.mapper, log: h.log}
+}
+
 // Getter returns the RESTClientGetter Helm uses for releases in namespace.
 func (h *Helm) Getter(namespace string, clusterResources ...schema.GroupResource) genericclioptions.RESTClientGetter {
 	return &restClientGetter{helm: h, namespace: namespace, clusterResources: clusterResources}
@@ -161,7 +168,9 @@ type InstallOptions struct {
 // UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
 // of ch (Helm writes into the charts it installs). Helm's own values-schema check is
 // off: it would load the schema's $refs from anywhere; the caller has validated the
-// values with Compositor's validator, which loads nothing. The chart's crds/ directory
+// values with Compositor's validator, which loads nothing. Helm's check of the
+// manifests against the OpenAPI schema is off too: the API server refuses their unknown
+// fields itself (strictFieldValidation). The chart's crds/ directory
 // is never installed: CRDs are cluster-wide, and compositions never create them.
 func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}, opts InstallOptions) (Outcome, *release.Release, error) {
 	cfg, err := h.actions(namespace, opts.ClusterResources...)
@@ -187,6 +196,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
 		install.SkipSchemaValidation, install.SkipCRDs = true, true
+		install.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
 		install.Labels, install.PostRenderer = opts.Labels, postRenderer
 		rel, err := install.RunWithContext(ctx, fresh, values)
 		if err != nil {
@@ -198,6 +208,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
 	upgrade.SkipSchemaValidation = true
+	upgrade.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
 	upgrade.Labels, upgrade.PostRenderer = opts.Labels, postRenderer
 	rel, err := upgrade.RunWithContext(ctx, name, fresh, values)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -84,6 +85,9 @@ func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (ma
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager of %s: %w", opts.GVK, err)
+	}
+	if err := ownership.IndexServed(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
 	}
 	helm, err := NewHelm(cfg, mgr.GetLogger().WithName("helm"))
 	if err != nil {

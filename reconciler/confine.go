@@ -41,7 +41,27 @@ func (t *confinedTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if why := outsideNamespace(req.URL.Path, t.namespace, t.clusterResources...); why != "" {
 		return refusal(req, fmt.Sprintf("Compositor confines Helm and the chart's templates to namespace %s: %s %s %s", t.namespace, req.Method, req.URL.Path, why)), nil
 	}
-	return t.next.RoundTrip(req)
+	return t.next.RoundTrip(strictFieldValidation(req))
+}
+
+// strictFieldValidation asks the API server to refuse, rather than drop, the fields of
+// a write that the object's schema does not know. Helm's own client-side check against
+// the OpenAPI schema is off (see UpgradeInstall): it kept a copy of every served
+// schema per Helm client, and the API server knows the schemas better.
+func strictFieldValidation(req *http.Request) *http.Request {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return req
+	}
+	query := req.URL.Query()
+	if query.Has("fieldValidation") {
+		return req
+	}
+	query.Set("fieldValidation", metav1.FieldValidationStrict)
+	out := req.Clone(req.Context())
+	out.URL.RawQuery = query.Encode()
+	return out
 }
 
 // outsideNamespace says why an API path leaves namespace, or "" when it stays in it.

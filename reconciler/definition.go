@@ -68,12 +68,10 @@ type DefinitionReconciler struct {
 	// AllowChartNetworks are passed on to the generated controllers, which fetch the
 	// same charts.
 	AllowChartNetworks []netip.Prefix
-	// Controllers, when set, run the composition controllers in process instead of the
-	// generated Deployments.
-	Controllers CompositionControllers
-	// Bindings, when set, bind each version's release role in the namespaces of its
-	// compositions as they come and go.
-	Bindings *ReleaseBindings
+	// Kinds, when set, serves each version: it binds the version's release role in the
+	// namespaces of its compositions as they come and go and, when InProcess, runs the
+	// composition controllers instead of the generated Deployments.
+	Kinds *Kinds
 }
 
 // SetupWithManager registers the reconciler and its watches with mgr.

@@ -25,7 +25,7 @@ const (
 
 // applyWorkloads gives the definition's version its controller: the narrowest RBAC the
 // chart needs, bound in every namespace that holds compositions of that version (by
-// Bindings, as they come and go), and the controller running under it.
+// Kinds, as they come and go), and the controller running under it.
 func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
@@ -64,13 +64,13 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 			return err
 		}
 	}
-	if r.Bindings != nil {
-		if err := r.Bindings.Ensure(ctx, def, api.Kind, api.Plural, api.Version); err != nil {
+	if r.Kinds != nil {
+		if err := r.Kinds.Ensure(ctx, def, api.Kind, api.Plural, api.Version); err != nil {
 			return err
 		}
-	}
-	if r.Controllers != nil {
-		return r.Controllers.Ensure(ctx, def, api.Kind, api.Plural, api.Version)
+		if r.Kinds.InProcess {
+			return nil
+		}
 	}
 	return apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition:         def,
@@ -84,11 +84,8 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 
 // deleteWorkloads removes the controller and RBAC of one version of the definition.
 func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
-	if r.Controllers != nil {
-		r.Controllers.Stop(def.Namespace, plural, version)
-	}
-	if r.Bindings != nil {
-		r.Bindings.Stop(def.Namespace, plural, version)
+	if r.Kinds != nil {
+		r.Kinds.Stop(def.Namespace, plural, version)
 	}
 	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
 	deployment := &appsv1.Deployment{}

@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -35,6 +37,7 @@ import (
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler"
@@ -115,6 +118,15 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	return mgr.Start(ctx)
 }
 
+// cachedByObject is how the manager's cache holds some kinds: Secrets without their
+// annotations (secretCache), and only the RoleBindings Compositor manages, which the
+// release binder watches and the definition reconciler deletes.
+func cachedByObject() map[client.Object]cache.ByObject {
+	byObject := secretCache()
+	byObject[&rbacv1.RoleBinding{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{rbac.LabelManagedBy: rbac.ManagedBy})}
+	return byObject
+}
+
 // newManager creates Compositor's manager, its webhook server serving the certificate
 // of provider.
 func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provider, opts *ServeOptions) (manager.Manager, error) {
@@ -124,7 +136,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   cache.Options{SyncPeriod: &opts.Sync, ByObject: secretCache()},
+		Cache:                   cache.Options{SyncPeriod: &opts.Sync, ByObject: cachedByObject()},
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		PprofBindAddress:        opts.PprofAddr,
@@ -248,26 +260,20 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 		ControllerImage:    opts.ControllerImage,
 		AllowChartNetworks: opts.AllowChartNetworks,
 	}
-	bindings := &reconciler.ReleaseBindings{Config: mgr.GetConfig(), Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
-	if err := mgr.Add(bindings); err != nil {
+	// One runtime for every generated kind: the release bindings of each served version
+	// and, in-process, its composition controller.
+	kinds := &reconciler.Kinds{
+		Config:           mgr.GetConfig(),
+		InProcess:        opts.Controllers == ControllersInProcess,
+		Charts:           charts,
+		Checker:          checker,
+		MaxReconcileRate: opts.MaxReconcileRate,
+		Sync:             opts.Sync,
+	}
+	if err := kinds.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	definitions.Bindings = bindings
-	if opts.Controllers == ControllersInProcess {
-		inProcess := &reconciler.InProcess{
-			Config:           mgr.GetConfig(),
-			Client:           mgr.GetClient(),
-			Scheme:           mgr.GetScheme(),
-			Charts:           charts,
-			Checker:          checker,
-			MaxReconcileRate: opts.MaxReconcileRate,
-			Sync:             opts.Sync,
-		}
-		if err := mgr.Add(inProcess); err != nil {
-			return err
-		}
-		definitions.Controllers = inProcess
-	}
+	definitions.Kinds = kinds
 	if err := definitions.SetupWithManager(mgr); err != nil {
 		return err
 	}
