@@ -327,6 +327,7 @@ func (r *report) markdown() string {
 	p("")
 	p("```")
 	p("make bench   # builds bin/compositor and the control plane, runs this harness and the peer run")
+	p("make bench-scale   # the scale curve (issue #15), into its marked section; make bench keeps it")
 	p("go run ./test/bench -h   # durations, concurrency, number of definitions, profiles")
 	p("```")
 	return b.String()

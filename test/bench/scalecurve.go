@@ -132,8 +132,10 @@ type scaleDef struct {
 	gvr        schema.GroupVersionResource
 	apiVersion string
 	kind       string
-	// created counts its compositions, named name-c0, name-c1, …; allInstalled is set
-	// once all of them were seen Ready.
+	// next is the index of its next composition (named name-c0, name-c1, …), created
+	// how many of them exist (a create that failed is not tried again); allInstalled is
+	// set once all of them were seen Ready.
+	next         int
 	created      int
 	allInstalled bool
 }
@@ -300,7 +302,7 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 	st.DefinitionsReady = ready
 	if err != nil {
 		st.ReadyTimedOut = true
-		note("%d/%d definitions Ready after %.0f s (%v)", ready, n, st.ReadySeconds, err)
+		note("%d/%d definitions Ready after %s (%v)", ready, n, seconds(st.ReadySeconds), err)
 	} else {
 		logf("%d definitions: all Ready after %.1f s", n, st.ReadySeconds)
 	}
@@ -321,7 +323,7 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 	st.Compositions, st.Installed = total, installed
 	if err != nil {
 		st.InstalledTimedOut = true
-		note("%d/%d compositions installed after %.0f s (%v)", installed, total, st.InstalledSeconds, err)
+		note("%d/%d compositions installed after %s (%v)", installed, total, seconds(st.InstalledSeconds), err)
 	} else {
 		logf("%d definitions: all %d compositions installed after %.1f s", n, total, st.InstalledSeconds)
 	}
@@ -359,8 +361,15 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 		p    probes
 	}{{"new definition Ready", st.NewDefinitionReady}, {"new composition installed", st.NewCompositionDone}} {
 		if p.p.TimedOut > 0 || len(p.p.Errors) > 0 {
-			note("%s: %d of %d measured, %d timed out after %.0f s, errors: %s", p.what, len(p.p.Seconds), p.p.Attempted,
-				p.p.TimedOut, p.p.WaitSeconds, strings.Join(p.p.Errors, "; "))
+			msg := fmt.Sprintf("%s: %d of %d in time, %d timed out after %s", p.what, len(p.p.Seconds), p.p.Attempted,
+				p.p.TimedOut, seconds(p.p.WaitSeconds))
+			if len(p.p.Errors) > 0 {
+				msg += fmt.Sprintf(", %d failed: %s", len(p.p.Errors), strings.Join(p.p.Errors, "; "))
+			}
+			if p.p.Attempted < s.so.probes {
+				msg += fmt.Sprintf("; %d not tried", s.so.probes-p.p.Attempted)
+			}
+			note("%s", msg)
 		}
 	}
 	return st
@@ -457,13 +466,10 @@ func (s *scaler) createCompositions(ctx context.Context) (created, failed int, f
 		if !def.ready {
 			continue
 		}
-		for j := def.created; j < s.so.perDefinition; j++ {
+		for j := def.next; j < s.so.perDefinition; j++ {
 			jobs = append(jobs, job{def, j})
 		}
-		if def.created < s.so.perDefinition {
-			def.created = s.so.perDefinition
-			def.allInstalled = false
-		}
+		def.next = max(def.next, s.so.perDefinition)
 	}
 	var (
 		next atomic.Int64
@@ -486,6 +492,8 @@ func (s *scaler) createCompositions(ctx context.Context) (created, failed int, f
 					}
 				} else {
 					created++
+					jobs[i].def.created++
+					jobs[i].def.allInstalled = false
 				}
 				mu.Unlock()
 			}
@@ -632,7 +640,8 @@ func (s *scaler) addDefinition(ctx context.Context) (func(context.Context) (bool
 
 // addComposition creates one more composition of def and returns its install check.
 func (s *scaler) addComposition(ctx context.Context, def *scaleDef) (func(context.Context) (bool, error), error) {
-	j := def.created
+	j := def.next
+	def.next++
 	if err := s.createComposition(ctx, def, j, 0); err != nil {
 		return nil, err
 	}
@@ -718,6 +727,9 @@ func (s *scaler) sample(ctx context.Context) sample {
 	case <-ctx.Done():
 	case <-time.After(s.so.settle):
 	}
+	// Read even when the budget just ran out: the figures at the stop are the point.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
 	out := sample{At: time.Since(s.start).Seconds()}
 	var errs []string
 	var err error
