@@ -127,7 +127,9 @@ type probes struct {
 
 // scaleDef is one definition the curve created.
 type scaleDef struct {
-	name       string
+	name string
+	// exists is set once its create succeeded.
+	exists     bool
 	ready      bool
 	gvr        schema.GroupVersionResource
 	apiVersion string
@@ -292,10 +294,11 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 	from := len(s.defs)
 	logf("%d definitions: creating %d", n, max(0, n-from))
 	began := time.Now()
-	if err := s.createDefinitions(ctx, from, n); err != nil {
+	// The creates count against the wait's deadline too.
+	readyCtx, cancel := context.WithTimeout(ctx, s.so.readyWait)
+	if err := s.createDefinitions(readyCtx, n); err != nil {
 		note("%v", err)
 	}
-	readyCtx, cancel := context.WithTimeout(ctx, s.so.readyWait)
 	ready, err := s.waitDefinitions(readyCtx, min(n, len(s.defs)))
 	cancel()
 	st.ReadySeconds = time.Since(began).Seconds()
@@ -310,13 +313,13 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 
 	// Compositions of every Ready definition.
 	began = time.Now()
-	created, errs, first := s.createCompositions(ctx)
+	installCtx, cancel := context.WithTimeout(ctx, s.so.installWait)
+	created, errs, first := s.createCompositions(installCtx)
 	st.CreateErrors, st.FirstCreateError = errs, first
 	if errs > 0 {
 		note("%d composition creates failed, the first: %s", errs, first)
 	}
 	logf("%d definitions: created %d compositions, waiting for their releases", n, created)
-	installCtx, cancel := context.WithTimeout(ctx, s.so.installWait)
 	installed, total, err := s.waitInstalled(installCtx)
 	cancel()
 	st.InstalledSeconds = time.Since(began).Seconds()
@@ -375,12 +378,23 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 	return st
 }
 
-// createDefinitions creates definitions from..to-1 of the generated charts, eight at a
-// time.
-func (s *scaler) createDefinitions(ctx context.Context, from, to int) error {
-	for i := from; i < to; i++ {
+// createDefinitions brings the definitions to the first to of the generated charts,
+// creating the new ones and any whose create failed before, eight at a time.
+func (s *scaler) createDefinitions(ctx context.Context, to int) error {
+	for i := len(s.defs); i < to; i++ {
 		s.defs = append(s.defs, &scaleDef{name: scaleChartName(i)})
 	}
+	var missing []int
+	for i, def := range s.defs[:to] {
+		if !def.exists {
+			missing = append(missing, i)
+		}
+	}
+	return s.applyDefinitions(ctx, missing)
+}
+
+// applyDefinitions creates the definitions of s.defs at indices, eight at a time.
+func (s *scaler) applyDefinitions(ctx context.Context, indices []int) error {
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -388,27 +402,32 @@ func (s *scaler) createDefinitions(ctx context.Context, from, to int) error {
 		firstErr error
 		failed   int
 	)
-	next.Store(int64(from))
 	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= to {
+				k := int(next.Add(1)) - 1
+				if k >= len(indices) {
 					return
 				}
-				name := s.defs[i].name
-				if err := s.d.applyDefinition(ctx, scaleNamespace, name, s.repoURL, name, "1.0.0"); err != nil {
-					mu.Lock()
-					failed++
-					firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", name, err))
-					mu.Unlock()
+				def := s.defs[indices[k]]
+				err := s.d.applyDefinition(ctx, scaleNamespace, def.name, s.repoURL, def.name, "1.0.0")
+				if err == nil || apierrors.IsAlreadyExists(err) {
+					def.exists = true
+					continue
 				}
+				mu.Lock()
+				failed++
+				firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", def.name, err))
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	if firstErr != nil {
 		return fmt.Errorf("%d definition creates failed, the first: %w", failed, firstErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("definition creates cut off: %w", err)
 	}
 	return nil
 }
@@ -454,8 +473,9 @@ func (s *scaler) record(def *scaleDef, got *corev1alpha1.CompositionDefinition) 
 }
 
 // createCompositions brings every Ready definition to perDefinition compositions,
-// eight creates at a time. A create is tried again for a while: the webhooks' caches
-// may not have seen a definition that just became Ready.
+// eight creates at a time, until ctx is done. A create is tried again for a while: the
+// webhooks' caches may not have seen a definition that just became Ready; once 16
+// creates have failed, the rest are tried once each.
 func (s *scaler) createCompositions(ctx context.Context) (created, failed int, first string) {
 	type job struct {
 		def *scaleDef
@@ -483,7 +503,14 @@ func (s *scaler) createCompositions(ctx context.Context) (created, failed int, f
 				if i >= len(jobs) {
 					return
 				}
-				err := s.createComposition(ctx, jobs[i].def, jobs[i].j, 30*time.Second)
+				// Tried again for a while, until creates keep failing: then once each.
+				patience := 30 * time.Second
+				mu.Lock()
+				if failed >= 16 {
+					patience = 0
+				}
+				mu.Unlock()
+				err := s.createComposition(ctx, jobs[i].def, jobs[i].j, patience)
 				mu.Lock()
 				if err != nil {
 					failed++
@@ -623,11 +650,11 @@ func (s *scaler) readyDef(k, n int) *scaleDef {
 
 // addDefinition creates the next definition and returns its readiness check.
 func (s *scaler) addDefinition(ctx context.Context) (func(context.Context) (bool, error), error) {
-	i := len(s.defs)
-	if err := s.createDefinitions(ctx, i, i+1); err != nil {
+	def := &scaleDef{name: scaleChartName(len(s.defs))}
+	s.defs = append(s.defs, def)
+	if err := s.applyDefinitions(ctx, []int{len(s.defs) - 1}); err != nil {
 		return nil, err
 	}
-	def := s.defs[i]
 	return func(ctx context.Context) (bool, error) {
 		got := &corev1alpha1.CompositionDefinition{}
 		if err := s.d.client.Get(ctx, client.ObjectKey{Namespace: scaleNamespace, Name: def.name}, got); err != nil {
