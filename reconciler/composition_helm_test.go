@@ -109,3 +109,33 @@ func TestHelmNeverLoadsSchemaReferences(t *testing.T) {
 	_ = chartutil.ValidateAgainstSchema(control, map[string]any{"a": "one"})
 	assert.NotZero(t, requests.Load(), "Helm's own schema check loads $refs")
 }
+
+// Issue 15: Helm's client-side check of manifests against the OpenAPI schema is off
+// (it kept a copy of every served schema per Helm client); the API server refuses a
+// template's unknown fields instead, on install and on upgrade alike, and the release
+// says why.
+func TestTheAPIServerRefusesUnknownFieldsOfTemplates(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "strict"}}))
+	manifest := func(field string) *chart.Chart {
+		return &chart.Chart{
+			Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "strict", Version: "0.1.0"},
+			Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+				"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-cm'}\n" + field + ": {a: b}\n")}},
+		}
+	}
+	helm, err := NewHelm(cp.Config, logr.Discard())
+	require.NoError(t, err)
+
+	_, _, err = helm.UpgradeInstall(ctx, "strict", "typo", manifest("dataa"), nil, InstallOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown field "dataa"`)
+	assert.Error(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "strict", Name: "typo-cm"}, &corev1.ConfigMap{}), "nothing created")
+
+	_, rel, err := helm.UpgradeInstall(ctx, "strict", "fine", manifest("data"), nil, InstallOptions{})
+	require.NoError(t, err)
+	_, _, err = helm.UpgradeInstall(ctx, "strict", "fine", manifest("dataa"), nil, InstallOptions{Last: rel})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown field "dataa"`)
+}

@@ -206,6 +206,17 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
 		return nil, err
 	}
+	// The release-name check starts an informer per kind and version written; retired
+	// versions' go.
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		if err := webhooks.ForgetRetiredVersions(ctx, mgr.GetCache()); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
 	secrets := &metav1.PartialObjectMetadata{}
 	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	_, err = mgr.GetCache().GetInformer(ctx, secrets)
