@@ -84,18 +84,21 @@ type scaleStep struct {
 	// Compositions is how many compositions existed when measured (M per Ready
 	// definition, plus the probes of earlier steps); Installed how many of them were
 	// Ready after InstalledSeconds.
-	Compositions       int      `json:"compositions"`
-	Installed          int      `json:"installed"`
-	InstalledSeconds   float64  `json:"installedSeconds"`
-	InstalledTimedOut  bool     `json:"installedTimedOut"`
-	CreateErrors       int      `json:"createErrors"`
-	FirstCreateError   string   `json:"firstCreateError,omitempty"`
-	AfterDefinitions   sample   `json:"afterDefinitions"`
-	AfterCompositions  sample   `json:"afterCompositions"`
-	Validate           *result  `json:"validate,omitempty"`
-	NewDefinitionReady probes   `json:"newDefinitionReady"`
-	NewCompositionDone probes   `json:"newCompositionInstalled"`
-	Notes              []string `json:"notes,omitempty"`
+	Compositions      int     `json:"compositions"`
+	Installed         int     `json:"installed"`
+	InstalledSeconds  float64 `json:"installedSeconds"`
+	InstalledTimedOut bool    `json:"installedTimedOut"`
+	CreateErrors      int     `json:"createErrors"`
+	FirstCreateError  string  `json:"firstCreateError,omitempty"`
+	AfterDefinitions  sample  `json:"afterDefinitions"`
+	// AfterFirstCompositions is read once every new kind had its first composition
+	// installed; nil when the step added no kind.
+	AfterFirstCompositions *sample  `json:"afterFirstCompositions,omitempty"`
+	AfterCompositions      sample   `json:"afterCompositions"`
+	Validate               *result  `json:"validate,omitempty"`
+	NewDefinitionReady     probes   `json:"newDefinitionReady"`
+	NewCompositionDone     probes   `json:"newCompositionInstalled"`
+	Notes                  []string `json:"notes,omitempty"`
 }
 
 // sample is Compositor's and the API server's state at one moment.
@@ -311,24 +314,47 @@ func (s *scaler) step(ctx context.Context, n int, calls []call) scaleStep {
 	}
 	st.AfterDefinitions = s.sample(ctx)
 
-	// Compositions of every Ready definition.
-	began = time.Now()
+	// Compositions of every Ready definition, in two rounds: each new kind's first
+	// composition, then the rest, so that what a kind's first composition starts is
+	// told apart from what each composition costs. The pause between them for reading
+	// figures is not timed.
 	installCtx, cancel := context.WithTimeout(ctx, s.so.installWait)
-	created, errs, first := s.createCompositions(installCtx)
-	st.CreateErrors, st.FirstCreateError = errs, first
-	if errs > 0 {
-		note("%d composition creates failed, the first: %s", errs, first)
+	var (
+		active              time.Duration
+		installed, total    int
+		installErr          error
+		createdAll, errsAll int
+	)
+	round := func(upTo int) {
+		began := time.Now()
+		created, errs, first := s.createCompositions(installCtx, upTo)
+		createdAll += created
+		errsAll += errs
+		if st.FirstCreateError == "" {
+			st.FirstCreateError = first
+		}
+		logf("%d definitions: created %d compositions, waiting for their releases", n, created)
+		installed, total, installErr = s.waitInstalled(installCtx)
+		active += time.Since(began)
 	}
-	logf("%d definitions: created %d compositions, waiting for their releases", n, created)
-	installed, total, err := s.waitInstalled(installCtx)
+	if s.so.perDefinition > 0 && slices.ContainsFunc(s.defs, func(def *scaleDef) bool { return def.ready && def.next == 0 }) {
+		round(1)
+		first := s.sample(ctx)
+		st.AfterFirstCompositions = &first
+	}
+	round(s.so.perDefinition)
 	cancel()
-	st.InstalledSeconds = time.Since(began).Seconds()
+	st.CreateErrors = errsAll
+	if errsAll > 0 {
+		note("%d composition creates failed, the first: %s", errsAll, st.FirstCreateError)
+	}
+	st.InstalledSeconds = active.Seconds()
 	st.Compositions, st.Installed = total, installed
-	if err != nil {
+	if installErr != nil {
 		st.InstalledTimedOut = true
-		note("%d/%d compositions installed after %s (%v)", installed, total, seconds(st.InstalledSeconds), err)
+		note("%d/%d compositions installed after %s (%v)", installed, total, seconds(st.InstalledSeconds), installErr)
 	} else {
-		logf("%d definitions: all %d compositions installed after %.1f s", n, total, st.InstalledSeconds)
+		logf("%d definitions: all %d compositions installed after %.1f s (%d created in this step)", n, total, st.InstalledSeconds, createdAll)
 	}
 	st.AfterCompositions = s.sample(ctx)
 	if ctx.Err() != nil {
@@ -472,11 +498,11 @@ func (s *scaler) record(def *scaleDef, got *corev1alpha1.CompositionDefinition) 
 	def.apiVersion, def.kind = got.Status.APIVersion, got.Status.Kind
 }
 
-// createCompositions brings every Ready definition to perDefinition compositions,
+// createCompositions brings every Ready definition to upTo compositions,
 // eight creates at a time, until ctx is done. A create is tried again for a while: the
 // webhooks' caches may not have seen a definition that just became Ready; once 16
 // creates have failed, the rest are tried once each.
-func (s *scaler) createCompositions(ctx context.Context) (created, failed int, first string) {
+func (s *scaler) createCompositions(ctx context.Context, upTo int) (created, failed int, first string) {
 	type job struct {
 		def *scaleDef
 		j   int
@@ -486,10 +512,9 @@ func (s *scaler) createCompositions(ctx context.Context) (created, failed int, f
 		if !def.ready {
 			continue
 		}
-		for j := def.next; j < s.so.perDefinition; j++ {
+		for j := def.next; j < upTo; j++ {
 			jobs = append(jobs, job{def, j})
 		}
-		def.next = max(def.next, s.so.perDefinition)
 	}
 	var (
 		next atomic.Int64
@@ -512,6 +537,8 @@ func (s *scaler) createCompositions(ctx context.Context) (created, failed int, f
 				mu.Unlock()
 				err := s.createComposition(ctx, jobs[i].def, jobs[i].j, patience)
 				mu.Lock()
+				// Taken in order, so what ctx cut off is a suffix of each definition's.
+				jobs[i].def.next = max(jobs[i].def.next, jobs[i].j+1)
 				if err != nil {
 					failed++
 					if first == "" {
