@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -16,7 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,10 +47,10 @@ type VersionKey struct{ Namespace, Plural, Version string }
 // Kinds is the one controller runtime of every generated kind in Compositor's
 // process. Generated kinds come and go with the definitions, thousands of them, and
 // controller-runtime cannot remove a watch from a running manager; so rather than a
-// manager per version, Kinds runs two controllers for all of them, each with one work
-// queue and one pool of workers (the composition controller, which installs releases,
-// and the release binder), and one informer per served version that starts when the
-// version is served and stops when it is retired. The client, REST mapper, Helm's
+// manager per version, Kinds runs one controller for all of them, with one work queue
+// and one pool of workers, which installs releases and keeps the release bindings, and
+// one informer per served version (client-go's, one event handler) that starts when
+// the version is served and stops when it is retired. The client, REST mapper, Helm's
 // discovery and the caches of definitions and release RoleBindings are Compositor's
 // manager's, shared by all.
 //
@@ -66,22 +71,22 @@ type Kinds struct {
 	Checker          *policies.Checker
 	MaxReconcileRate int
 	Sync             time.Duration
-	// Workers is how many compositions are reconciled at once, of every kind together;
+	// Workers is how many requests are reconciled at once, of every kind together;
 	// 0 means 16.
 	Workers int
 
-	client     client.Client
-	cache      cache.Cache
-	live       client.Reader
-	scheme     *runtime.Scheme
-	mapper     meta.RESTMapper
-	httpClient *http.Client
-	recorders  recorder.Provider
-	helm       *Helm
+	client    client.Client
+	cache     cache.Cache
+	live      client.Reader
+	scheme    *runtime.Scheme
+	mapper    meta.RESTMapper
+	dynamic   dynamic.Interface  // InProcess: the informers hold whole compositions
+	metadata  metadata.Interface // otherwise only their metadata
+	recorders recorder.Provider
+	helm      *Helm
 
-	compositions controller.TypedController[compositionRequest]
-	bindings     controller.TypedController[bindingRequest]
-	rates        *perVersionRate
+	controller controller.TypedController[request]
+	rates      *perVersionRate
 
 	mu       sync.RWMutex
 	started  chan struct{}
@@ -90,80 +95,75 @@ type Kinds struct {
 	wg       sync.WaitGroup
 }
 
-// compositionRequest is a composition to reconcile with a version's controller.
-type compositionRequest struct {
+// request is one piece of work of a served version: a composition to reconcile, or,
+// with Binding, the release binding of the namespace Namespace (Name empty).
+type request struct {
 	Version VersionKey
 	types.NamespacedName
+	Binding bool
 }
 
-// bindingRequest is a namespace whose release binding of a version to reconcile.
-type bindingRequest struct {
-	Version   VersionKey
-	Namespace string
-}
-
-// servedVersion is what runs for one version: its informer's cache, and the
-// reconcilers the two controllers hand its requests to.
+// servedVersion is what runs for one version: its informer, a reader of what the
+// informer holds, and the reconcilers its requests go to.
 type servedVersion struct {
 	gvk          schema.GroupVersionKind
-	cache        cache.Cache
+	informer     toolscache.SharedIndexInformer
+	reader       client.Reader
 	cancel       context.CancelFunc
 	done         chan struct{}
 	compositions *CompositionReconciler // nil unless InProcess
 	binder       *bindingReconciler
 }
 
-// SetupWithManager creates the two controllers in mgr and adds Kinds to it.
+// SetupWithManager creates the controller in mgr and adds Kinds to it.
 func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
-	k.scheme, k.mapper, k.httpClient = mgr.GetScheme(), mgr.GetRESTMapper(), mgr.GetHTTPClient()
+	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders = mgr
 	k.started = make(chan struct{})
 	k.versions = map[VersionKey]*servedVersion{}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
+	var err error
 	if k.InProcess {
-		helm, err := NewHelm(k.Config, mgr.GetLogger().WithName("helm"))
+		k.dynamic, err = dynamic.NewForConfigAndClient(k.Config, mgr.GetHTTPClient())
 		if err != nil {
 			return err
 		}
-		k.helm = helm
-		k.compositions, err = controller.NewTyped("compositions", mgr, controller.TypedOptions[compositionRequest]{
-			Reconciler:              reconcile.TypedFunc[compositionRequest](k.reconcileComposition),
-			MaxConcurrentReconciles: k.workers(),
-			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[compositionRequest](time.Second, 5*time.Minute),
-				workqueue.TypedRateLimiter[compositionRequest](compositionRate{k.rates}),
-			),
-		})
-		if err != nil {
+		if k.helm, err = NewHelm(k.Config, mgr.GetLogger().WithName("helm")); err != nil {
 			return err
 		}
-		// A definition that changes may change which controller owns its compositions,
-		// or unblock those waiting for it.
-		err = k.compositions.Watch(source.TypedKind(k.cache, &corev1alpha1.CompositionDefinition{},
+	} else if k.metadata, err = metadata.NewForConfigAndClient(k.Config, mgr.GetHTTPClient()); err != nil {
+		return err
+	}
+	k.controller, err = controller.NewTyped("generated-kinds", mgr, controller.TypedOptions[request]{
+		Reconciler:              reconcile.TypedFunc[request](k.reconcile),
+		MaxConcurrentReconciles: k.workers(),
+		RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[request](time.Second, 5*time.Minute),
+			workqueue.TypedRateLimiter[request](requestRate{k.rates}),
+		),
+	})
+	if err != nil {
+		return err
+	}
+	// A definition that changes may change which controller owns its compositions,
+	// unblock those waiting for it, and change who holds release bindings.
+	if k.InProcess {
+		err = k.controller.Watch(source.TypedKind(k.cache, &corev1alpha1.CompositionDefinition{},
 			handler.TypedEnqueueRequestsFromMapFunc(k.compositionsOfDefinition)))
 		if err != nil {
 			return err
 		}
 	}
-	var err error
-	k.bindings, err = controller.NewTyped("release-bindings", mgr, controller.TypedOptions[bindingRequest]{
-		Reconciler:              reconcile.TypedFunc[bindingRequest](k.reconcileBinding),
-		MaxConcurrentReconciles: 2,
-	})
-	if err != nil {
-		return err
-	}
-	// A binding matters when someone changes or removes it; a definition when it may
-	// change who owns the compositions.
-	if err := k.bindings.Watch(source.TypedKind(k.cache, &rbacv1.RoleBinding{},
-		handler.TypedEnqueueRequestsFromMapFunc(bindingOf))); err != nil {
-		return err
-	}
 	definitionChanges := predicate.Or[*corev1alpha1.CompositionDefinition](
 		predicate.TypedGenerationChangedPredicate[*corev1alpha1.CompositionDefinition]{}, ownershipChanged)
-	if err := k.bindings.Watch(source.TypedKind(k.cache, &corev1alpha1.CompositionDefinition{},
+	if err := k.controller.Watch(source.TypedKind(k.cache, &corev1alpha1.CompositionDefinition{},
 		handler.TypedEnqueueRequestsFromMapFunc(k.namespacesOfDefinition), definitionChanges)); err != nil {
+		return err
+	}
+	// A release binding matters when someone changes or removes it.
+	if err := k.controller.Watch(source.TypedKind(k.cache, &rbacv1.RoleBinding{},
+		handler.TypedEnqueueRequestsFromMapFunc(bindingOf))); err != nil {
 		return err
 	}
 	return mgr.Add(k)
@@ -221,12 +221,7 @@ func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinit
 	}
 	runCtx, cancel := context.WithCancel(k.base)
 	v.cancel, v.done = cancel, make(chan struct{})
-	informer, err := v.cache.GetInformer(runCtx, k.newComposition(v.gvk))
-	if err != nil {
-		cancel()
-		return fmt.Errorf("watching %s %s: %w", plural, version, err)
-	}
-	if err := k.watch(key, informer); err != nil {
+	if err := k.controller.Watch(k.source(key, v)); err != nil {
 		cancel()
 		return fmt.Errorf("watching %s %s: %w", plural, version, err)
 	}
@@ -237,9 +232,7 @@ func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinit
 		defer close(v.done)
 		logger := log.FromContext(runCtx).WithValues("namespace", key.Namespace, "resource", key.Plural, "version", key.Version)
 		logger.Info("Serving a version of a generated kind", "inProcess", k.InProcess)
-		if err := v.cache.Start(log.IntoContext(runCtx, logger)); err != nil && runCtx.Err() == nil {
-			logger.Error(err, "The informer of the version stopped")
-		}
+		v.informer.RunWithContext(log.IntoContext(runCtx, logger))
 	}()
 	return nil
 }
@@ -271,19 +264,9 @@ func (k *Kinds) Served() []VersionKey {
 	return keys
 }
 
-// newComposition is the object the version's informer holds: the whole composition
-// when its controller runs here, else its metadata, which is all the binder needs.
-func (k *Kinds) newComposition(gvk schema.GroupVersionKind) client.Object {
-	if k.InProcess {
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(gvk)
-		return obj
-	}
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(gvk)
-	return obj
-}
-
+// newCompositionList is a list of what the version's informer holds: whole
+// compositions when their controller runs here, else their metadata, which is all the
+// binder needs.
 func (k *Kinds) newCompositionList(gvk schema.GroupVersionKind) client.ObjectList {
 	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
 	if k.InProcess {
@@ -296,36 +279,44 @@ func (k *Kinds) newCompositionList(gvk schema.GroupVersionKind) client.ObjectLis
 	return list
 }
 
+// newInformer is the informer of the version's compositions, labelled with it.
+func (k *Kinds) newInformer(key VersionKey) informers.GenericInformer {
+	gvr := schema.GroupVersionResource{Group: crd.Group, Version: key.Version, Resource: key.Plural}
+	sync := k.Sync
+	if sync <= 0 {
+		sync = time.Hour
+	}
+	indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
+	selector := labels.SelectorFromSet(labels.Set{labelCompositionVersion: key.Version}).String()
+	labelled := func(opts *metav1.ListOptions) { opts.LabelSelector = selector }
+	var informer informers.GenericInformer
+	if k.InProcess {
+		informer = dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, sync, indexers, labelled)
+	} else {
+		informer = metadatainformer.NewFilteredMetadataInformer(k.metadata, gvr, metav1.NamespaceAll, sync, indexers, labelled)
+	}
+	_ = informer.Informer().SetTransform(stripManagedFields)
+	return informer
+}
+
+// stripManagedFields drops what nothing here reads before the informer stores it.
+func stripManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
 // newVersion builds what serves one version, not yet started.
 func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionKey, gvk schema.GroupVersionKind) (*servedVersion, error) {
 	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: crd.Group})
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
-	sync := k.Sync
-	if sync <= 0 {
-		sync = time.Hour
-	}
-	// The version's compositions only: a cache with one informer, sharing Compositor's
-	// HTTP client and REST mapper. Reads of anything else fail rather than start an
-	// informer of their own.
-	v := &servedVersion{gvk: gvk}
-	v.cache, err = cache.New(k.Config, cache.Options{
-		HTTPClient: k.httpClient,
-		Scheme:     k.scheme,
-		Mapper:     k.mapper,
-		SyncPeriod: &sync,
-		ByObject: map[client.Object]cache.ByObject{
-			k.newComposition(gvk): {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: key.Version})},
-		},
-		DefaultTransform:            cache.TransformStripManagedFields(),
-		ReaderFailOnMissingInformer: true,
-	})
-	if err != nil {
-		return nil, err
-	}
+	informer := k.newInformer(key)
+	v := &servedVersion{gvk: gvk, informer: informer.Informer(), reader: listerReader{informer.Lister()}}
 	v.binder = &bindingReconciler{
-		compositions:        v.cache,
+		compositions:        v.reader,
 		definitions:         k.cache,
 		live:                k.live,
 		writer:              k.client,
@@ -344,7 +335,7 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	}
 	v.compositions = &CompositionReconciler{
 		// Reads from the caches; writes, status included, as the ServiceAccount.
-		Client:              cachedReads{Client: direct, compositions: v.cache, others: k.cache, gvk: gvk},
+		Client:              cachedReads{Client: direct, compositions: v.reader, others: k.cache, gvk: gvk},
 		Live:                direct,
 		GVK:                 gvk,
 		Charts:              k.Charts,
@@ -363,32 +354,47 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	return v, nil
 }
 
-// watch feeds the events of a version's informer to the two controllers.
-func (k *Kinds) watch(key VersionKey, informer cache.Informer) error {
-	if k.compositions != nil {
-		err := k.compositions.Watch(&source.TypedInformer[client.Object, compositionRequest]{
-			Informer: informer,
-			Handler: handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []compositionRequest {
-				return []compositionRequest{{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)}}
-			}),
-			Predicates: []predicate.TypedPredicate[client.Object]{
-				predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[labelCompositionVersion] == key.Version }),
-				predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}),
-			},
-		})
-		if err != nil {
-			return err
-		}
+// source feeds the events of a version's informer to the controller, through one
+// event handler: a composition to reconcile when it comes, goes, or changes what it
+// asks for; its namespace's release binding when it comes or goes (a relabelled one
+// leaves this version's informer).
+func (k *Kinds) source(key VersionKey, v *servedVersion) source.TypedSource[request] {
+	composition := func(obj client.Object) request {
+		return request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)}
 	}
-	// A composition matters to the binder when it comes or goes (a relabelled one
-	// leaves this version's informer).
-	return k.bindings.Watch(&source.TypedInformer[client.Object, bindingRequest]{
-		Informer: informer,
-		Handler: handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []bindingRequest {
-			return []bindingRequest{{Version: key, Namespace: obj.GetNamespace()}}
-		}),
-		Predicates: []predicate.TypedPredicate[client.Object]{predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}},
-	})
+	binding := func(obj client.Object) request {
+		return request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true}
+	}
+	inProcess := v.compositions != nil
+	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
+		predicate.LabelChangedPredicate{}, deletionStarted{})
+	return &source.TypedInformer[client.Object, request]{
+		Informer: v.informer,
+		Handler: handler.TypedFuncs[client.Object, request]{
+			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
+				q.Add(binding(e.Object))
+				if inProcess {
+					q.Add(composition(e.Object))
+				}
+			},
+			UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
+				if inProcess && changed.Update(e) {
+					q.Add(composition(e.ObjectNew))
+				}
+			},
+			DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
+				q.Add(binding(e.Object))
+				if inProcess {
+					q.Add(composition(e.Object))
+				}
+			},
+			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
+				if inProcess {
+					q.Add(composition(e.Object))
+				}
+			},
+		},
+	}
 }
 
 func (k *Kinds) version(key VersionKey) *servedVersion {
@@ -410,39 +416,38 @@ func (k *Kinds) versionsOfKind(kind string) map[VersionKey]*servedVersion {
 	return out
 }
 
-func (k *Kinds) reconcileComposition(ctx context.Context, req compositionRequest) (reconcile.Result, error) {
-	v := k.version(req.Version)
-	if v == nil || v.compositions == nil {
-		return reconcile.Result{}, nil // the version is no longer served here
-	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("kind", v.gvk.Kind, "version", v.gvk.Version,
-		"definitionNamespace", req.Version.Namespace, "namespace", req.Namespace, "name", req.Name))
-	return v.compositions.Reconcile(ctx, reconcile.Request{NamespacedName: req.NamespacedName})
-}
-
-func (k *Kinds) reconcileBinding(ctx context.Context, req bindingRequest) (reconcile.Result, error) {
+// reconcile hands a request to its version's composition controller or binder.
+func (k *Kinds) reconcile(ctx context.Context, req request) (reconcile.Result, error) {
 	v := k.version(req.Version)
 	if v == nil {
+		return reconcile.Result{}, nil // the version is no longer served here
+	}
+	logger := log.FromContext(ctx).WithValues("kind", v.gvk.Kind, "version", v.gvk.Version,
+		"definitionNamespace", req.Version.Namespace, "namespace", req.Namespace)
+	if req.Binding {
+		ctx = log.IntoContext(ctx, logger.WithValues("binding", true))
+		return v.binder.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: req.Namespace}})
+	}
+	if v.compositions == nil {
 		return reconcile.Result{}, nil
 	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("kind", v.gvk.Kind, "version", v.gvk.Version,
-		"definitionNamespace", req.Version.Namespace, "namespace", req.Namespace))
-	return v.binder.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: req.Namespace}})
+	ctx = log.IntoContext(ctx, logger.WithValues("name", req.Name))
+	return v.compositions.Reconcile(ctx, reconcile.Request{NamespacedName: req.NamespacedName})
 }
 
 // compositionsOfDefinition maps a definition's event to the compositions of every
 // served version of its kind.
-func (k *Kinds) compositionsOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []compositionRequest {
-	var requests []compositionRequest
+func (k *Kinds) compositionsOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []request {
+	var requests []request
 	for key, v := range k.versionsOfKind(def.Status.Kind) {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(v.gvk.GroupVersion().WithKind(v.gvk.Kind + "List"))
-		if err := v.cache.List(ctx, list); err != nil {
+		if err := v.reader.List(ctx, list); err != nil {
 			log.FromContext(ctx).Error(err, "Listing compositions to map a definition event", "kind", v.gvk.Kind, "version", v.gvk.Version)
 			continue
 		}
 		for _, item := range list.Items {
-			requests = append(requests, compositionRequest{Version: key, NamespacedName: client.ObjectKeyFromObject(&item)})
+			requests = append(requests, request{Version: key, NamespacedName: client.ObjectKeyFromObject(&item)})
 		}
 	}
 	return requests
@@ -450,11 +455,11 @@ func (k *Kinds) compositionsOfDefinition(ctx context.Context, def *corev1alpha1.
 
 // namespacesOfDefinition maps a definition's event to every namespace that holds
 // compositions of a served version of its kind.
-func (k *Kinds) namespacesOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []bindingRequest {
-	var requests []bindingRequest
+func (k *Kinds) namespacesOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []request {
+	var requests []request
 	for key, v := range k.versionsOfKind(def.Status.Kind) {
 		list := k.newCompositionList(v.gvk)
-		if err := v.cache.List(ctx, list); err != nil {
+		if err := v.reader.List(ctx, list); err != nil {
 			log.FromContext(ctx).Error(err, "Listing compositions to map a definition event", "kind", v.gvk.Kind, "version", v.gvk.Version)
 			continue
 		}
@@ -462,7 +467,7 @@ func (k *Kinds) namespacesOfDefinition(ctx context.Context, def *corev1alpha1.Co
 		_ = meta.EachListItem(list, func(obj runtime.Object) error {
 			if item, err := meta.Accessor(obj); err == nil && !seen[item.GetNamespace()] {
 				seen[item.GetNamespace()] = true
-				requests = append(requests, bindingRequest{Version: key, Namespace: item.GetNamespace()})
+				requests = append(requests, request{Version: key, NamespacedName: types.NamespacedName{Namespace: item.GetNamespace()}, Binding: true})
 			}
 			return nil
 		})
@@ -471,13 +476,13 @@ func (k *Kinds) namespacesOfDefinition(ctx context.Context, def *corev1alpha1.Co
 }
 
 // bindingOf maps a release RoleBinding to its version and namespace.
-func bindingOf(_ context.Context, binding *rbacv1.RoleBinding) []bindingRequest {
+func bindingOf(_ context.Context, binding *rbacv1.RoleBinding) []request {
 	l := binding.GetLabels()
 	if l[rbac.LabelManagedBy] != rbac.ManagedBy || l[rbac.LabelResource] == "" || l[rbac.LabelVersion] == "" {
 		return nil
 	}
 	key := VersionKey{Namespace: l[rbac.LabelDefinitionNamespace], Plural: l[rbac.LabelResource], Version: l[rbac.LabelVersion]}
-	return []bindingRequest{{Version: key, Namespace: binding.Namespace}}
+	return []request{{Version: key, NamespacedName: types.NamespacedName{Namespace: binding.Namespace}, Binding: true}}
 }
 
 // ownershipChanged passes the updates of a definition that can change which definition
@@ -548,9 +553,71 @@ func (r *perVersionRate) forget(key VersionKey) {
 	r.mu.Unlock()
 }
 
-// compositionRate is perVersionRate as the composition queue's rate limiter.
-type compositionRate struct{ *perVersionRate }
+// requestRate is perVersionRate as the queue's rate limiter; release bindings are not
+// limited.
+type requestRate struct{ *perVersionRate }
 
-func (r compositionRate) When(req compositionRequest) time.Duration { return r.delay(req.Version) }
-func (compositionRate) Forget(compositionRequest)                   {}
-func (compositionRate) NumRequeues(compositionRequest) int          { return 0 }
+func (r requestRate) When(req request) time.Duration {
+	if req.Binding {
+		return 0
+	}
+	return r.delay(req.Version)
+}
+func (requestRate) Forget(request)          {}
+func (requestRate) NumRequeues(request) int { return 0 }
+
+// listerReader reads what an informer holds through its lister, as a client.Reader:
+// Get by namespace and name, List by namespace, labels and limit. The objects are
+// copies.
+type listerReader struct{ lister toolscache.GenericLister }
+
+func (r listerReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	got, err := r.lister.ByNamespace(key.Namespace).Get(key.Name)
+	if err != nil {
+		return err
+	}
+	return copyInto(got, obj)
+}
+
+func (r listerReader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	selector := o.LabelSelector
+	if selector == nil {
+		selector = labels.Everything()
+	}
+	var got []runtime.Object
+	var err error
+	if o.Namespace != "" {
+		got, err = r.lister.ByNamespace(o.Namespace).List(selector)
+	} else {
+		got, err = r.lister.List(selector)
+	}
+	if err != nil {
+		return err
+	}
+	if o.Limit > 0 && int64(len(got)) > o.Limit {
+		got = got[:o.Limit]
+	}
+	items := make([]runtime.Object, len(got))
+	for i, obj := range got {
+		items[i] = obj.DeepCopyObject()
+	}
+	return meta.SetList(list, items)
+}
+
+// copyInto copies the informer's object from into obj, of the same type.
+func copyInto(from runtime.Object, obj client.Object) error {
+	switch src := from.(type) {
+	case *unstructured.Unstructured:
+		if dst, ok := obj.(*unstructured.Unstructured); ok {
+			src.DeepCopyInto(dst)
+			return nil
+		}
+	case *metav1.PartialObjectMetadata:
+		if dst, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			src.DeepCopyInto(dst)
+			return nil
+		}
+	}
+	return fmt.Errorf("the informer holds %T, not %T", from, obj)
+}
