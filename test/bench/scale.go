@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -87,29 +86,17 @@ func measureManyDefinitions(ctx context.Context, o options, rep *report, d *dev,
 // createDefinitions creates n definitions, chart i of repoURL each, eight at a time.
 func createDefinitions(ctx context.Context, d *dev, repoURL string, n int) error {
 	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
 	)
-	for range 8 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				name := scaleChartName(i)
-				if err := d.applyDefinition(ctx, scaleNamespace, name, repoURL, name, "1.0.0"); err != nil {
-					mu.Lock()
-					firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", name, err))
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(ctx, n, func(i int) {
+		name := scaleChartName(i)
+		if err := d.applyDefinition(ctx, scaleNamespace, name, repoURL, name, "1.0.0"); err != nil {
+			mu.Lock()
+			firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", name, err))
+			mu.Unlock()
+		}
+	})
 	return firstErr
 }
 

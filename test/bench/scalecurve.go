@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -422,33 +421,22 @@ func (s *scaler) createDefinitions(ctx context.Context, to int) error {
 // applyDefinitions creates the definitions of s.defs at indices, eight at a time.
 func (s *scaler) applyDefinitions(ctx context.Context, indices []int) error {
 	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
 		failed   int
 	)
-	for range 8 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				k := int(next.Add(1)) - 1
-				if k >= len(indices) {
-					return
-				}
-				def := s.defs[indices[k]]
-				err := s.d.applyDefinition(ctx, scaleNamespace, def.name, s.repoURL, def.name, "1.0.0")
-				if err == nil || apierrors.IsAlreadyExists(err) {
-					def.exists = true
-					continue
-				}
-				mu.Lock()
-				failed++
-				firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", def.name, err))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(ctx, len(indices), func(k int) {
+		def := s.defs[indices[k]]
+		err := s.d.applyDefinition(ctx, scaleNamespace, def.name, s.repoURL, def.name, "1.0.0")
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			def.exists = true
+			return
+		}
+		mu.Lock()
+		failed++
+		firstErr = cmpErr(firstErr, fmt.Errorf("creating definition %s: %w", def.name, err))
+		mu.Unlock()
+	})
 	if firstErr != nil {
 		return fmt.Errorf("%d definition creates failed, the first: %w", failed, firstErr)
 	}
@@ -516,44 +504,31 @@ func (s *scaler) createCompositions(ctx context.Context, upTo int) (created, fai
 			jobs = append(jobs, job{def, j})
 		}
 	}
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-	)
-	for range 8 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
-					return
-				}
-				// Tried again for a while, until creates keep failing: then once each.
-				patience := 30 * time.Second
-				mu.Lock()
-				if failed >= 16 {
-					patience = 0
-				}
-				mu.Unlock()
-				err := s.createComposition(ctx, jobs[i].def, jobs[i].j, patience)
-				mu.Lock()
-				// Taken in order, so what ctx cut off is a suffix of each definition's.
-				jobs[i].def.next = max(jobs[i].def.next, jobs[i].j+1)
-				if err != nil {
-					failed++
-					if first == "" {
-						first = err.Error()
-					}
-				} else {
-					created++
-					jobs[i].def.created++
-					jobs[i].def.allInstalled = false
-				}
-				mu.Unlock()
+	var mu sync.Mutex
+	inParallel(ctx, len(jobs), func(i int) {
+		// Tried again for a while, until creates keep failing: then once each.
+		patience := 30 * time.Second
+		mu.Lock()
+		if failed >= 16 {
+			patience = 0
+		}
+		mu.Unlock()
+		err := s.createComposition(ctx, jobs[i].def, jobs[i].j, patience)
+		mu.Lock()
+		defer mu.Unlock()
+		// Taken in order, so what ctx cut off is a suffix of each definition's.
+		jobs[i].def.next = max(jobs[i].def.next, jobs[i].j+1)
+		if err != nil {
+			failed++
+			if first == "" {
+				first = err.Error()
 			}
-		})
-	}
-	wg.Wait()
+			return
+		}
+		created++
+		jobs[i].def.created++
+		jobs[i].def.allInstalled = false
+	})
 	return created, failed, first
 }
 
@@ -601,39 +576,26 @@ func (s *scaler) waitInstalled(ctx context.Context) (installed, total int, err e
 				pending = append(pending, def)
 			}
 		}
-		var (
-			next atomic.Int64
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-		)
-		for range 8 {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					i := int(next.Add(1)) - 1
-					if i >= len(pending) {
-						return
-					}
-					def := pending[i]
-					list, err := s.dyn.Resource(def.gvr).Namespace(scaleNamespace).List(ctx, metav1.ListOptions{})
-					if err != nil {
-						continue
-					}
-					ready := 0
-					for _, item := range list.Items {
-						if compositionReady(&item) {
-							ready++
-						}
-					}
-					mu.Lock()
-					partial[def] = ready
-					if ready >= def.created {
-						def.allInstalled = true
-					}
-					mu.Unlock()
+		var mu sync.Mutex
+		inParallel(ctx, len(pending), func(i int) {
+			def := pending[i]
+			list, err := s.dyn.Resource(def.gvr).Namespace(scaleNamespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return
+			}
+			ready := 0
+			for _, item := range list.Items {
+				if compositionReady(&item) {
+					ready++
 				}
-			})
-		}
-		wg.Wait()
+			}
+			mu.Lock()
+			partial[def] = ready
+			if ready >= def.created {
+				def.allInstalled = true
+			}
+			mu.Unlock()
+		})
 		i, t := count()
 		for def, r := range partial {
 			if !def.allInstalled {
