@@ -198,8 +198,8 @@ func (k *Kinds) NeedLeaderElection() bool { return true }
 
 // Ensure starts serving the version of def's kind, unless it is served: its informer,
 // its release bindings and, InProcess, its composition controller. It waits for Kinds
-// to start first. An error (the kind is not discoverable yet, say) leaves nothing
-// running; the caller tries again.
+// to start first. An error leaves nothing running; the caller tries again. A kind the
+// API server does not serve yet is no error: its informer retries until it does.
 func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
 	select {
 	case <-k.started:
@@ -251,17 +251,6 @@ func (k *Kinds) Stop(namespace, plural, version string) {
 		<-v.done
 		k.rates.forget(key)
 	}
-}
-
-// Served lists the versions being served, for tests and diagnostics.
-func (k *Kinds) Served() []VersionKey {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	keys := make([]VersionKey, 0, len(k.versions))
-	for key := range k.versions {
-		keys = append(keys, key)
-	}
-	return keys
 }
 
 // newCompositionList is a list of what the version's informer holds: whole
