@@ -168,7 +168,10 @@ type InstallOptions struct {
 // UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
 // of ch (Helm writes into the charts it installs). Helm's own values-schema check is
 // off: it would load the schema's $refs from anywhere; the caller has validated the
-// values with Compositor's validator, which loads nothing. Helm's check of the
+// values with Compositor's validator, which loads nothing. An install or upgrade, once
+// started, runs to its end even when ctx is cancelled (Compositor stopping): Helm's
+// cancellation abandons the operation on a goroutine that races with its own record of
+// the release, and leaves the release pending. Helm's check of the
 // manifests against the OpenAPI schema is off too: the API server refuses their unknown
 // fields itself (strictFieldValidation). The chart's crds/ directory
 // is never installed: CRDs are cluster-wide, and compositions never create them.
@@ -198,7 +201,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		install.SkipSchemaValidation, install.SkipCRDs = true, true
 		install.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
 		install.Labels, install.PostRenderer = opts.Labels, postRenderer
-		rel, err := install.RunWithContext(ctx, fresh, values)
+		rel, err := install.RunWithContext(context.WithoutCancel(ctx), fresh, values)
 		if err != nil {
 			return "", nil, fmt.Errorf("installing release %s/%s: %w", namespace, name, err)
 		}
@@ -210,7 +213,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	upgrade.SkipSchemaValidation = true
 	upgrade.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
 	upgrade.Labels, upgrade.PostRenderer = opts.Labels, postRenderer
-	rel, err := upgrade.RunWithContext(ctx, name, fresh, values)
+	rel, err := upgrade.RunWithContext(context.WithoutCancel(ctx), name, fresh, values)
 	if err != nil {
 		return "", nil, fmt.Errorf("upgrading release %s/%s: %w", namespace, name, err)
 	}
