@@ -426,42 +426,39 @@ func (k *Kinds) reconcile(ctx context.Context, req request) (reconcile.Result, e
 
 // compositionsOfDefinition maps a definition's event to the compositions of every
 // served version of its kind.
-func (k *Kinds) compositionsOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []request {
+func (k *Kinds) compositionsOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
 	var requests []request
-	for key, v := range k.versionsOfKind(def.Status.Kind) {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(v.gvk.GroupVersion().WithKind(v.gvk.Kind + "List"))
-		if err := v.reader.List(ctx, list); err != nil {
-			log.FromContext(ctx).Error(err, "Listing compositions to map a definition event", "kind", v.gvk.Kind, "version", v.gvk.Version)
-			continue
-		}
-		for _, item := range list.Items {
-			requests = append(requests, request{Version: key, NamespacedName: client.ObjectKeyFromObject(&item)})
-		}
-	}
+	k.eachComposition(def.Status.Kind, func(key VersionKey, obj metav1.Object) {
+		requests = append(requests, request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
+	})
 	return requests
 }
 
 // namespacesOfDefinition maps a definition's event to every namespace that holds
 // compositions of a served version of its kind.
-func (k *Kinds) namespacesOfDefinition(ctx context.Context, def *corev1alpha1.CompositionDefinition) []request {
+func (k *Kinds) namespacesOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
+	seen := map[request]bool{}
 	var requests []request
-	for key, v := range k.versionsOfKind(def.Status.Kind) {
-		list := k.newCompositionList(v.gvk)
-		if err := v.reader.List(ctx, list); err != nil {
-			log.FromContext(ctx).Error(err, "Listing compositions to map a definition event", "kind", v.gvk.Kind, "version", v.gvk.Version)
-			continue
+	k.eachComposition(def.Status.Kind, func(key VersionKey, obj metav1.Object) {
+		req := request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true}
+		if !seen[req] {
+			seen[req] = true
+			requests = append(requests, req)
 		}
-		seen := map[string]bool{}
-		_ = meta.EachListItem(list, func(obj runtime.Object) error {
-			if item, err := meta.Accessor(obj); err == nil && !seen[item.GetNamespace()] {
-				seen[item.GetNamespace()] = true
-				requests = append(requests, request{Version: key, NamespacedName: types.NamespacedName{Namespace: item.GetNamespace()}, Binding: true})
-			}
-			return nil
-		})
-	}
+	})
 	return requests
+}
+
+// eachComposition calls fn with every composition the informers of kind's served
+// versions hold, without copying them.
+func (k *Kinds) eachComposition(kind string, fn func(key VersionKey, obj metav1.Object)) {
+	for key, v := range k.versionsOfKind(kind) {
+		for _, item := range v.informer.GetStore().List() {
+			if obj, err := meta.Accessor(item); err == nil {
+				fn(key, obj)
+			}
+		}
+	}
 }
 
 // bindingOf maps a release RoleBinding to its version and namespace.
