@@ -1,214 +1,43 @@
 package samplecharts
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/releaseutil"
-	"helm.sh/helm/v3/pkg/repo"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
-
-func TestVersions(t *testing.T) {
-	assert.Equal(t, []string{"1.1.5", "1.1.6", "2.0.0"}, Versions())
-}
-
-func TestLoad(t *testing.T) {
-	for _, v := range Versions() {
-		t.Run(v, func(t *testing.T) {
-			ch, err := Load(v)
-			require.NoError(t, err)
-			assert.Equal(t, ChartName, ch.Name())
-			assert.Equal(t, v, ch.Metadata.Version)
-			assert.Equal(t, chart.APIVersionV2, ch.Metadata.APIVersion)
-			assert.NotEmpty(t, ch.Schema, "values.schema.json")
-			require.Len(t, ch.Dependencies(), 1)
-			cache := ch.Dependencies()[0]
-			assert.Equal(t, "cache", cache.Name())
-			assert.NotEmpty(t, cache.Schema, "subchart values.schema.json")
-			require.Len(t, ch.Metadata.Dependencies, 1)
-			assert.Equal(t, "cache.enabled", ch.Metadata.Dependencies[0].Condition)
-		})
-	}
-}
-
-func TestLoadUnknownVersion(t *testing.T) {
-	_, err := Load("9.9.9")
-	assert.True(t, errors.Is(err, ErrUnknownVersion), "got %v", err)
-	_, err = Examples("1.0.0")
-	assert.True(t, errors.Is(err, ErrUnknownVersion), "got %v", err)
-}
-
-// 1.1.6 must be 1.1.5 with only the version changed.
-func TestVersion116IsVersion115(t *testing.T) {
-	a, err := Load("1.1.5")
-	require.NoError(t, err)
-	b, err := Load("1.1.6")
-	require.NoError(t, err)
-	assert.Equal(t, "1.1.6", b.Metadata.Version)
-	b.Metadata.Version = "1.1.5"
-	assert.Equal(t, a.Metadata, b.Metadata)
-	assert.Equal(t, a.Values, b.Values)
-	assert.Equal(t, a.Schema, b.Schema)
-	assert.Equal(t, a.Templates, b.Templates)
-}
-
-// render does what `helm template` does with values: dependency conditions, coalescing,
-// schema validation, then the template engine.
-func render(t *testing.T, ch *chart.Chart, valuesYAML []byte) (map[string]runtime.Object, error) {
-	t.Helper()
-	vals, err := chartutil.ReadValues(valuesYAML)
-	require.NoError(t, err)
-	if err := chartutil.ProcessDependenciesWithMerge(ch, vals); err != nil {
-		return nil, err
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "demo", Namespace: "apps", IsInstall: true}, nil)
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(ch, rv)
-	if err != nil {
-		return nil, err
-	}
-	codecs := serializer.NewCodecFactory(clientgoscheme.Scheme, serializer.EnableStrict)
-	objs := map[string]runtime.Object{}
-	for name, content := range files {
-		if strings.HasSuffix(name, "NOTES.txt") || strings.TrimSpace(content) == "" {
-			continue
-		}
-		for _, doc := range releaseutil.SplitManifests(content) {
-			obj, gvk, err := codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-			require.NoError(t, err, "%s:\n%s", name, doc)
-			meta, err := runtimeMetaName(obj)
-			require.NoError(t, err)
-			objs[gvk.GroupVersion().String()+"/"+gvk.Kind+"/"+meta] = obj
-		}
-	}
-	return objs, nil
-}
-
-func runtimeMetaName(obj runtime.Object) (string, error) {
-	acc, ok := obj.(interface{ GetName() string })
-	if !ok {
-		return "", errors.New("object without a name")
-	}
-	return acc.GetName(), nil
-}
-
-func keys(m map[string]runtime.Object) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func TestRenderDefaults(t *testing.T) {
-	want := []string{
-		"apps/v1/Deployment/demo-fireworks-app",
-		"v1/ConfigMap/demo-config",
-		"v1/Service/demo-fireworks-app",
-	}
-	for _, v := range Versions() {
-		t.Run(v, func(t *testing.T) {
-			ch, err := Load(v)
-			require.NoError(t, err)
-			objs, err := render(t, ch, nil)
-			require.NoError(t, err)
-			assert.Equal(t, want, keys(objs))
-		})
-	}
-}
-
-func TestRenderOptionalObjects(t *testing.T) {
-	ch, err := Load("1.1.5")
-	require.NoError(t, err)
-	objs, err := render(t, ch, []byte("cache:\n  enabled: true\n"))
-	require.NoError(t, err)
-	assert.Contains(t, keys(objs), "v1/ConfigMap/demo-cache")
-
-	ch, err = Load("2.0.0")
-	require.NoError(t, err)
-	objs, err = render(t, ch, []byte("exposure: public\n"))
-	require.NoError(t, err)
-	assert.Contains(t, keys(objs), "networking.k8s.io/v1/Ingress/demo-fireworks-app")
-	assert.NotContains(t, keys(objs), "v1/ConfigMap/demo-cache")
-}
-
-func TestExamples(t *testing.T) {
-	for _, v := range Versions() {
-		examples, err := Examples(v)
-		require.NoError(t, err)
-		var valid, invalid int
-		for _, ex := range examples {
-			t.Run(v+"/"+ex.Name, func(t *testing.T) {
-				ch, err := Load(v)
-				require.NoError(t, err)
-				_, err = render(t, ch, ex.Values)
-				if ex.Valid {
-					valid++
-					assert.NoError(t, err)
-				} else {
-					invalid++
-					assert.ErrorContains(t, err, "values don't meet the specifications of the schema")
-				}
-			})
-		}
-		assert.GreaterOrEqual(t, valid, 3, v)
-		assert.GreaterOrEqual(t, invalid, 3, v)
-	}
-}
-
-func TestPackage(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, Package(dir))
-
-	index, err := repo.LoadIndexFile(filepath.Join(dir, "index.yaml"))
-	require.NoError(t, err)
-	entries := index.Entries[ChartName]
-	require.Len(t, entries, len(Versions()))
-	var seen []string
-	for _, e := range entries {
-		seen = append(seen, e.Version)
-		require.Len(t, e.URLs, 1)
-		assert.Equal(t, ChartName+"-"+e.Version+".tgz", e.URLs[0], "relative URL")
-
-		archive := filepath.Join(dir, e.URLs[0])
-		b, err := os.ReadFile(archive)
-		require.NoError(t, err)
-		sum := sha256.Sum256(b)
-		assert.Equal(t, hex.EncodeToString(sum[:]), e.Digest)
-
-		ch, err := loader.Load(archive)
-		require.NoError(t, err)
-		assert.Equal(t, e.Version, ch.Metadata.Version)
-		assert.Len(t, ch.Dependencies(), 1)
-		assert.NotEmpty(t, ch.Schema)
-	}
-	sort.Strings(seen)
-	assert.Equal(t, Versions(), seen)
-}
 
 func TestChartsDirFromElsewhere(t *testing.T) {
 	want, err := ChartsDir()
 	require.NoError(t, err)
+	assert.Equal(t, filepath.Join("samples", "charts"), filepath.Join(filepath.Base(filepath.Dir(want)), filepath.Base(want)))
 	t.Chdir(t.TempDir())
 	got, err := ChartsDir()
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
+}
+
+// Dir is the directory a version is built from, and Helm loads the same chart from it
+// as Load gives.
+func TestDir(t *testing.T) {
+	for _, v := range Versions() {
+		dir, err := Dir(v)
+		require.NoError(t, err)
+		fromDir, err := loader.LoadDir(dir)
+		require.NoError(t, err)
+		ch, err := Load(v)
+		require.NoError(t, err)
+		fromDir.Metadata.Version = v
+		assert.Equal(t, fromDir.Metadata, ch.Metadata, v)
+		assert.Equal(t, fromDir.Templates, ch.Templates, v)
+	}
+	d115, err := Dir("1.1.5")
+	require.NoError(t, err)
+	d116, err := Dir("1.1.6")
+	require.NoError(t, err)
+	assert.Equal(t, d115, d116)
+	_, err = Dir("9.9.9")
+	assert.ErrorIs(t, err, ErrUnknownVersion)
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -21,8 +23,7 @@ import (
 
 	"github.com/compositor-dev/compositor/api/crds"
 	"github.com/compositor-dev/compositor/generators/chartsource"
-	"github.com/compositor-dev/compositor/test/chartserver"
-	"github.com/compositor-dev/compositor/test/samplecharts"
+	"github.com/compositor-dev/compositor/samples"
 )
 
 // DevOptions configure `compositor dev`: a local control plane with Compositor in it.
@@ -31,7 +32,9 @@ type DevOptions struct {
 	Kubeconfig string
 	// ControlPlaneDir holds the etcd and kube-apiserver binaries.
 	ControlPlaneDir string
-	// DataDir keeps etcd's data, so that a restarted dev finds what was there.
+	// DataDir keeps etcd's data, so that a restarted dev finds what was there, and the
+	// webhook address chosen for port 0, so that the generated CRDs' conversion webhooks
+	// stay right across restarts.
 	DataDir string
 	// Reset empties DataDir before starting.
 	Reset bool
@@ -51,7 +54,7 @@ var ErrControlPlaneMissing = errors.New("control plane binaries not found")
 func newDevCommand() *cobra.Command {
 	opts := &DevOptions{Serve: *NewServeOptions()}
 	// Local defaults: loopback only, and out of the way of a cluster's usual ports. Port
-	// 0 for the webhooks means any free port.
+	// 0 for the webhooks means a free port, remembered in --data-dir for the next start.
 	opts.Serve.HealthProbeAddr = "127.0.0.1:18081"
 	opts.Serve.MetricsAddr = "0"
 	opts.Serve.WebhookAddr = "127.0.0.1:0"
@@ -142,9 +145,15 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	serve := opts.Serve
 	// The sample charts are served on loopback, and so are a developer's own.
 	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartsource.LoopbackNetworks()...)
-	if serve.WebhookAddr, err = resolvePort(serve.WebhookAddr); err != nil {
+	webhook, err := stableWebhookAddr(opts.DataDir, serve.WebhookAddr)
+	if err != nil {
 		return fmt.Errorf("--webhook-bind-address: %w", err)
 	}
+	if webhook.Taken != "" {
+		fmt.Fprintf(out, "The webhook address %s that this data directory remembers is in use by another program: using %s instead, remembered from now on. Conversion webhooks of CRDs generated before still point at %s until Compositor rewrites them.\n",
+			webhook.Taken, webhook.Addr, webhook.Taken)
+	}
+	serve.WebhookAddr = webhook.Addr
 	// The API server runs on this machine, so it reaches the webhooks by address.
 	serve.WebhookURL = "https://" + serve.WebhookAddr
 	if err := createNamespace(ctx, cfg, serve.Namespace); err != nil {
@@ -162,40 +171,20 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	return RunServe(ctx, rest.CopyConfig(cfg), &serve)
 }
 
-// serveSampleCharts packages the sample charts and serves them as a Helm repository
+// serveSampleCharts serves the sample charts built into the binary as a Helm repository
 // until stop is called.
 func serveSampleCharts(addr string) (url string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "compositor-charts-")
+	repository, err := samples.NewRepository()
 	if err != nil {
-		return "", nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	if err := samplecharts.Package(dir); err != nil {
 		return "", nil, fmt.Errorf("packaging the sample charts: %w", err)
 	}
-	repository, err := chartserver.StartRepository(chartserver.RepositoryOptions{Dir: dir, Addr: addr})
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("serving the sample charts on %s (change it with --chart-repository-addr): %w", addr, err)
 	}
-	return repository.URL, func() { repository.Close(); _ = os.RemoveAll(dir) }, nil
-}
-
-// resolvePort replaces port 0 in addr with a port that is free now.
-func resolvePort(addr string) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port != "0" {
-		return addr, err
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	srv := &http.Server{Handler: repository, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }() // returns when stop closes the server
+	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 // createNamespace creates Compositor's namespace, which holds its CA Secret.

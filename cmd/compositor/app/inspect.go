@@ -179,7 +179,7 @@ reason"); the validating webhook still enforces those.
 
 REF is oci://host/path/name (with --version), a direct https:// .tgz URL, or a Helm
 repository URL with --repo NAME --version V; DIR is a chart directory or archive.`,
-		Example: `  compositor crd test/testdata/charts/fireworks-app/1.1.5
+		Example: `  compositor crd samples/charts/fireworks-app/1.1.5
   compositor crd oci://registry.example.com/charts/fireworks-app --version 1.1.5 -o json`,
 		Args: chartArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -273,7 +273,7 @@ built-in Kubernetes kinds (kinds from CRDs are warnings: a cluster must serve th
 
 Each finding is one line, [ERROR], [WARNING] or [INFO] with the file it is about.
 The exit code is non-zero when there is an error; warnings alone pass.`,
-		Example: `  compositor lint test/testdata/charts/fireworks-app/1.1.5
+		Example: `  compositor lint samples/charts/fireworks-app/1.1.5
   compositor lint https://charts.example.com --repo fireworks-app --version 1.1.5`,
 		Args: chartArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -114,7 +114,7 @@ cannot be checked.
 The chart of the compositions is --chart (a chart directory or archive, oci://host/path/name
 with --version, a direct https:// .tgz URL, or a Helm repository URL with --repo NAME
 --version V), or the chart of the CompositionDefinition in --definition.`,
-		Example: `  compositor validate -f app.yaml --chart test/testdata/charts/fireworks-app/1.1.5
+		Example: `  compositor validate -f app.yaml --chart samples/charts/fireworks-app/1.1.5
   compositor validate -f app.yaml --definition definition.yaml --policy-dir policies/
   kubectl get fireworksapps -A -o yaml | compositor validate -f - --chart oci://registry.example.com/charts/fireworks-app --version 1.1.5`,
 		Args: func(_ *cobra.Command, args []string) error {

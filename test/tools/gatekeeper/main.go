@@ -62,8 +62,8 @@ func main() {
 func parseFlags() config {
 	var c config
 	flag.StringVar(&c.policyDir, "policies", "../../bench/policies", "directory of the Compositor policies to compare")
-	flag.StringVar(&c.chartDir, "chart", "../../testdata/charts/fireworks-app/1.1.5", "chart the composition is written for")
-	flag.StringVar(&c.values, "values", "../../testdata/charts/fireworks-app/examples/1.1.5/values-full.yaml", "values the composition's spec starts from")
+	flag.StringVar(&c.chartDir, "chart", "../../../samples/charts/fireworks-app/1.1.5", "chart the composition is written for")
+	flag.StringVar(&c.values, "values", "../../../samples/charts/fireworks-app/examples/1.1.5/values-full.yaml", "values the composition's spec starts from")
 	flag.IntVar(&c.rounds, "rounds", 5, "rounds; each times Compositor, then Gatekeeper")
 	flag.DurationVar(&c.duration, "duration", 2*time.Second, "time each engine reviews in each round")
 	flag.IntVar(&c.parallel, "parallel", 1, "goroutines reviewing at once; above 1 the figures are aggregate throughput")

@@ -11,8 +11,8 @@ func TestVerdictsAgree(t *testing.T) {
 	ctx := context.Background()
 	p, err := setup(ctx, config{
 		policyDir: "../../bench/policies",
-		chartDir:  "../../testdata/charts/fireworks-app/1.1.5",
-		values:    "../../testdata/charts/fireworks-app/examples/1.1.5/values-full.yaml",
+		chartDir:  "../../../samples/charts/fireworks-app/1.1.5",
+		values:    "../../../samples/charts/fireworks-app/examples/1.1.5/values-full.yaml",
 	})
 	if err != nil {
 		t.Fatal(err)
