@@ -17,20 +17,12 @@ import (
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
-// seedDir is the folder of the Krateo README's manifests, kept in the shared folder
-// beside the checkout ($COMPOSITOR_SHARED_DIR overrides where that is).
+// seedDir is the folder of the Krateo README's manifests, test/testdata/seed-manifests.
 func seedDir(t *testing.T) string {
 	t.Helper()
-	shared := os.Getenv("COMPOSITOR_SHARED_DIR")
-	if shared == "" {
-		shared = filepath.Join(controlplane.RepoRoot(), "..", "shared")
-	}
-	dir := filepath.Join(shared, "seed-manifests")
+	dir := filepath.Join(controlplane.RepoRoot(), "test", "testdata", "seed-manifests")
 	if _, err := os.Stat(filepath.Join(dir, "namespaces.yaml")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("seed manifests not found in %s under CI: %v", dir, err)
-		}
-		t.Skipf("seed manifests not found in %s (set COMPOSITOR_SHARED_DIR): %v", dir, err)
+		t.Fatalf("seed manifests not found: %v", err)
 	}
 	return dir
 }
