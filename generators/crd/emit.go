@@ -16,9 +16,14 @@ func (t *translator) loseNode(n *node, keyword, reason string) {
 
 // emit writes n as a structural schema: one type per node (or int-or-string, or no
 // type with unknown fields kept), object fields, items, then value validations.
-func (t *translator) emit(n *node) apiextensionsv1.JSONSchemaProps {
+//
+// keyed is true for the value of an object's key (a property or a map value). Those
+// are always nullable: the API server deletes a null it may not keep, so the webhook
+// would judge values without the key the user wrote (in Helm a null deletes a
+// default, or is refused by the schema where there is none; the webhook decides).
+func (t *translator) emit(n *node, keyed bool) apiextensionsv1.JSONSchemaProps {
 	p := apiextensionsv1.JSONSchemaProps{Description: n.desc}
-	nullable := n.types&tNull != 0 || n.hasDefault
+	nullable := n.types&tNull != 0 || n.hasDefault || keyed
 	typed := n.types&^tNull != 0
 	switch ts := n.types &^ tNull; {
 	case ts == 0:
@@ -82,15 +87,17 @@ func (t *translator) emitObject(n *node, p *apiextensionsv1.JSONSchemaProps) {
 	if len(n.props) > 0 {
 		p.Properties = make(map[string]apiextensionsv1.JSONSchemaProps, len(n.props))
 		for _, k := range sortedKeys(n.props) {
-			p.Properties[k] = t.emit(n.props[k])
+			p.Properties[k] = t.emit(n.props[k], true)
 		}
 	}
 	switch {
 	case n.closed:
-		// additionalProperties: false — unknown keys are pruned, and refused by
-		// kubectl's strict field validation.
+		// additionalProperties: false. Pruning would drop a typo before the webhook
+		// sees it (clients without strict field validation only get a warning), so
+		// the key is kept and the webhook refuses it with Helm's message.
+		p.XPreserveUnknownFields = ptrTo(true)
 	case n.addl != nil && len(n.props) == 0:
-		s := t.emit(n.addl)
+		s := t.emit(n.addl, true)
 		p.AdditionalProperties = &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true, Schema: &s}
 	case n.addl != nil:
 		t.loseNode(n, "additionalProperties", "a schema for undeclared keys next to declared properties is not expressible in a CRD; undeclared keys are kept and checked by the webhook")
@@ -103,7 +110,7 @@ func (t *translator) emitObject(n *node, p *apiextensionsv1.JSONSchemaProps) {
 func (t *translator) emitArray(n *node, p *apiextensionsv1.JSONSchemaProps) {
 	items := apiextensionsv1.JSONSchemaProps{XPreserveUnknownFields: ptrTo(true), Nullable: true}
 	if n.items != nil {
-		items = t.emit(n.items)
+		items = t.emit(n.items, false)
 	}
 	p.Items = &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &items}
 }

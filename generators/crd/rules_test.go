@@ -314,13 +314,19 @@ func TestRuleObjects(t *testing.T) {
 		},
 		admit: []string{`{"extra":1,"o":{"a":"x","b":[1]}}`},
 	}, {
-		name:   "additionalProperties false prunes unknown fields",
-		schema: `{"type":"object","properties":{"o":{"type":"object","additionalProperties":false,"properties":{"a":{"type":"string"}}}}}`,
+		// A pruned key would be gone before the webhook judges it: a typo lost silently
+		// for clients that do not ask for strict field validation.
+		name:   "additionalProperties false keeps unknown fields for the webhook to refuse",
+		schema: `{"type":"object","additionalProperties":false,"properties":{"o":{"type":"object","additionalProperties":false,"properties":{"a":{"type":"string"}}}}}`,
 		check: func(t *testing.T, spec *apiextensionsv1.JSONSchemaProps, r Report) {
-			assert.Nil(t, prop(t, spec, "o").XPreserveUnknownFields)
+			assert.True(t, *spec.XPreserveUnknownFields)
+			assert.True(t, *prop(t, spec, "o").XPreserveUnknownFields)
+			assert.Equal(t, "string", prop(t, spec, "o", "a").Type, "declared keys keep their schema")
+			assertLoss(t, r, "", "additionalProperties")
+			assertLoss(t, r, "o", "additionalProperties")
 		},
-		admit:  []string{`{"o":{"a":"x"}}`},
-		refuse: []string{`{"o":{"b":"x"}}`}, // pruned: reported by admit as a loss
+		admit:  []string{`{"o":{"a":"x"}}`, `{"o":{"b":"x"}}`, `{"typo":1}`},
+		refuse: []string{`{"o":{"a":1}}`},
 	}, {
 		name:   "typed additionalProperties without properties is a map",
 		schema: `{"type":"object","properties":{"labels":{"type":"object","additionalProperties":{"type":"string","maxLength":5}}}}`,
@@ -351,18 +357,23 @@ func TestRuleObjects(t *testing.T) {
 		admit:  []string{`{"name":"a","service":{"host":"h"}}`},
 		refuse: []string{`{"service":{"host":"h"}}`, `{"name":"a","service":{}}`},
 	}, {
-		name:   "defaulted properties are nullable, an enum among them still checked",
-		schema: `{"type":"object","properties":{"mode":{"type":"string","enum":["a","b"]},"other":{"type":"string","enum":["a","b"]}}}`,
+		// A null the CRD could not keep would be deleted before the webhook sees it:
+		// Helm deletes a default with it, and refuses it where there is none.
+		name:   "every property is nullable, an enum among them still checked",
+		schema: `{"type":"object","properties":{"mode":{"type":"string","enum":["a","b"]},"other":{"type":"string","enum":["a","b"]},"o":{"type":"object","properties":{"n":{"type":"integer"}}},"m":{"type":"object","additionalProperties":{"type":"integer"}},"l":{"type":"array","items":{"type":"integer"}}}}`,
 		values: "mode: a\n",
 		check: func(t *testing.T, spec *apiextensionsv1.JSONSchemaProps, r Report) {
 			mode := prop(t, spec, "mode")
 			assert.True(t, mode.Nullable)
 			assert.Nil(t, mode.Enum, "Kubernetes checks enum even for null")
 			assert.Equal(t, []string{`"a"`, `"b"`}, enumOf(t, mode))
-			assert.False(t, prop(t, spec, "other").Nullable)
+			assert.True(t, prop(t, spec, "other").Nullable, "no default: Helm refuses the null, the webhook says so")
+			assert.True(t, prop(t, spec, "o", "n").Nullable)
+			assert.True(t, prop(t, spec, "m").AdditionalProperties.Schema.Nullable)
+			assert.False(t, prop(t, spec, "l").Items.Schema.Nullable, "a null list item is refused, never pruned")
 		},
-		admit:  []string{`{"mode":null}`, `{"mode":"b"}`},
-		refuse: []string{`{"mode":"c"}`},
+		admit:  []string{`{"mode":null}`, `{"mode":"b"}`, `{"other":null}`, `{"o":{"n":null}}`, `{"m":{"k":null}}`},
+		refuse: []string{`{"mode":"c"}`, `{"other":"c"}`, `{"l":[null]}`},
 	}})
 }
 

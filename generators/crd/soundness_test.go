@@ -154,9 +154,10 @@ func (s *byteSource) schema(depth int) any {
 	return m
 }
 
-// checkSoundness builds a schema, chart defaults and a value from data and, if Helm's
-// validator (jsonschema v6) accepts the value coalesced with the defaults, requires the
-// generated CRD to store the value unchanged.
+// checkSoundness builds a schema, chart defaults and a value from data. The generated
+// CRD must never store the value pruned, valid or not (the webhook judges what the
+// user wrote), and, if Helm's validator (jsonschema v6) accepts the value coalesced with
+// the defaults, must store it unchanged.
 func checkSoundness(t *testing.T, data []byte) {
 	src := &byteSource{b: data}
 	draftURI := []string{"https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"}[src.pick(2)]
@@ -199,6 +200,15 @@ func checkSoundness(t *testing.T, data []byte) {
 		t.Fatalf("Build: %v\nschema %s\nspec %s", err, schemaJSON, mustJSON(spec))
 	}
 
+	// Whatever Helm says of the value, what the API server stores is what the user
+	// wrote: a key pruned from an admitted value would reach the webhook gone, and a
+	// value Helm refuses (a typo, a null without a default) be admitted.
+	a := newAdmitter(t, crd, "v1-0-0")
+	instance := map[string]any{"x": value}
+	if err := a.silentLoss(instance); err != nil {
+		t.Fatalf("the CRD loses part of %s under\n%s\n%v\nspec: %s", mustJSON(instance), schemaJSON, err, mustJSON(spec))
+	}
+
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schemaJSON)))
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +221,6 @@ func checkSoundness(t *testing.T, data []byte) {
 	if err != nil {
 		return // e.g. a pattern Go cannot compile: Translate refused it too, or skip
 	}
-	instance := map[string]any{"x": value}
 	raw, _ := json.Marshal(instance)
 	// Helm validates the user's values coalesced with the chart's defaults.
 	user, err := chartutil.ReadValues(raw)
@@ -230,7 +239,6 @@ func checkSoundness(t *testing.T, data []byte) {
 	if inferred(defaults["x"], value) {
 		return // the documented exception: see inferType
 	}
-	a := newAdmitter(t, crd, "v1-0-0")
 	if err := a.admit(instance); err != nil {
 		t.Fatalf("Helm accepts %s (defaults %s) under\n%s\nbut the CRD refuses it: %v\nspec: %s", raw, values, schemaJSON, err, mustJSON(spec))
 	}

@@ -448,6 +448,7 @@ func (t *translator) object(n *node, m map[string]any, l loc) {
 			t.loseAt(l.sub("additionalProperties"), "additionalProperties", "false next to patternProperties: undeclared keys are kept; enforced by the webhook")
 		} else {
 			n.closed = true
+			t.loseAt(l.sub("additionalProperties"), "additionalProperties", closedReason)
 		}
 	case map[string]any:
 		c := t.translate(ap, loc{path: mapValuesPath(l.path), info: l.sub("additionalProperties").info, defaults: mergedValues(defaults)})
@@ -483,6 +484,12 @@ func (t *translator) object(n *node, m map[string]any, l loc) {
 	}
 	n.v.maxProps = t.count(m, "maxProperties", l, true)
 }
+
+// closedReason is the report's line for additionalProperties: false. The API server
+// would prune an undeclared key, and a client without strict field validation gets at
+// most a warning: the webhook would then judge values without the user's typo and
+// admit them. So the key is kept for the webhook, which refuses it as Helm does.
+const closedReason = "false: undeclared keys are kept (never pruned, whatever the client's field validation) and refused by the webhook with Helm's message"
 
 func contains(list []string, s string) bool {
 	for _, x := range list {

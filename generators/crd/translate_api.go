@@ -3,6 +3,8 @@ package crd
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -14,8 +16,10 @@ var ErrInvalidValues = errors.New("invalid values.yaml")
 
 // Translate turns a chart's values.schema.json into the structural schema of spec, using
 // the chart's values.yaml (may be empty) for what it defaults: a key with a default is
-// never required and always nullable (a null in a composition deletes the default, as
-// in Helm). It never fetches anything: remote references become fields that keep any
+// never required. Every key is nullable (a null in a composition deletes the default,
+// as in Helm, or is refused by the webhook where there is none), and every object
+// keeps undeclared keys, also where the schema forbids them: the API server never
+// removes what a user wrote before the webhook judges it. It never fetches anything: remote references become fields that keep any
 // value, listed in the Report with every other constraint the CRD cannot carry.
 //
 // An empty schema is treated as "no schema": spec keeps unknown fields, and the Report
@@ -36,6 +40,10 @@ func Translate(schemaJSON, valuesYAML []byte) (*apiextensionsv1.JSONSchemaProps,
 // TranslateChart is Translate for a loaded chart, subcharts included: each subchart's
 // schema applies under its key (its alias if the dependency has one), with defaults
 // from the subchart's values.yaml overridden by the parent's values under that key.
+// Helm validates a subchart only when it is enabled and after copying the parent's
+// globals over the subchart's own, so the schema of a subchart with a condition or
+// tags, and a subchart's constraints on its "global", are left to the webhook (and
+// listed in the Report).
 func TranslateChart(ch *chart.Chart) (*apiextensionsv1.JSONSchemaProps, Report, error) {
 	t := newTranslator()
 	n, err := t.chart(ch, ch.Values, "", "")
@@ -46,7 +54,7 @@ func TranslateChart(ch *chart.Chart) (*apiextensionsv1.JSONSchemaProps, Report, 
 }
 
 func (t *translator) finish(n *node) (*apiextensionsv1.JSONSchemaProps, Report, error) {
-	p := t.emit(n)
+	p := t.emit(n, false)
 	p.Nullable = false
 	report := t.report.normalize()
 	if report == nil {
@@ -76,17 +84,23 @@ func (t *translator) chart(ch *chart.Chart, defaults map[string]any, prefix, fil
 	}
 	for _, dep := range ch.Dependencies() {
 		for _, key := range valuesKeys(ch, dep) {
-			sub := map[string]any{}
-			deepMerge(sub, parentValues(defaults, key))
-			deepMerge(sub, dep.Values)
 			subFile := file
 			if subFile != "" {
 				subFile = subFile[:len(subFile)-len("values.schema.json")]
 			}
 			subFile += "charts/" + dep.Name() + "/values.schema.json"
-			c, err := t.chart(dep, sub, childPath(prefix, key), subFile)
-			if err != nil {
-				return nil, err
+			var c *node
+			if kw, what := conditional(ch, dep, key); kw != "" {
+				c = t.conditionalSubchart(dep, key, kw, what, childPath(prefix, key), subFile)
+			} else {
+				sub := map[string]any{}
+				deepMerge(sub, parentValues(defaults, key))
+				deepMerge(sub, dep.Values)
+				var err error
+				if c, err = t.chart(dep, sub, childPath(prefix, key), subFile); err != nil {
+					return nil, err
+				}
+				t.subchartGlobal(c, subFile)
 			}
 			// Helm always gives a subchart its key in the merged values.
 			c.hasDefault = true
@@ -97,6 +111,78 @@ func (t *translator) chart(ch *chart.Chart, defaults map[string]any, prefix, fil
 		}
 	}
 	return n, nil
+}
+
+// conditional says why Helm may leave subchart dep, configured under key, out: the
+// dependency's condition or tags (keyword "condition" or "tags", and their value).
+// No keyword means Helm always validates the subchart.
+func conditional(parent, dep *chart.Chart, key string) (keyword, what string) {
+	if parent.Metadata == nil {
+		return "", ""
+	}
+	for _, d := range parent.Metadata.Dependencies {
+		if d == nil || d.Name != dep.Name() || (d.Alias != "" && d.Alias != key) || (d.Alias == "" && key != dep.Name()) {
+			continue
+		}
+		switch {
+		case strings.TrimSpace(d.Condition) != "":
+			return "condition", d.Condition
+		case len(d.Tags) > 0:
+			return "tags", strings.Join(d.Tags, ", ")
+		}
+	}
+	return "", ""
+}
+
+// conditionalSubchart is the CRD's shape for the key of a subchart Helm may disable:
+// any object (Helm refuses anything else there, enabled or not), no constraint of the
+// subchart's schema or its own subcharts'. Helm validates a subchart only when it is
+// enabled, and which are depends on the merged values, so its schema is the webhook's.
+func (t *translator) conditionalSubchart(dep *chart.Chart, key, keyword, what, path, schemaFile string) *node {
+	if len(dep.Schema) > 0 || len(dep.Dependencies()) > 0 {
+		t.lose(path, schemaFile+"#", keyword, fmt.Sprintf("subchart %s is enabled by %s %q: Helm validates its values only when it is enabled, so its schema (and its subcharts') is enforced by the webhook only", key, keyword, what))
+	}
+	return &node{types: tObject | tNull, path: path, ptr: schemaFile + "#"}
+}
+
+// subchartGlobal frees a subchart's own "global": Helm copies the parent's globals
+// over it before validating, so what a composition writes there is not what the
+// subchart's schema judges. The webhook judges the coalesced globals.
+func (t *translator) subchartGlobal(c *node, schemaFile string) {
+	path := childPath(c.path, chartutil.GlobalKey)
+	old, declared := c.props[chartutil.GlobalKey]
+	if dropKey(c, chartutil.GlobalKey) {
+		t.lose(path, schemaFile+"#", chartutil.GlobalKey, "Helm merges the parent's globals over a subchart's own before validating; its constraints on global are enforced by the webhook on the merged values")
+	}
+	if declared { // still documented as a field, holding any value
+		c.props[chartutil.GlobalKey] = &node{types: tAll, hasDefault: true, desc: old.desc, path: path, ptr: old.ptr}
+	}
+}
+
+// dropKey removes every constraint n (an object's schema, with its allOf and anyOf
+// branches) puts on key, and tells whether there was one.
+func dropKey(n *node, key string) bool {
+	if n == nil {
+		return false
+	}
+	dropped := false
+	if p, ok := n.props[key]; ok {
+		delete(n.props, key)
+		dropped = dropped || p.types != tAll || !p.valueEmpty() || p.props != nil || p.items != nil || p.addl != nil
+	}
+	if i := slices.Index(n.v.required, key); i >= 0 {
+		n.v.required = slices.Delete(n.v.required, i, i+1)
+		dropped = true
+	}
+	for _, a := range n.allOf {
+		dropped = dropKey(a, key) || dropped
+	}
+	for _, group := range n.anyOf {
+		for _, b := range group {
+			dropped = dropKey(b, key) || dropped
+		}
+	}
+	return dropped
 }
 
 func parentValues(defaults map[string]any, key string) map[string]any {
