@@ -106,6 +106,34 @@ bench-scale: control-plane build ## Measure definitions and compositions at scal
 dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
 	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)
 
+# Compositor's image: its tag follows the chart's appVersion, which is also what the chart
+# and the generated controller Deployments default to.
+VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/compositor/Chart.yaml)
+IMAGE_REPO ?= ghcr.io/compositor-dev/compositor
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
+IMAGES := $(BIN)/images
+NODE := $(BIN)/node
+PAUSE_IMAGE := compositor.local/pause:1
+# Where `make image-push` sends the image; credentials as `docker login` writes them.
+PUSH_IMAGE ?= $(IMAGE)
+PUSH_ARGS ?=
+
+.PHONY: image
+image: ## Build Compositor's OCI image into bin/images/compositor.tar (reproducible; no container engine)
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES)/compositor ./cmd/compositor
+	cd $(TOOLS)/image && go build -trimpath -o $(NODE)/image .
+	$(NODE)/image build -binary $(IMAGES)/compositor -ref $(IMAGE) -o $(IMAGES)/compositor.tar
+
+.PHONY: image-push
+image-push: image ## Push bin/images/compositor.tar to PUSH_IMAGE (default: IMAGE); PUSH_ARGS=-insecure for a plain-HTTP registry
+	$(NODE)/image push -archive $(IMAGES)/compositor.tar -ref $(PUSH_IMAGE) $(PUSH_ARGS)
+
+.PHONY: pause-image
+pause-image: ## Build the pod sandbox (pause) image into bin/images/pause.tar
+	cd $(TOOLS)/image && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(IMAGES)/pause ./pause
+	cd $(TOOLS)/image && go build -trimpath -o $(NODE)/image .
+	$(NODE)/image build -binary $(IMAGES)/pause -ref $(PAUSE_IMAGE) -user 65535:65535 -o $(IMAGES)/pause.tar
+
 .PHONY: clean
 clean: ## Remove bin/ and .compositor/
 	rm -rf $(BIN) .compositor

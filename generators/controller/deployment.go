@@ -23,8 +23,9 @@ import (
 )
 
 const (
-	// DefaultImage runs the controller when Options.Image is empty.
-	DefaultImage = "ghcr.io/compositor-dev/compositor:latest"
+	// DefaultImage runs the controller when Options.Image is empty: the image `make image`
+	// builds, tagged with the chart's appVersion (image_test.go keeps the two in step).
+	DefaultImage = "ghcr.io/compositor-dev/compositor:0.1.0"
 	// ContainerName is the name of the controller's container.
 	ContainerName = "controller"
 	// HealthPort serves /healthz and /readyz (--health-probe-bind-address).
