@@ -110,7 +110,7 @@ func (r *CompositionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(strings.ToLower(r.GVK.Kind)+"-"+r.GVK.Version).
 		For(r.NewComposition(), builder.WithPredicates(
 			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[labelCompositionVersion] == r.GVK.Version }),
-			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}))).
+			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}, resynced{}))).
 		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.compositionsOfDefinition)).
 		WithOptions(controller.Options{
 			SkipNameValidation: ptrTo(true),
@@ -127,6 +127,14 @@ type deletionStarted struct{ predicate.Funcs }
 
 func (deletionStarted) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+}
+
+// resynced passes the informer's periodic replay of an unchanged object (--sync), so
+// that every composition is reconciled at least that often.
+type resynced struct{ predicate.Funcs }
+
+func (resynced) Update(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion()
 }
 
 // Reconcile brings one composition's release in line with its spec.

@@ -16,10 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -38,6 +35,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/lightinformer"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -87,6 +85,8 @@ type Kinds struct {
 
 	controller controller.TypedController[request]
 	rates      *perVersionRate
+	queue      workqueue.TypedRateLimitingInterface[request] // the controller's, once it starts
+	queued     chan struct{}                                 // closed when queue is set
 
 	mu       sync.RWMutex
 	started  chan struct{}
@@ -107,7 +107,7 @@ type request struct {
 // informer holds, and the reconcilers its requests go to.
 type servedVersion struct {
 	gvk          schema.GroupVersionKind
-	informer     toolscache.SharedIndexInformer
+	informer     *lightinformer.Informer
 	reader       client.Reader
 	cancel       context.CancelFunc
 	done         chan struct{}
@@ -120,7 +120,7 @@ func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders = mgr
-	k.started = make(chan struct{})
+	k.started, k.queued = make(chan struct{}), make(chan struct{})
 	k.versions = map[VersionKey]*servedVersion{}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
 	var err error
@@ -143,6 +143,16 @@ func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
 			workqueue.TypedRateLimiter[request](requestRate{k.rates}),
 		),
 	})
+	if err != nil {
+		return err
+	}
+	// The versions' informers add to the controller's queue, which exists once the
+	// controller starts.
+	err = k.controller.Watch(source.TypedFunc[request](func(_ context.Context, q workqueue.TypedRateLimitingInterface[request]) error {
+		k.queue = q
+		close(k.queued)
+		return nil
+	}))
 	if err != nil {
 		return err
 	}
@@ -177,7 +187,13 @@ func (k *Kinds) workers() int {
 }
 
 // Start runs until ctx is done, then stops every version's informer and waits for them.
+// Versions are served once the controller has started.
 func (k *Kinds) Start(ctx context.Context) error {
+	select {
+	case <-k.queued:
+	case <-ctx.Done():
+		return nil
+	}
 	k.mu.Lock()
 	k.base = ctx
 	k.mu.Unlock()
@@ -221,10 +237,6 @@ func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinit
 	}
 	runCtx, cancel := context.WithCancel(k.base)
 	v.cancel, v.done = cancel, make(chan struct{})
-	if err := k.controller.Watch(k.source(key, v)); err != nil {
-		cancel()
-		return fmt.Errorf("watching %s %s: %w", plural, version, err)
-	}
 	k.versions[key] = v
 	k.wg.Add(1)
 	go func() {
@@ -232,7 +244,7 @@ func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinit
 		defer close(v.done)
 		logger := log.FromContext(runCtx).WithValues("namespace", key.Namespace, "resource", key.Plural, "version", key.Version)
 		logger.Info("Serving a version of a generated kind", "inProcess", k.InProcess)
-		v.informer.RunWithContext(log.IntoContext(runCtx, logger))
+		v.informer.Run(log.IntoContext(runCtx, logger))
 	}()
 	return nil
 }
@@ -268,32 +280,23 @@ func (k *Kinds) newCompositionList(gvk schema.GroupVersionKind) client.ObjectLis
 	return list
 }
 
-// newInformer is the informer of the version's compositions, labelled with it.
-func (k *Kinds) newInformer(key VersionKey) informers.GenericInformer {
-	gvr := schema.GroupVersionResource{Group: crd.Group, Version: key.Version, Resource: key.Plural}
+// newInformer is the informer of the version's compositions, labelled with it, which
+// tells the controller of their changes.
+func (k *Kinds) newInformer(key VersionKey, handler toolscache.ResourceEventHandler) *lightinformer.Informer {
 	sync := k.Sync
 	if sync <= 0 {
 		sync = time.Hour
 	}
-	indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
-	selector := labels.SelectorFromSet(labels.Set{labelCompositionVersion: key.Version}).String()
-	labelled := func(opts *metav1.ListOptions) { opts.LabelSelector = selector }
-	var informer informers.GenericInformer
+	opts := lightinformer.Options{
+		Resource:      schema.GroupVersionResource{Group: crd.Group, Version: key.Version, Resource: key.Plural},
+		LabelSelector: labels.SelectorFromSet(labels.Set{labelCompositionVersion: key.Version}).String(),
+		Handler:       handler,
+		Resync:        sync,
+	}
 	if k.InProcess {
-		informer = dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, sync, indexers, labelled)
-	} else {
-		informer = metadatainformer.NewFilteredMetadataInformer(k.metadata, gvr, metav1.NamespaceAll, sync, indexers, labelled)
+		return lightinformer.NewDynamic(k.dynamic, opts)
 	}
-	_ = informer.Informer().SetTransform(stripManagedFields)
-	return informer
-}
-
-// stripManagedFields drops what nothing here reads before the informer stores it.
-func stripManagedFields(obj any) (any, error) {
-	if accessor, err := meta.Accessor(obj); err == nil {
-		accessor.SetManagedFields(nil)
-	}
-	return obj, nil
+	return lightinformer.NewMetadata(k.metadata, opts)
 }
 
 // newVersion builds what serves one version, not yet started.
@@ -302,8 +305,9 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
-	informer := k.newInformer(key)
-	v := &servedVersion{gvk: gvk, informer: informer.Informer(), reader: listerReader{informer.Lister()}}
+	v := &servedVersion{gvk: gvk}
+	v.informer = k.newInformer(key, k.handler(key, !k.InProcess))
+	v.reader = listerReader{v.informer.Lister()}
 	v.binder = &bindingReconciler{
 		compositions:        v.reader,
 		definitions:         k.cache,
@@ -343,45 +347,43 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	return v, nil
 }
 
-// source feeds the events of a version's informer to the controller, through one
-// event handler: a composition to reconcile when it comes, goes, or changes what it
-// asks for; its namespace's release binding when it comes or goes (a relabelled one
-// leaves this version's informer).
-func (k *Kinds) source(key VersionKey, v *servedVersion) source.TypedSource[request] {
-	composition := func(obj client.Object) request {
-		return request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)}
+// handler turns the events of a version's informer into requests: a composition to
+// reconcile when it comes, goes, or changes what it asks for (unless bindingsOnly);
+// its namespace's release binding when it comes or goes (a relabelled one leaves this
+// version's informer).
+func (k *Kinds) handler(key VersionKey, bindingsOnly bool) toolscache.ResourceEventHandler {
+	composition := func(obj client.Object) {
+		if !bindingsOnly {
+			k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
 	}
-	binding := func(obj client.Object) request {
-		return request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true}
+	binding := func(obj client.Object) {
+		k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
 	}
-	inProcess := v.compositions != nil
 	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-		predicate.LabelChangedPredicate{}, deletionStarted{})
-	return &source.TypedInformer[client.Object, request]{
-		Informer: v.informer,
-		Handler: handler.TypedFuncs[client.Object, request]{
-			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
-				q.Add(binding(e.Object))
-				if inProcess {
-					q.Add(composition(e.Object))
-				}
-			},
-			UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
-				if inProcess && changed.Update(e) {
-					q.Add(composition(e.ObjectNew))
-				}
-			},
-			DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
-				q.Add(binding(e.Object))
-				if inProcess {
-					q.Add(composition(e.Object))
-				}
-			},
-			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[request]) {
-				if inProcess {
-					q.Add(composition(e.Object))
-				}
-			},
+		predicate.LabelChangedPredicate{}, deletionStarted{}, resynced{})
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(client.Object); ok {
+				binding(o)
+				composition(o)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			before, okOld := oldObj.(client.Object)
+			after, okNew := newObj.(client.Object)
+			if okOld && okNew && changed.Update(event.TypedUpdateEvent[client.Object]{ObjectOld: before, ObjectNew: after}) {
+				composition(after)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if o, ok := obj.(client.Object); ok {
+				binding(o)
+				composition(o)
+			}
 		},
 	}
 }
@@ -453,7 +455,7 @@ func (k *Kinds) namespacesOfDefinition(_ context.Context, def *corev1alpha1.Comp
 // versions hold, without copying them.
 func (k *Kinds) eachComposition(kind string, fn func(key VersionKey, obj metav1.Object)) {
 	for key, v := range k.versionsOfKind(kind) {
-		for _, item := range v.informer.GetStore().List() {
+		for _, item := range v.informer.Store().List() {
 			if obj, err := meta.Accessor(item); err == nil {
 				fn(key, obj)
 			}

@@ -150,13 +150,14 @@ func cachedOwningDefinition(ctx context.Context, cached client.Reader, req *Requ
 }
 
 // compositionChecks are the validations every composition write goes through. cached
-// reads compositions and Helm's release records from a cache (see uniqueReleaseName).
-func compositionChecks(cached client.Reader) Chain {
+// reads Helm's release records from a cache, names the release names of compositions
+// (see uniqueReleaseName).
+func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
 	return Chain{
 		CheckFunc(checkReleaseName),
 		CheckFunc(checkPaused),
 		CheckFunc(checkConversionData),
-		uniqueReleaseName{reader: cached},
+		uniqueReleaseName{reader: cached, names: names},
 		CheckFunc(warnPausedDeletion),
 	}
 }
@@ -205,11 +206,18 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 // composition's UID (ReleaseConflict), since two creates admitted at once can never
 // see each other whatever admission reads.
 type uniqueReleaseName struct {
-	// reader reads from a cache: the metadata of a kind's compositions (an informer
-	// per kind, started on the kind's first write) and of Secrets (the definition
-	// reconciler's informer). Two lists from the API server on each create cost more
-	// than the rest of the review and grew with the namespace.
+	// reader reads the metadata of Secrets from a cache (the definition reconciler's
+	// informer); names, the release names of a kind's compositions (ReleaseNames). Two
+	// lists from the API server on each create cost more than the rest of the review
+	// and grew with the namespace.
 	reader client.Reader
+	names  releaseNameUsers
+}
+
+// releaseNameUsers tells which compositions of a resource in a namespace use a release
+// name; ReleaseNames does.
+type releaseNameUsers interface {
+	Users(ctx context.Context, resource schema.GroupVersionResource, namespace, name string) ([]string, error)
 }
 
 func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
@@ -220,15 +228,16 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 	if name == "" || (req.OldObject != nil && req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName] == name) {
 		return nil, nil
 	}
-	others := &metav1.PartialObjectMetadataList{}
-	others.SetGroupVersionKind(schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind + "List"})
-	if err := u.reader.List(ctx, others, client.InNamespace(req.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("listing %s to check the release name: %w", req.Kind.Kind, err))}, nil
-	}
-	for _, other := range others.Items {
-		if other.Name != req.Object.GetName() && other.Annotations[corev1alpha1.AnnotationReleaseName] == name {
-			return field.ErrorList{field.Invalid(releaseNamePath, name, fmt.Sprintf(
-				"already used by %s %s/%s: two compositions cannot share one Helm release", req.Kind.Kind, req.Namespace, other.Name))}, nil
+	if u.names != nil {
+		users, err := u.names.Users(ctx, schema.GroupVersionResource(req.Resource), req.Namespace, name)
+		if err != nil {
+			return field.ErrorList{field.InternalError(releaseNamePath, fmt.Errorf("listing %s to check the release name: %w", req.Kind.Kind, err))}, nil
+		}
+		for _, other := range users {
+			if other != req.Object.GetName() {
+				return field.ErrorList{field.Invalid(releaseNamePath, name, fmt.Sprintf(
+					"already used by %s %s/%s: two compositions cannot share one Helm release", req.Kind.Kind, req.Namespace, other))}, nil
+			}
 		}
 	}
 	return u.releaseExists(ctx, req.Namespace, name)

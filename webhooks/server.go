@@ -54,6 +54,9 @@ type Options struct {
 	// Authorizer asks the API server whether a definition's author may get the Secret
 	// it names; without one, definitions with credentials are refused.
 	Authorizer Authorizer
+	// ReleaseNames knows the release names of compositions; without it, a release name
+	// is checked only against Helm's records.
+	ReleaseNames *ReleaseNames
 }
 
 // Register mounts the admission handlers on srv.
@@ -67,7 +70,7 @@ func Register(srv webhook.Server, opts Options) {
 // newHandlers returns the admission handlers of /mutate and /validate.
 func newHandlers(opts Options) (*Mutator, *Validator) {
 	v := &Validator{
-		Compositions: compositionChecks(opts.Cached),
+		Compositions: compositionChecks(opts.Cached, releaseNames(opts.ReleaseNames)),
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 	}
@@ -290,4 +293,12 @@ func writeReview(w http.ResponseWriter, status int, resp admissionv1.AdmissionRe
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(review)
+}
+
+// releaseNames is names as the check's interface: nil stays nil.
+func releaseNames(names *ReleaseNames) releaseNameUsers {
+	if names == nil {
+		return nil
+	}
+	return names
 }

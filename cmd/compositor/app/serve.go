@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -177,11 +178,21 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 	if err := ownership.IndexServed(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
+	// The release-name check watches the metadata of each kind written, on every replica.
+	metadataClient, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	releaseNames := webhooks.NewReleaseNames(metadataClient, mgr.GetCache())
+	if err := mgr.Add(releaseNames); err != nil {
+		return nil, err
+	}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
-		Cached:  mgr.GetClient(),
-		Live:    mgr.GetAPIReader(),
-		Checker: checker,
-		Charts:  charts,
+		ReleaseNames: releaseNames,
+		Cached:       mgr.GetClient(),
+		Live:         mgr.GetAPIReader(),
+		Checker:      checker,
+		Charts:       charts,
 		// Creates SubjectAccessReviews, never cached.
 		Authorizer: authorizer,
 	})
@@ -204,17 +215,6 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 	// records), from the cache: start their informers with the manager rather than on
 	// the first admission request, on every replica, leader or not.
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1alpha1.CompositionDefinition{}); err != nil {
-		return nil, err
-	}
-	// The release-name check starts an informer per kind and version written; retired
-	// versions' go.
-	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-		if err := webhooks.ForgetRetiredVersions(ctx, mgr.GetCache()); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		return nil
-	})); err != nil {
 		return nil, err
 	}
 	secrets := &metav1.PartialObjectMetadata{}
