@@ -163,7 +163,10 @@ func TestAnInformerCostsSixGoroutinesAndLeavesNone(t *testing.T) {
 	cancel()
 	wg.Wait()
 	// Connections to the API server come and go with their streams; close the idle ones.
-	require.Eventually(t, func() bool { utilnet.CloseIdleConnectionsFor(httpClient.Transport); return runtime.NumGoroutine() <= before }, 30*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool {
+		utilnet.CloseIdleConnectionsFor(httpClient.Transport)
+		return runtime.NumGoroutine() <= before
+	}, 30*time.Second, 50*time.Millisecond,
 		"goroutines after stopping every informer: more than %d", before)
 }
 
