@@ -75,7 +75,7 @@ Compositor against it until Ctrl-C, then stops everything it started.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", filepath.Join(".compositor", "kubeconfig"), "Where to write the admin kubeconfig of the local control plane")
-	fs.StringVar(&opts.DataDir, "data-dir", filepath.Join(".compositor", "etcd"), "Where etcd keeps the local control plane's data across restarts")
+	fs.StringVar(&opts.DataDir, "data-dir", filepath.Join(".compositor", "etcd"), "Where etcd keeps the local control plane's data, and dev the webhook address it chose, across restarts")
 	fs.BoolVar(&opts.Reset, "reset", false, "Start from an empty control plane: remove --data-dir first")
 	fs.StringVar(&opts.ChartRepositoryAddr, "chart-repository-addr", "127.0.0.1:8879", `Where the sample charts are served as a Helm repository ("" turns it off)`)
 	fs.StringVar(&opts.ControlPlaneDir, "control-plane-dir", defaultControlPlaneDir(), "Directory with the etcd and kube-apiserver binaries (env KUBEBUILDER_ASSETS)")
