@@ -1,8 +1,9 @@
-// Package chartserver runs chart sources on loopback for tests and for `compositor
-// dev`: a Helm HTTP repository (a directory of packaged charts with its index.yaml)
-// and a real OCI registry (distribution, in-process, in-memory storage). Both can
-// require basic auth and serve TLS with a self-signed certificate whose PEM they
-// expose, and both log every request so tests can prove what was (not) downloaded.
+// Package chartserver runs chart sources on loopback for tests: a Helm HTTP repository
+// (a directory of packaged charts with its index.yaml) and a real OCI registry
+// (distribution, in-process, in-memory storage). Both can require basic auth and serve
+// TLS with a self-signed certificate whose PEM they expose, and both log every request
+// so tests can prove what was (not) downloaded. `compositor dev` serves its sample
+// charts with package samples instead, so that no test package is linked into it.
 //
 // Start* constructors return an error and leave closing to the caller; New* take a
 // test handle, fail it on error and close on cleanup.
