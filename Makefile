@@ -20,6 +20,8 @@ KUBE_STAMP := $(K8S)/.kube-$(call pins,kube)
 ETCD_STAMP := $(K8S)/.etcd-$(call pins,etcd)
 HELM_STAMP := $(K8S)/.helm-$(call pins,helm)
 CODEGEN_STAMP := $(BIN)/.controller-gen-$(call pins,codegen)
+KUBENODE_STAMP := $(K8S)/.kubenode-$(call pins,kubenode)
+CONTAINERD_STAMP := $(BIN)/node/.containerd-$(call pins,containerd)
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 60m
 FUZZTIME ?= 1m
@@ -134,6 +136,44 @@ pause-image: ## Build the pod sandbox (pause) image into bin/images/pause.tar
 	cd $(TOOLS)/image && go build -trimpath -o $(NODE)/image .
 	$(NODE)/image build -binary $(IMAGES)/pause -ref $(PAUSE_IMAGE) -user 65535:65535 -o $(IMAGES)/pause.tar
 
+# `make cluster`: a single-node cluster from Go modules and Debian packages.
+CLUSTER_DIR := $(CURDIR)/.compositor/cluster
+CLUSTER_ARGS ?=
+# Debian packages the node needs: runc for containerd's shim, the CNI plugins.
+NODE_DEBS := runc containernetworking-plugins
+
+.PHONY: node
+node: control-plane $(KUBENODE_STAMP) $(CONTAINERD_STAMP) ## Build kubelet, kube-controller-manager, kube-scheduler and containerd; install runc and the CNI plugins (Debian)
+	@missing=$$(for p in $(NODE_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing $$missing (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(KUBENODE_STAMP):
+	@echo "Building kubelet, kube-controller-manager and kube-scheduler (the first build takes about 6 minutes)"
+	cd $(TOOLS)/kubenode && go build -o $(K8S)/ k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	rm -f $(K8S)/.kubenode-* && touch $@
+
+# Static, without the btrfs, devmapper and zfs snapshotters (cgo); overlayfs is built in.
+$(CONTAINERD_STAMP):
+	@echo "Building containerd, its runc shim and ctr (the first build takes about 5 minutes)"
+	cd $(TOOLS)/containerd && CGO_ENABLED=0 go build -tags no_btrfs,no_devmapper,no_zfs -o $(NODE)/ \
+	  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	rm -f $(NODE)/.containerd-* && touch $@
+
+.PHONY: cluster
+cluster: node image pause-image ## Run a single-node cluster (kubelet, containerd, bridge CNI) until Ctrl-C; kubeconfig in .compositor/cluster/kubeconfig
+	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
+	exec $(NODE)/cluster up -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE) \
+	  -image $(IMAGES)/pause.tar -image $(IMAGES)/compositor.tar $(CLUSTER_ARGS)
+
+.PHONY: cluster-down
+cluster-down: ## Stop `make cluster` and remove every process, mount, network namespace and cgroup it left
+	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
+	$(NODE)/cluster down -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE)
+
 .PHONY: clean
-clean: ## Remove bin/ and .compositor/
+clean: ## Remove bin/ and .compositor/ (after stopping `make cluster`, whose mounts live there)
+	if [ -x $(NODE)/cluster ]; then $(NODE)/cluster down -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE); fi
 	rm -rf $(BIN) .compositor
