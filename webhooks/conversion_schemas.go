@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -162,6 +163,7 @@ type CRDSchemas struct {
 }
 
 type builtSchemas struct {
+	name            string // of the CRD, so that the next lookup is a Get, not a List
 	uid             types.UID
 	resourceVersion string
 	schemas         *Schemas
@@ -195,8 +197,23 @@ func hasAll(s *Schemas, versions []string) bool {
 	return true
 }
 
+// lookup finds the CRD of gk through r: by the name it had last time, else among every
+// CRD (a thousand definitions make a thousand CRDs, and a review converts often).
 func (c *CRDSchemas) lookup(ctx context.Context, r client.Reader, gk schema.GroupKind) (*Schemas, error) {
-	// The CRDs are only read, so a cache need not copy them: a CRD can be large.
+	c.mu.Lock()
+	b, known := c.built[gk]
+	c.mu.Unlock()
+	if known {
+		// The CRDs are only read, so a cache need not copy them: a CRD can be large.
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := r.Get(ctx, client.ObjectKey{Name: b.name}, crd, client.UnsafeDisableDeepCopy)
+		if err == nil && crd.Spec.Group == gk.Group && crd.Spec.Names.Kind == gk.Kind {
+			return c.schemasOf(crd)
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading CustomResourceDefinition %s: %w", b.name, err)
+		}
+	}
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
 	if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing CustomResourceDefinitions: %w", err)
@@ -223,7 +240,7 @@ func (c *CRDSchemas) schemasOf(crd *apiextensionsv1.CustomResourceDefinition) (*
 		return nil, err
 	}
 	c.mu.Lock()
-	c.built[gk] = builtSchemas{uid: crd.UID, resourceVersion: crd.ResourceVersion, schemas: s}
+	c.built[gk] = builtSchemas{name: crd.Name, uid: crd.UID, resourceVersion: crd.ResourceVersion, schemas: s}
 	c.mu.Unlock()
 	return s, nil
 }

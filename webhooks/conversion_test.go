@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -412,11 +413,27 @@ func TestParsePointer(t *testing.T) {
 	}
 }
 
-// crdLister lists a fixed set of CRDs and counts the calls.
+// crdLister lists and gets a fixed set of CRDs and counts the calls of each.
 type crdLister struct {
 	client.Reader
-	crds  []apiextensionsv1.CustomResourceDefinition
-	calls int
+	crds       []apiextensionsv1.CustomResourceDefinition
+	calls      int
+	gets       int
+	getFailure error
+}
+
+func (l *crdLister) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	l.gets++
+	if l.getFailure != nil {
+		return l.getFailure
+	}
+	for _, c := range l.crds {
+		if c.Name == key.Name {
+			c.DeepCopyInto(obj.(*apiextensionsv1.CustomResourceDefinition))
+			return nil
+		}
+	}
+	return apierrors.NewNotFound(apiextensionsv1.Resource("customresourcedefinitions"), key.Name)
 }
 
 func (l *crdLister) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
@@ -444,6 +461,8 @@ func TestCRDSchemas(t *testing.T) {
 		again, err := src.Schemas(ctx, gk, nil)
 		require.NoError(t, err)
 		assert.Same(t, first, again)
+		assert.Equal(t, 1, cached.calls, "once known, a CRD is read by its name, not found in a list of every CRD")
+		assert.Equal(t, 1, cached.gets)
 
 		cached.crds = []apiextensionsv1.CustomResourceDefinition{withRV("2", 2)}
 		changed, err := src.Schemas(ctx, gk, nil)
@@ -458,12 +477,12 @@ func TestCRDSchemas(t *testing.T) {
 		src := NewCRDSchemas(cached, live)
 		s, err := src.Schemas(ctx, gk, []string{"v1-1-5"})
 		require.NoError(t, err)
-		assert.Equal(t, 0, live.calls, "the cache had every version")
+		assert.Equal(t, 0, live.calls+live.gets, "the cache had every version")
 		assert.Equal(t, []string{"v1-1-5", "v1-1-6"}, s.Served())
 
 		s, err = src.Schemas(ctx, gk, []string{"v2-0-0"})
 		require.NoError(t, err)
-		assert.Equal(t, 1, live.calls)
+		assert.Equal(t, 1, live.calls+live.gets)
 		assert.Equal(t, []string{"v1-1-5", "v1-1-6", "v2-0-0"}, s.Served())
 
 		cached.crds = nil
@@ -472,6 +491,24 @@ func TestCRDSchemas(t *testing.T) {
 		live.crds = nil
 		_, err = src.Schemas(ctx, gk, nil)
 		assert.ErrorIs(t, err, ErrUnknownKind)
+	})
+
+	t.Run("a CRD renamed or gone is looked for again", func(t *testing.T) {
+		cached := &crdLister{crds: []apiextensionsv1.CustomResourceDefinition{withRV("1", 3)}}
+		src := NewCRDSchemas(cached, nil)
+		_, err := src.Schemas(ctx, gk, nil)
+		require.NoError(t, err)
+		renamed := withRV("2", 2)
+		renamed.Name = "other." + crd.Group
+		cached.crds = []apiextensionsv1.CustomResourceDefinition{renamed}
+		s, err := src.Schemas(ctx, gk, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"v1-1-5", "v1-1-6"}, s.Served())
+		assert.Equal(t, 2, cached.calls)
+
+		cached.getFailure = errors.New("cache stopped")
+		_, err = src.Schemas(ctx, gk, nil)
+		assert.ErrorContains(t, err, "cache stopped", "a failing read is said, not taken for a missing CRD")
 	})
 
 	t.Run("a CRD without a storage version", func(t *testing.T) {
