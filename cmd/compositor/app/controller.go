@@ -20,7 +20,8 @@ import (
 
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/generators/chartsource"
-	"github.com/compositor-dev/compositor/reconciler"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
 )
 
 // serviceAccountNamespaceFile names the namespace a pod runs in.
@@ -146,10 +147,10 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 			namespace = strings.TrimSpace(string(data))
 		}
 	}
-	mgr, err := reconciler.NewCompositionManager(cfg, reconciler.CompositionManagerOptions{
+	mgr, err := compositionctrl.NewManager(cfg, compositionctrl.ManagerOptions{
 		GVK:                 gvk,
 		Scheme:              scheme,
-		Charts:              &reconciler.Charts{Fetcher: fetcher, Live: live},
+		Charts:              &charts.Source{Fetcher: fetcher, Live: live},
 		DefinitionNamespace: namespace,
 		MaxReconcileRate:    opts.MaxReconcileRate,
 		Sync:                opts.Sync,

@@ -41,7 +41,11 @@ import (
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
-	"github.com/compositor-dev/compositor/reconciler"
+	"github.com/compositor-dev/compositor/reconciler/audit"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/reconciler/definition"
+	"github.com/compositor-dev/compositor/reconciler/kinds"
+	"github.com/compositor-dev/compositor/reconciler/policy"
 	"github.com/compositor-dev/compositor/webhooks"
 )
 
@@ -97,7 +101,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	charts := &reconciler.Charts{Fetcher: fetcher, Live: live}
+	charts := &charts.Source{Fetcher: fetcher, Live: live}
 
 	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
@@ -168,7 +172,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler.Charts, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Source, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
 	if err != nil {
 		return nil, err
@@ -196,12 +200,12 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *reconciler
 		// Creates SubjectAccessReviews, never cached.
 		Authorizer: authorizer,
 	})
-	if err := (&reconciler.PolicyReconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if opts.AuditInterval > 0 {
 		// Leader only: one replica writes the audit status.
-		auditor := &reconciler.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval}
+		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval}
 		if err := mgr.Add(auditor); err != nil {
 			return nil, err
 		}
@@ -251,14 +255,14 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler.Charts, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
 	} else {
 		conversion.URL += crd.ConvertPath
 	}
-	definitions := &reconciler.DefinitionReconciler{
+	definitions := &definition.Reconciler{
 		Client:             mgr.GetClient(),
 		Live:               mgr.GetAPIReader(),
 		Charts:             charts,
@@ -273,7 +277,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *reconciler
 	}
 	// One runtime for every generated kind: the release bindings of each served version
 	// and, in-process, its composition controller.
-	kinds := &reconciler.Kinds{
+	kinds := &kinds.Runtime{
 		Config:           mgr.GetConfig(),
 		InProcess:        opts.Controllers == ControllersInProcess,
 		Charts:           charts,
@@ -322,7 +326,7 @@ func watchPolicyDir(mgr manager.Manager, engine *policies.Engine, dir string) er
 // Compositor generated.
 func injectIntoGeneratedCRDs(ctx context.Context, c client.Client, bundle []byte) error {
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := c.List(ctx, list, client.MatchingLabels{reconciler.LabelManaged: "true"}); err != nil {
+	if err := c.List(ctx, list, client.MatchingLabels{definition.LabelManaged: "true"}); err != nil {
 		return err
 	}
 	objs := make([]client.Object, 0, len(list.Items))

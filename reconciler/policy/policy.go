@@ -1,4 +1,6 @@
-package reconciler
+// Package policy keeps the policy engine of every replica in step with the
+// CompositionPolicy objects.
+package policy
 
 import (
 	"context"
@@ -15,17 +17,17 @@ import (
 	"github.com/compositor-dev/compositor/policies"
 )
 
-// PolicyReconciler keeps the policy engine in step with the CompositionPolicy objects:
+// Reconciler keeps the policy engine in step with the CompositionPolicy objects:
 // each change is compiled once and swapped in; a policy that does not compile leaves
 // the last good version of it in force and reports its errors in status.
-type PolicyReconciler struct {
+type Reconciler struct {
 	Client client.Client
 	Engine *policies.Engine
 }
 
 // SetupWithManager registers the reconciler with mgr. It runs on every replica: each
 // one serves admission requests with its own engine.
-func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("compositionpolicy").
 		For(&policyv1alpha1.CompositionPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -34,7 +36,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile compiles one CompositionPolicy into the engine and reports the result.
-func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := &policyv1alpha1.CompositionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if client.IgnoreNotFound(err) == nil {

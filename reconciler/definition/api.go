@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
 // generatedAPI is what a definition serves: one version of a generated kind.
@@ -30,24 +31,24 @@ func (a *generatedAPI) CRDName() string { return a.Plural + "." + crd.Group }
 func (a *generatedAPI) APIVersion() string { return crd.Group + "/" + a.Version }
 
 // describeAPI names the generated API and translates the chart's schema.
-func (r *DefinitionReconciler) describeAPI(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result) (*generatedAPI, error) {
+func (r *Reconciler) describeAPI(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result) (*generatedAPI, error) {
 	meta := fetched.Chart.Metadata
 	api := &generatedAPI{ChartName: meta.Name, ChartVersion: meta.Version, NoSchema: len(fetched.Chart.Schema) == 0}
 	var err error
 	if api.Kind, err = crd.Kind(meta.Name); err != nil {
-		return nil, &phaseError{reason: ReasonInvalidChartName, terminal: true, err: err}
+		return nil, &condition.Error{Reason: ReasonInvalidChartName, Terminal: true, Err: err}
 	}
 	if api.Plural, err = crd.Plural(meta.Name); err != nil {
-		return nil, &phaseError{reason: ReasonInvalidChartName, terminal: true, err: err}
+		return nil, &condition.Error{Reason: ReasonInvalidChartName, Terminal: true, Err: err}
 	}
 	if api.Version, err = crd.VersionName(meta.Version); err != nil {
-		return nil, &phaseError{reason: ReasonInvalidChartVersion, terminal: true, err: err}
+		return nil, &condition.Error{Reason: ReasonInvalidChartVersion, Terminal: true, Err: err}
 	}
 	if api.Spec, _, err = crd.TranslateChart(fetched.Chart); err != nil {
-		return nil, &phaseError{reason: ReasonInvalidSchema, terminal: true, err: fmt.Errorf("translating values.schema.json of %s %s: %w", meta.Name, meta.Version, err)}
+		return nil, &condition.Error{Reason: ReasonInvalidSchema, Terminal: true, Err: fmt.Errorf("translating values.schema.json of %s %s: %w", meta.Name, meta.Version, err)}
 	}
 	if def.Spec.Chart.Version != "" && def.Spec.Chart.Version != meta.Version {
-		return nil, &phaseError{reason: ReasonInvalidChartVersion, terminal: true, err: errors.New(
+		return nil, &condition.Error{Reason: ReasonInvalidChartVersion, Terminal: true, Err: errors.New(
 			"the fetched chart is version " + meta.Version + ", not spec.chart.version " + def.Spec.Chart.Version)}
 	}
 	return api, nil

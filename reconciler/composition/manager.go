@@ -1,4 +1,4 @@
-package reconciler
+package composition
 
 import (
 	"context"
@@ -19,23 +19,23 @@ import (
 
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/reconciler/charts"
 )
 
-// CompositionManagerOptions configure the manager of one version's composition
-// controller.
-type CompositionManagerOptions struct {
+// ManagerOptions configure the manager of one version's composition controller.
+type ManagerOptions struct {
 	// GVK is the served version's group, version and kind.
 	GVK schema.GroupVersionKind
 	// Scheme knows Compositor's own types.
 	Scheme *runtime.Scheme
 	// Charts loads the definitions' charts.
-	Charts *Charts
-	// DefinitionNamespace, Bind and MaxReconcileRate: see CompositionReconciler.
+	Charts *charts.Source
+	// DefinitionNamespace, Bind and MaxReconcileRate: see Reconciler.
 	DefinitionNamespace string
 	Bind                func(ctx context.Context, namespace string) error
 	MaxReconcileRate    int
 	// Checker validates values and judges manifests before they are installed (see
-	// CompositionReconciler.Checker); nil checks the chart's schemas and no policies.
+	// Reconciler.Checker); nil checks the chart's schemas and no policies.
 	Checker *policies.Checker
 	// Sync is the resync period.
 	Sync time.Duration
@@ -44,11 +44,11 @@ type CompositionManagerOptions struct {
 	MetricsAddr     string
 }
 
-// NewCompositionManager returns a manager, acting as the user of cfg, that runs the
-// composition controller of one served version. Its cache holds only the compositions
-// labelled with that version.
-func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (manager.Manager, error) {
-	r := &CompositionReconciler{
+// NewManager returns a manager, acting as the user of cfg, that runs the composition
+// controller of one served version. Its cache holds only the compositions labelled
+// with that version.
+func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) {
+	r := &Reconciler{
 		GVK:                 opts.GVK,
 		Charts:              opts.Charts,
 		DefinitionNamespace: opts.DefinitionNamespace,
@@ -75,7 +75,7 @@ func NewCompositionManager(cfg *rest.Config, opts CompositionManagerOptions) (ma
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
-				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{labelCompositionVersion: opts.GVK.Version})},
+				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{LabelCompositionVersion: opts.GVK.Version})},
 			},
 		},
 		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},

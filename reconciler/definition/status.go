@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"fmt"
@@ -8,10 +8,11 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
 // recordStatus reports the served API and marks the definition Ready and Synced.
-func (r *DefinitionReconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) {
+func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) {
 	def.Status.APIVersion = api.APIVersion()
 	def.Status.Kind = api.Kind
 	def.Status.Resource = api.Plural
@@ -25,14 +26,14 @@ func (r *DefinitionReconciler) recordStatus(def *corev1alpha1.CompositionDefinit
 			{Version: crd.HubVersion, Served: false, Stored: true},
 		},
 	}
-	readyReason, readyMessage := ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())
+	readyReason, readyMessage := condition.ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())
 	if api.NoSchema {
 		readyReason = ReasonNoSchema
 		readyMessage += "; the chart has no values.schema.json, so spec accepts any value"
 	}
 	setConditions(def,
-		condition(corev1alpha1.ConditionReady, true, readyReason, readyMessage),
-		condition(corev1alpha1.ConditionSynced, true, ReasonReconcileSuccess, "the generated API matches the chart"))
+		condition.New(corev1alpha1.ConditionReady, true, readyReason, readyMessage),
+		condition.New(corev1alpha1.ConditionSynced, true, ReasonReconcileSuccess, "the generated API matches the chart"))
 }
 
 func equalStatus(a, b corev1alpha1.CompositionDefinitionStatus) bool {

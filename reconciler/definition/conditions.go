@@ -1,27 +1,24 @@
-package reconciler
+package definition
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
 // Reasons of a CompositionDefinition's conditions. Each names what happened in words an
-// operator can act on.
+// operator can act on. Available and Paused are shared with compositions (package
+// condition); fetching the chart has its own (package charts).
 const (
-	ReasonAvailable             = "Available"
-	ReasonNoSchema              = "NoSchema"
-	ReasonReconcileSuccess      = "ReconcileSuccess"
-	ReasonPaused                = "Paused"
-	ReasonChartFetchFailed      = "ChartFetchFailed"
-	ReasonCredentialsNotFound   = "CredentialsNotFound"
-	ReasonCredentialsNotAllowed = "CredentialsNotAllowed"
-	ReasonInvalidChartName      = "InvalidChartName"
-	ReasonInvalidChartVersion   = "InvalidChartVersion"
-	ReasonInvalidSchema         = "InvalidSchema"
-	ReasonApplyFailed           = "ApplyFailed"
-	ReasonDeleting              = "Deleting"
+	ReasonNoSchema            = "NoSchema"
+	ReasonReconcileSuccess    = "ReconcileSuccess"
+	ReasonInvalidChartName    = "InvalidChartName"
+	ReasonInvalidChartVersion = "InvalidChartVersion"
+	ReasonInvalidSchema       = "InvalidSchema"
+	ReasonApplyFailed         = "ApplyFailed"
+	ReasonDeleting            = "Deleting"
 )
 
 // setConditions sets Ready and Synced for the definition's current generation. A
@@ -34,22 +31,14 @@ func setConditions(def *corev1alpha1.CompositionDefinition, ready, synced metav1
 	}
 }
 
-func condition(kind string, ok bool, reason, message string) metav1.Condition {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
-	}
-	return metav1.Condition{Type: kind, Status: status, Reason: reason, Message: message}
-}
-
 // failed marks the definition not Synced for reason. It stays Ready when its API was
 // already served for this generation: a chart server that is down for a while does not
 // take the generated API away, and Ready does not flap with it.
 func failed(def *corev1alpha1.CompositionDefinition, reason, message string) {
-	ready := condition(corev1alpha1.ConditionReady, false, reason, message)
+	ready := condition.New(corev1alpha1.ConditionReady, false, reason, message)
 	if c := meta.FindStatusCondition(def.Status.Conditions, corev1alpha1.ConditionReady); c != nil &&
 		c.Status == metav1.ConditionTrue && c.ObservedGeneration == def.Generation {
 		ready = *c
 	}
-	setConditions(def, ready, condition(corev1alpha1.ConditionSynced, false, reason, message))
+	setConditions(def, ready, condition.New(corev1alpha1.ConditionSynced, false, reason, message))
 }

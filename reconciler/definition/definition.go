@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"context"
@@ -31,28 +31,28 @@ import (
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/ownership"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/reconciler/kinds"
 )
 
 // Finalizer holds a CompositionDefinition until its generated objects are removed.
 const Finalizer = "compositor.dev/definition"
-
-// fieldManager owns what the reconciler applies.
-const fieldManager = "compositor"
 
 // BundleSource knows the CA bundle the API server trusts the webhooks with.
 type BundleSource interface {
 	CABundle() []byte
 }
 
-// DefinitionReconciler turns CompositionDefinitions into served APIs: it fetches the
-// chart, generates the CRD version from its schema, applies it and reports status.
-type DefinitionReconciler struct {
+// Reconciler turns CompositionDefinitions into served APIs: it fetches the chart,
+// generates the CRD version from its schema, applies it and reports status.
+type Reconciler struct {
 	// Client reads through the manager's cache and writes.
 	Client client.Client
 	// Live reads compositions from the API server.
 	Live client.Reader
 	// Charts fetches the definitions' charts.
-	Charts *Charts
+	Charts *charts.Source
 	// Conversion locates the conversion webhook; its CABundle comes from Bundle.
 	Conversion crd.ConversionWebhook
 	Bundle     BundleSource
@@ -71,11 +71,11 @@ type DefinitionReconciler struct {
 	// Kinds, when set, serves each version: it binds the version's release role in the
 	// namespaces of its compositions as they come and go and, when InProcess, runs the
 	// composition controllers instead of the generated Deployments.
-	Kinds *Kinds
+	Kinds *kinds.Runtime
 }
 
 // SetupWithManager registers the reconciler and its watches with mgr.
-func (r *DefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("compositiondefinition").
 		For(&corev1alpha1.CompositionDefinition{}, builder.WithPredicates(
@@ -96,7 +96,7 @@ func (r *DefinitionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile brings one CompositionDefinition's generated API in line with its spec.
-func (r *DefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	def := &corev1alpha1.CompositionDefinition{}
 	if err := r.Client.Get(ctx, req.NamespacedName, def); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -121,7 +121,7 @@ func (r *DefinitionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // recordEvents emits an event when the Synced condition changed: only when something
 // happened, never once per reconciliation.
-func (r *DefinitionReconciler) recordEvents(before, after *corev1alpha1.CompositionDefinition) {
+func (r *Reconciler) recordEvents(before, after *corev1alpha1.CompositionDefinition) {
 	if r.Recorder == nil {
 		return
 	}
@@ -138,12 +138,12 @@ func (r *DefinitionReconciler) recordEvents(before, after *corev1alpha1.Composit
 }
 
 // pause touches nothing but the status, which says that the definition is paused.
-func (r *DefinitionReconciler) pause(def *corev1alpha1.CompositionDefinition) {
-	failed(def, ReasonPaused, fmt.Sprintf("%s is \"true\": nothing is reconciled until it is removed or \"false\"", corev1alpha1.AnnotationPaused))
+func (r *Reconciler) pause(def *corev1alpha1.CompositionDefinition) {
+	failed(def, condition.ReasonPaused, fmt.Sprintf("%s is \"true\": nothing is reconciled until it is removed or \"false\"", corev1alpha1.AnnotationPaused))
 }
 
 // sync is the life of a definition: chart → schema → CRD version → status.
-func (r *DefinitionReconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if controllerutil.AddFinalizer(def, Finalizer) {
 		if err := r.Client.Update(ctx, def); err != nil {
 			return ctrl.Result{}, err
@@ -190,7 +190,7 @@ const ReasonAPIOwnedElsewhere = "APIOwnedElsewhere"
 // that kind and version from other chart content (see package ownership): it would
 // change another team's API under its compositions. It is retried, so the definition
 // serves once the owner is gone.
-func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartsource.Result) error {
+func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartsource.Result) error {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing CompositionDefinitions: %w", err)
@@ -212,7 +212,7 @@ func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.C
 	if err != nil || owner == nil {
 		return err
 	}
-	return &phaseError{reason: ReasonAPIOwnedElsewhere, err: fmt.Errorf(
+	return &condition.Error{Reason: ReasonAPIOwnedElsewhere, Err: fmt.Errorf(
 		"%s %s is served by CompositionDefinition %s/%s from other chart content (%s; this chart is %s): one kind and version has one chart. Publish this chart under another name or version, or use the same chart as %s/%s",
 		api.Kind, api.APIVersion(), owner.Namespace, owner.Name, owner.Status.Digest, fetched.Digest, owner.Namespace, owner.Name)}
 }
@@ -221,7 +221,7 @@ func (r *DefinitionReconciler) claimAPI(ctx context.Context, def *corev1alpha1.C
 // names a new version or chart, before any composition is moved there: the webhooks
 // find a composition's chart through the status, and refuse a write through a version
 // no status names.
-func (r *DefinitionReconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) error {
+func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) error {
 	before := def.DeepCopy()
 	r.recordStatus(def, fetched, api)
 	if before.Status.APIVersion == def.Status.APIVersion && before.Status.Digest == def.Status.Digest {
@@ -235,29 +235,19 @@ func (r *DefinitionReconciler) publishStatus(ctx context.Context, def *corev1alp
 
 // fail records err in the conditions. Errors that only a change of the definition can
 // fix are terminal: they are not retried until the definition changes.
-func (r *DefinitionReconciler) fail(def *corev1alpha1.CompositionDefinition, err error) (ctrl.Result, error) {
-	var pe *phaseError
+func (r *Reconciler) fail(def *corev1alpha1.CompositionDefinition, err error) (ctrl.Result, error) {
+	var pe *condition.Error
 	if !errors.As(err, &pe) {
-		pe = &phaseError{reason: ReasonApplyFailed, err: err}
+		pe = &condition.Error{Reason: ReasonApplyFailed, Err: err}
 	}
-	failed(def, pe.reason, pe.Error())
-	if pe.terminal {
+	failed(def, pe.Reason, pe.Error())
+	if pe.Terminal {
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 	return ctrl.Result{}, err
 }
 
-// phaseError is a failure of one phase with the condition reason that reports it.
-type phaseError struct {
-	reason   string
-	terminal bool
-	err      error
-}
-
-func (e *phaseError) Error() string { return e.err.Error() }
-func (e *phaseError) Unwrap() error { return e.err }
-
-func (r *DefinitionReconciler) patchStatus(ctx context.Context, before, def *corev1alpha1.CompositionDefinition) error {
+func (r *Reconciler) patchStatus(ctx context.Context, before, def *corev1alpha1.CompositionDefinition) error {
 	if equalStatus(before.Status, def.Status) {
 		return nil
 	}
@@ -267,14 +257,14 @@ func (r *DefinitionReconciler) patchStatus(ctx context.Context, before, def *cor
 	return nil
 }
 
-func (r *DefinitionReconciler) definitionsOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+func (r *Reconciler) definitionsOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
 	return r.definitionsWhere(ctx, func(def *corev1alpha1.CompositionDefinition) bool {
 		c := def.Spec.Chart.Credentials
 		return c != nil && c.PasswordRef.Namespace == secret.GetNamespace() && c.PasswordRef.Name == secret.GetName()
 	})
 }
 
-func (r *DefinitionReconciler) definitionsOfCRD(ctx context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) definitionsOfCRD(ctx context.Context, obj client.Object) []reconcile.Request {
 	if obj.GetLabels()[LabelManaged] != "true" {
 		return nil
 	}
@@ -283,7 +273,7 @@ func (r *DefinitionReconciler) definitionsOfCRD(ctx context.Context, obj client.
 	})
 }
 
-func (r *DefinitionReconciler) definitionsWhere(ctx context.Context, match func(*corev1alpha1.CompositionDefinition) bool) []reconcile.Request {
+func (r *Reconciler) definitionsWhere(ctx context.Context, match func(*corev1alpha1.CompositionDefinition) bool) []reconcile.Request {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing CompositionDefinitions to map an event")

@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"context"
@@ -22,7 +22,7 @@ const waitForCompositions = 30 * time.Second
 
 // finalize removes what the definition generated once no composition of its version is
 // left, then lets the definition go.
-func (r *DefinitionReconciler) finalize(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(def, Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -38,7 +38,7 @@ func (r *DefinitionReconciler) finalize(ctx context.Context, def *corev1alpha1.C
 
 // releaseVersion gives up the definition's served version: it reports false while
 // compositions of that version exist and no other definition serves it.
-func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
+func (r *Reconciler) releaseVersion(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
 	api := &generatedAPI{Kind: def.Status.Kind, Plural: def.Status.Resource, Version: version}
 	current := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
@@ -78,7 +78,7 @@ func (r *DefinitionReconciler) releaseVersion(ctx context.Context, def *corev1al
 
 // servedByAnother reports whether a definition other than def, not being deleted,
 // serves version of def's kind.
-func (r *DefinitionReconciler) servedByAnother(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
+func (r *Reconciler) servedByAnother(ctx context.Context, def *corev1alpha1.CompositionDefinition, version string) (bool, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return false, err

@@ -1,4 +1,4 @@
-package reconciler
+package composition
 
 import (
 	"bytes"
@@ -281,7 +281,7 @@ func checkOwner(last *release.Release, namespace, name string, uid types.UID) er
 // policyRequest describes the composition as the webhook does for the policies: its
 // values and chart, its namespace's labels, its release. upgrade says whether the
 // release exists (UPDATE) or not (CREATE).
-func (r *CompositionReconciler) policyRequest(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, upgrade bool) (*policies.Request, error) {
+func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, upgrade bool) (*policies.Request, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s for the policies' namespaceSelector: %w", obj.GetNamespace(), err)
@@ -307,7 +307,7 @@ func (r *CompositionReconciler) policyRequest(ctx context.Context, obj *unstruct
 
 // validateValues checks the values about to be installed against the chart's schemas
 // with Compositor's validator, which never loads a reference: Helm's own check is off.
-func (r *CompositionReconciler) validateValues(ctx context.Context, request *policies.Request) error {
+func (r *Reconciler) validateValues(ctx context.Context, request *policies.Request) error {
 	if r.Checker == nil || r.Checker.Schemas == nil {
 		return errors.New("the controller has no values validator, so it installs nothing")
 	}
@@ -322,7 +322,7 @@ func (r *CompositionReconciler) validateValues(ctx context.Context, request *pol
 }
 
 // gate is the post-renderer of one install of the composition.
-func (r *CompositionReconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool) *installGate {
+func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool) *installGate {
 	g := &installGate{ctx: ctx, namespace: namespace, mapper: r.Helm.mapper, request: request, clusterScoped: clusterScoped}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine

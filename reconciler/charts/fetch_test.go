@@ -1,4 +1,4 @@
-package reconciler
+package charts
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // The admission webhooks find a definition's chart in memory; when memory is full, the
 // chart used least recently is the one fetched again.
 func TestChartsKeepTheRecentlyUsedInMemory(t *testing.T) {
-	c := &Charts{} // no Fetcher: a miss would panic, so every lookup here must hit
+	c := &Source{} // no Fetcher: a miss would panic, so every lookup here must hit
 	definitionOf := func(digest string) *corev1alpha1.CompositionDefinition {
 		return &corev1alpha1.CompositionDefinition{Status: corev1alpha1.CompositionDefinitionStatus{Digest: digest}}
 	}

@@ -1,4 +1,6 @@
-package reconciler
+// Package audit evaluates the objects that exist against the policies in force, on the
+// leader, and writes what it finds to each CompositionPolicy's status.
+package audit
 
 import (
 	"cmp"
@@ -30,6 +32,8 @@ import (
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/definition"
 )
 
 const (
@@ -148,7 +152,7 @@ func (p *auditPass) run(ctx context.Context) error {
 		return err
 	}
 	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := p.Reader.List(ctx, crds, client.MatchingLabels{LabelManaged: "true"}); err != nil {
+	if err := p.Reader.List(ctx, crds, client.MatchingLabels{definition.LabelManaged: "true"}); err != nil {
 		return fmt.Errorf("listing generated CRDs: %w", err)
 	}
 	for i := range crds.Items {
@@ -220,12 +224,12 @@ func (p *auditPass) auditCompositions(ctx context.Context, generated *apiextensi
 		return nil
 	}
 	for _, version := range served {
-		selector := labels.SelectorFromSet(labels.Set{labelCompositionVersion: version})
+		selector := labels.SelectorFromSet(labels.Set{composition.LabelCompositionVersion: version})
 		if err := p.auditVersion(ctx, generated, version, selector); err != nil {
 			return err
 		}
 	}
-	unlabelled, err := labels.NewRequirement(labelCompositionVersion, selection.NotIn, served)
+	unlabelled, err := labels.NewRequirement(composition.LabelCompositionVersion, selection.NotIn, served)
 	if err != nil {
 		return fmt.Errorf("selecting compositions of %s outside its served versions: %w", generated.Name, err)
 	}

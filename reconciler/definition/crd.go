@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"context"
@@ -8,26 +8,25 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
 // LabelManaged marks the CRDs Compositor generates.
 const LabelManaged = "compositor.dev/managed"
-
-// labelCompositionVersion is the label the mutating webhook stamps on compositions.
-const labelCompositionVersion = "krateo.io/composition-version"
 
 // applyCRD serves the definition's version in the CRD of its kind, which every
 // definition of that chart shares. It keeps the other served versions that a
 // definition still claims or that compositions still use, moves compositions of
 // versions this definition no longer serves onto its version, and drops versions left
 // with neither.
-func (r *DefinitionReconciler) applyCRD(ctx context.Context, api *generatedAPI) (claimed map[string]bool, err error) {
+func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI) (claimed map[string]bool, err error) {
 	existing := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, existing); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -47,7 +46,7 @@ func (r *DefinitionReconciler) applyCRD(ctx context.Context, api *generatedAPI) 
 // another definition still claims previous; then versions left unused go. The status
 // must already name the new version: the webhooks judge the moved compositions against
 // the chart the status names.
-func (r *DefinitionReconciler) retireVersion(ctx context.Context, api *generatedAPI, previous string, claimed map[string]bool) error {
+func (r *Reconciler) retireVersion(ctx context.Context, api *generatedAPI, previous string, claimed map[string]bool) error {
 	if previous != "" && previous != api.Version && !claimed[previous] {
 		if err := r.moveCompositions(ctx, api, previous); err != nil {
 			return err
@@ -58,7 +57,7 @@ func (r *DefinitionReconciler) retireVersion(ctx context.Context, api *generated
 
 // writeCRD builds the CRD with the definition's version plus the versions of existing
 // that keep accepts, within the size budget as a whole, and applies it.
-func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(version string) bool) error {
+func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(version string) bool) error {
 	conversion := r.Conversion
 	conversion.CABundle = r.Bundle.CABundle()
 	generated, _, err := crd.Build(crd.BuildOptions{
@@ -67,25 +66,25 @@ func (r *DefinitionReconciler) writeCRD(ctx context.Context, api *generatedAPI, 
 		Conversion: conversion,
 	})
 	if err != nil {
-		return &phaseError{reason: ReasonInvalidSchema, terminal: true, err: fmt.Errorf("generating the CRD: %w", err)}
+		return &condition.Error{Reason: ReasonInvalidSchema, Terminal: true, Err: fmt.Errorf("generating the CRD: %w", err)}
 	}
 	if existing != nil {
 		// Not terminal: the versions of other definitions may be what does not fit,
 		// and they may go.
 		if _, err := crd.Merge(generated, existing.Spec.Versions, keep, 0); err != nil {
-			return &phaseError{reason: ReasonInvalidSchema, err: err}
+			return &condition.Error{Reason: ReasonInvalidSchema, Err: err}
 		}
 	}
 	if generated.Labels == nil {
 		generated.Labels = map[string]string{}
 	}
 	generated.Labels[LabelManaged] = "true"
-	return apply(ctx, r.Client, generated)
+	return ssa.Apply(ctx, r.Client, generated)
 }
 
 // claimedVersions are the served versions of kind that definitions other than except
 // ask for: the version of their spec.chart.version, or the one their status reports.
-func (r *DefinitionReconciler) claimedVersions(ctx context.Context, kind string, except *corev1alpha1.CompositionDefinition) (map[string]bool, error) {
+func (r *Reconciler) claimedVersions(ctx context.Context, kind string, except *corev1alpha1.CompositionDefinition) (map[string]bool, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil, err
@@ -116,10 +115,10 @@ func previousVersion(def *corev1alpha1.CompositionDefinition) string {
 
 // compositions lists the metadata of the compositions of kind labelled with version,
 // read through the served version via.
-func (r *DefinitionReconciler) compositions(ctx context.Context, api *generatedAPI, via, version string) ([]metav1.PartialObjectMetadata, error) {
+func (r *Reconciler) compositions(ctx context.Context, api *generatedAPI, via, version string) ([]metav1.PartialObjectMetadata, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: via, Kind: api.Kind + "List"})
-	if err := r.Live.List(ctx, list, client.MatchingLabels{labelCompositionVersion: version}); err != nil {
+	if err := r.Live.List(ctx, list, client.MatchingLabels{composition.LabelCompositionVersion: version}); err != nil {
 		return nil, fmt.Errorf("listing %s compositions of version %s: %w", api.Kind, version, err)
 	}
 	return list.Items, nil
@@ -128,7 +127,7 @@ func (r *DefinitionReconciler) compositions(ctx context.Context, api *generatedA
 // moveCompositions writes every composition labelled from through the definition's
 // served version, which relabels it (the mutating webhook stamps the version written
 // through), so its controller takes it over.
-func (r *DefinitionReconciler) moveCompositions(ctx context.Context, api *generatedAPI, from string) error {
+func (r *Reconciler) moveCompositions(ctx context.Context, api *generatedAPI, from string) error {
 	items, err := r.compositions(ctx, api, api.Version, from)
 	if err != nil {
 		return err
@@ -138,7 +137,7 @@ func (r *DefinitionReconciler) moveCompositions(ctx context.Context, api *genera
 		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind})
 		obj.SetNamespace(item.Namespace)
 		obj.SetName(item.Name)
-		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labelCompositionVersion, api.Version))
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, composition.LabelCompositionVersion, api.Version))
 		if err := r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("moving %s %s/%s to %s: %w", api.Kind, item.Namespace, item.Name, api.Version, err)
 		}
@@ -148,7 +147,7 @@ func (r *DefinitionReconciler) moveCompositions(ctx context.Context, api *genera
 
 // pruneVersions removes from the CRD of api every served version that no definition
 // claims and no composition is labelled with.
-func (r *DefinitionReconciler) pruneVersions(ctx context.Context, api *generatedAPI, claimed map[string]bool) error {
+func (r *Reconciler) pruneVersions(ctx context.Context, api *generatedAPI, claimed map[string]bool) error {
 	current := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
 		return client.IgnoreNotFound(err)
@@ -158,7 +157,7 @@ func (r *DefinitionReconciler) pruneVersions(ctx context.Context, api *generated
 
 // removeUnusedVersions drops the served versions of current that are not claimed and
 // hold no composition, and deletes the CRD when no served version is left.
-func (r *DefinitionReconciler) removeUnusedVersions(ctx context.Context, current *apiextensionsv1.CustomResourceDefinition, kind string, claimed map[string]bool) error {
+func (r *Reconciler) removeUnusedVersions(ctx context.Context, current *apiextensionsv1.CustomResourceDefinition, kind string, claimed map[string]bool) error {
 	api := &generatedAPI{Kind: kind}
 	var kept []apiextensionsv1.CustomResourceDefinitionVersion
 	served := 0
@@ -195,19 +194,4 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// apply server-side applies obj, which carries its apiVersion and kind, as Compositor.
-func apply(ctx context.Context, c client.Client, obj client.Object) error {
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	u := &unstructured.Unstructured{Object: content}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-	}
-	return nil
 }

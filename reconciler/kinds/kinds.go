@@ -1,4 +1,8 @@
-package reconciler
+// Package kinds is the runtime of the generated kinds: one controller in Compositor's
+// process that serves every served version of every generated kind, with an informer
+// per version, the release bindings of each (package binding) and, in process, its
+// composition controller (package composition).
+package kinds
 
 import (
 	"context"
@@ -37,15 +41,19 @@ import (
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/lightinformer"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/reconciler/binding"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
 // VersionKey names one definition namespace's controller of a served version.
 type VersionKey struct{ Namespace, Plural, Version string }
 
-// Kinds is the one controller runtime of every generated kind in Compositor's
+// Runtime is the one controller runtime of every generated kind in Compositor's
 // process. Generated kinds come and go with the definitions, thousands of them, and
 // controller-runtime cannot remove a watch from a running manager; so rather than a
-// manager per version, Kinds runs one controller for all of them, with one work queue
+// manager per version, Runtime runs one controller for all of them, with one work queue
 // and one pool of workers, which installs releases and keeps the release bindings, and
 // one informer per served version (client-go's, one event handler) that starts when
 // the version is served and stops when it is retired. The client, REST mapper, Helm's
@@ -54,18 +62,18 @@ type VersionKey struct{ Namespace, Plural, Version string }
 //
 // With InProcess, the composition controllers run here: each version's writes and
 // Helm act as its generated ServiceAccount, so that the API server enforces the
-// generated RBAC. Without it, generated Deployments run them, and Kinds keeps only
+// generated RBAC. Without it, generated Deployments run them, and Runtime keeps only
 // the release bindings, from a metadata-only informer per version.
 //
-// Kinds is leader-elected: add it to the manager with SetupWithManager.
-type Kinds struct {
+// Runtime is leader-elected: add it to the manager with SetupWithManager.
+type Runtime struct {
 	// Config is Compositor's own; each version's client impersonates from it.
 	Config *rest.Config
-	// InProcess runs the composition controllers here (see Kinds).
+	// InProcess runs the composition controllers here (see Runtime).
 	InProcess bool
 	// Charts, Checker, MaxReconcileRate and Sync configure each version's composition
-	// controller; see CompositionReconciler. MaxReconcileRate applies per version.
-	Charts           *Charts
+	// controller; see composition.Reconciler. MaxReconcileRate applies per version.
+	Charts           *charts.Source
 	Checker          *policies.Checker
 	MaxReconcileRate int
 	Sync             time.Duration
@@ -81,7 +89,7 @@ type Kinds struct {
 	dynamic   dynamic.Interface  // InProcess: the informers hold whole compositions
 	metadata  metadata.Interface // otherwise only their metadata
 	recorders recorder.Provider
-	helm      *Helm
+	helm      *composition.Helm
 
 	controller controller.TypedController[request]
 	rates      *perVersionRate
@@ -111,12 +119,12 @@ type servedVersion struct {
 	reader       client.Reader
 	cancel       context.CancelFunc
 	done         chan struct{}
-	compositions *CompositionReconciler // nil unless InProcess
-	binder       *bindingReconciler
+	compositions *composition.Reconciler // nil unless InProcess
+	binder       *binding.Reconciler
 }
 
-// SetupWithManager creates the controller in mgr and adds Kinds to it.
-func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
+// SetupWithManager creates the controller in mgr and adds Runtime to it.
+func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders = mgr
@@ -129,7 +137,7 @@ func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
 		if err != nil {
 			return err
 		}
-		if k.helm, err = NewHelm(k.Config, mgr.GetLogger().WithName("helm")); err != nil {
+		if k.helm, err = composition.NewHelm(k.Config, mgr.GetLogger().WithName("helm")); err != nil {
 			return err
 		}
 	} else if k.metadata, err = metadata.NewForConfigAndClient(k.Config, mgr.GetHTTPClient()); err != nil {
@@ -179,7 +187,7 @@ func (k *Kinds) SetupWithManager(mgr manager.Manager) error {
 	return mgr.Add(k)
 }
 
-func (k *Kinds) workers() int {
+func (k *Runtime) workers() int {
 	if k.Workers > 0 {
 		return k.Workers
 	}
@@ -188,7 +196,7 @@ func (k *Kinds) workers() int {
 
 // Start runs until ctx is done, then stops every version's informer and waits for them.
 // Versions are served once the controller has started.
-func (k *Kinds) Start(ctx context.Context) error {
+func (k *Runtime) Start(ctx context.Context) error {
 	select {
 	case <-k.queued:
 	case <-ctx.Done():
@@ -210,13 +218,13 @@ func (k *Kinds) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is true: only the leader runs controllers.
-func (k *Kinds) NeedLeaderElection() bool { return true }
+func (k *Runtime) NeedLeaderElection() bool { return true }
 
 // Ensure starts serving the version of def's kind, unless it is served: its informer,
-// its release bindings and, InProcess, its composition controller. It waits for Kinds
+// its release bindings and, InProcess, its composition controller. It waits for Runtime
 // to start first. An error leaves nothing running; the caller tries again. A kind the
 // API server does not serve yet is no error: its informer retries until it does.
-func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
+func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
 	select {
 	case <-k.started:
 	case <-ctx.Done():
@@ -252,7 +260,7 @@ func (k *Kinds) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinit
 // Stop stops serving the version and waits until its informer has stopped; the
 // definition reconciler deletes its RBAC and bindings. Requests of the version still
 // queued are dropped when they come up.
-func (k *Kinds) Stop(namespace, plural, version string) {
+func (k *Runtime) Stop(namespace, plural, version string) {
 	key := VersionKey{Namespace: namespace, Plural: plural, Version: version}
 	k.mu.Lock()
 	v, ok := k.versions[key]
@@ -268,7 +276,7 @@ func (k *Kinds) Stop(namespace, plural, version string) {
 // newCompositionList is a list of what the version's informer holds: whole
 // compositions when their controller runs here, else their metadata, which is all the
 // binder needs.
-func (k *Kinds) newCompositionList(gvk schema.GroupVersionKind) client.ObjectList {
+func (k *Runtime) newCompositionList(gvk schema.GroupVersionKind) client.ObjectList {
 	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
 	if k.InProcess {
 		list := &unstructured.UnstructuredList{}
@@ -282,14 +290,14 @@ func (k *Kinds) newCompositionList(gvk schema.GroupVersionKind) client.ObjectLis
 
 // newInformer is the informer of the version's compositions, labelled with it, which
 // tells the controller of their changes.
-func (k *Kinds) newInformer(key VersionKey, handler toolscache.ResourceEventHandler) *lightinformer.Informer {
+func (k *Runtime) newInformer(key VersionKey, handler toolscache.ResourceEventHandler) *lightinformer.Informer {
 	sync := k.Sync
 	if sync <= 0 {
 		sync = time.Hour
 	}
 	opts := lightinformer.Options{
 		Resource:      schema.GroupVersionResource{Group: crd.Group, Version: key.Version, Resource: key.Plural},
-		LabelSelector: labels.SelectorFromSet(labels.Set{labelCompositionVersion: key.Version}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{composition.LabelCompositionVersion: key.Version}).String(),
 		Handler:       handler,
 		Resync:        sync,
 	}
@@ -300,7 +308,7 @@ func (k *Kinds) newInformer(key VersionKey, handler toolscache.ResourceEventHand
 }
 
 // newVersion builds what serves one version, not yet started.
-func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionKey, gvk schema.GroupVersionKind) (*servedVersion, error) {
+func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key VersionKey, gvk schema.GroupVersionKind) (*servedVersion, error) {
 	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: crd.Group})
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
@@ -308,15 +316,15 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	v := &servedVersion{gvk: gvk}
 	v.informer = k.newInformer(key, k.handler(key, !k.InProcess))
 	v.reader = listerReader{v.informer.Lister()}
-	v.binder = &bindingReconciler{
-		compositions:        v.reader,
-		definitions:         k.cache,
-		live:                k.live,
-		writer:              k.client,
-		gvk:                 gvk,
-		newList:             func() client.ObjectList { return k.newCompositionList(gvk) },
-		definitionNamespace: def.Namespace,
-		objs:                objs,
+	v.binder = &binding.Reconciler{
+		Compositions:        v.reader,
+		Definitions:         k.cache,
+		Live:                k.live,
+		Writer:              k.client,
+		GVK:                 gvk,
+		NewList:             func() client.ObjectList { return k.newCompositionList(gvk) },
+		DefinitionNamespace: def.Namespace,
+		RBAC:                objs,
 	}
 	if !k.InProcess {
 		return v, nil
@@ -326,7 +334,7 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 	if err != nil {
 		return nil, err
 	}
-	v.compositions = &CompositionReconciler{
+	v.compositions = &composition.Reconciler{
 		// Reads from the caches; writes, status included, as the ServiceAccount.
 		Client:              cachedReads{Client: direct, compositions: v.reader, others: k.cache, gvk: gvk},
 		Live:                direct,
@@ -336,7 +344,7 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 		Recorder:            k.recorders.GetEventRecorder(gvk.Kind + "-" + gvk.Version + "-controller"),
 		DefinitionNamespace: def.Namespace,
 		Bind: func(ctx context.Context, namespace string) error {
-			return apply(ctx, k.client, objs.ReleaseBinding(namespace))
+			return ssa.Apply(ctx, k.client, objs.ReleaseBinding(namespace))
 		},
 		MaxReconcileRate: k.MaxReconcileRate,
 		Checker:          k.Checker,
@@ -351,29 +359,29 @@ func (k *Kinds) newVersion(def *corev1alpha1.CompositionDefinition, key VersionK
 // reconcile when it comes, goes, or changes what it asks for (unless bindingsOnly);
 // its namespace's release binding when it comes or goes (a relabelled one leaves this
 // version's informer).
-func (k *Kinds) handler(key VersionKey, bindingsOnly bool) toolscache.ResourceEventHandler {
-	composition := func(obj client.Object) {
+func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.ResourceEventHandler {
+	enqueueComposition := func(obj client.Object) {
 		if !bindingsOnly {
 			k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
 		}
 	}
-	binding := func(obj client.Object) {
+	enqueueBinding := func(obj client.Object) {
 		k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
 	}
 	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
-		predicate.LabelChangedPredicate{}, deletionStarted{}, resynced{})
+		predicate.LabelChangedPredicate{}, composition.DeletionStarted{}, composition.Resynced{})
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if o, ok := obj.(client.Object); ok {
-				binding(o)
-				composition(o)
+				enqueueBinding(o)
+				enqueueComposition(o)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			before, okOld := oldObj.(client.Object)
 			after, okNew := newObj.(client.Object)
 			if okOld && okNew && changed.Update(event.TypedUpdateEvent[client.Object]{ObjectOld: before, ObjectNew: after}) {
-				composition(after)
+				enqueueComposition(after)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -381,21 +389,21 @@ func (k *Kinds) handler(key VersionKey, bindingsOnly bool) toolscache.ResourceEv
 				obj = tombstone.Obj
 			}
 			if o, ok := obj.(client.Object); ok {
-				binding(o)
-				composition(o)
+				enqueueBinding(o)
+				enqueueComposition(o)
 			}
 		},
 	}
 }
 
-func (k *Kinds) version(key VersionKey) *servedVersion {
+func (k *Runtime) version(key VersionKey) *servedVersion {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	return k.versions[key]
 }
 
 // versionsOfKind are the served versions of kind, in every definition namespace.
-func (k *Kinds) versionsOfKind(kind string) map[VersionKey]*servedVersion {
+func (k *Runtime) versionsOfKind(kind string) map[VersionKey]*servedVersion {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	out := map[VersionKey]*servedVersion{}
@@ -408,7 +416,7 @@ func (k *Kinds) versionsOfKind(kind string) map[VersionKey]*servedVersion {
 }
 
 // reconcile hands a request to its version's composition controller or binder.
-func (k *Kinds) reconcile(ctx context.Context, req request) (reconcile.Result, error) {
+func (k *Runtime) reconcile(ctx context.Context, req request) (reconcile.Result, error) {
 	v := k.version(req.Version)
 	if v == nil {
 		return reconcile.Result{}, nil // the version is no longer served here
@@ -428,7 +436,7 @@ func (k *Kinds) reconcile(ctx context.Context, req request) (reconcile.Result, e
 
 // compositionsOfDefinition maps a definition's event to the compositions of every
 // served version of its kind.
-func (k *Kinds) compositionsOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
+func (k *Runtime) compositionsOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
 	var requests []request
 	k.eachComposition(def.Status.Kind, func(key VersionKey, obj metav1.Object) {
 		requests = append(requests, request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
@@ -438,7 +446,7 @@ func (k *Kinds) compositionsOfDefinition(_ context.Context, def *corev1alpha1.Co
 
 // namespacesOfDefinition maps a definition's event to every namespace that holds
 // compositions of a served version of its kind.
-func (k *Kinds) namespacesOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
+func (k *Runtime) namespacesOfDefinition(_ context.Context, def *corev1alpha1.CompositionDefinition) []request {
 	seen := map[request]bool{}
 	var requests []request
 	k.eachComposition(def.Status.Kind, func(key VersionKey, obj metav1.Object) {
@@ -453,7 +461,7 @@ func (k *Kinds) namespacesOfDefinition(_ context.Context, def *corev1alpha1.Comp
 
 // eachComposition calls fn with every composition the informers of kind's served
 // versions hold, without copying them.
-func (k *Kinds) eachComposition(kind string, fn func(key VersionKey, obj metav1.Object)) {
+func (k *Runtime) eachComposition(kind string, fn func(key VersionKey, obj metav1.Object)) {
 	for key, v := range k.versionsOfKind(kind) {
 		for _, item := range v.informer.Store().List() {
 			if obj, err := meta.Accessor(item); err == nil {

@@ -1,4 +1,4 @@
-package reconciler
+package composition
 
 import (
 	"context"
@@ -31,13 +31,16 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
-// CompositionFinalizer holds a composition until its release is uninstalled.
-const CompositionFinalizer = "compositor.dev/composition"
+// Finalizer holds a composition until its release is uninstalled.
+const Finalizer = "compositor.dev/composition"
 
-// LabelCompositionVersion selects the compositions a version's controller owns.
-const LabelCompositionVersion = labelCompositionVersion
+// LabelCompositionVersion is the label the mutating webhook stamps on compositions: it
+// selects the compositions a version's controller owns.
+const LabelCompositionVersion = "krateo.io/composition-version"
 
 // Events of the composition controller.
 const (
@@ -66,9 +69,9 @@ const waitForDefinition = 30 * time.Second
 // retryRefused is how often a composition the install gate refused is tried again.
 const retryRefused = time.Minute
 
-// CompositionReconciler installs one Helm release per composition of one served version
-// of a generated kind (SPEC §6.5).
-type CompositionReconciler struct {
+// Reconciler installs one Helm release per composition of one served version of a
+// generated kind (SPEC §6.5).
+type Reconciler struct {
 	// Client reads and writes compositions and reads definitions, as the controller's
 	// identity.
 	Client client.Client
@@ -77,7 +80,7 @@ type CompositionReconciler struct {
 	// GVK is the served version's group, version and kind.
 	GVK schema.GroupVersionKind
 	// Charts loads the definitions' charts.
-	Charts *Charts
+	Charts *charts.Source
 	// Helm acts with the same identity as Client.
 	Helm     *Helm
 	Recorder recorder.EventRecorder
@@ -96,7 +99,7 @@ type CompositionReconciler struct {
 }
 
 // NewComposition returns an empty object of the controller's kind.
-func (r *CompositionReconciler) NewComposition() *unstructured.Unstructured {
+func (r *Reconciler) NewComposition() *unstructured.Unstructured {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.GVK)
 	return obj
@@ -104,13 +107,13 @@ func (r *CompositionReconciler) NewComposition() *unstructured.Unstructured {
 
 // SetupWithManager registers the controller with mgr, whose cache should select only
 // the compositions labelled with the version (CompositionCacheOptions).
-func (r *CompositionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	rateLimit := max(r.MaxReconcileRate, 1)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.GVK.Kind)+"-"+r.GVK.Version).
 		For(r.NewComposition(), builder.WithPredicates(
-			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[labelCompositionVersion] == r.GVK.Version }),
-			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, deletionStarted{}, resynced{}))).
+			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[LabelCompositionVersion] == r.GVK.Version }),
+			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, DeletionStarted{}, Resynced{}))).
 		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.compositionsOfDefinition)).
 		WithOptions(controller.Options{
 			SkipNameValidation: ptrTo(true),
@@ -122,28 +125,28 @@ func (r *CompositionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// deletionStarted passes the update that sets an object's deletionTimestamp.
-type deletionStarted struct{ predicate.Funcs }
+// DeletionStarted passes the update that sets an object's deletionTimestamp.
+type DeletionStarted struct{ predicate.Funcs }
 
-func (deletionStarted) Update(e event.UpdateEvent) bool {
+func (DeletionStarted) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
 }
 
-// resynced passes the informer's periodic replay of an unchanged object (--sync), so
+// Resynced passes the informer's periodic replay of an unchanged object (--sync), so
 // that every composition is reconciled at least that often.
-type resynced struct{ predicate.Funcs }
+type Resynced struct{ predicate.Funcs }
 
-func (resynced) Update(e event.UpdateEvent) bool {
+func (Resynced) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion()
 }
 
 // Reconcile brings one composition's release in line with its spec.
-func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	obj := r.NewComposition()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if obj.GetLabels()[labelCompositionVersion] != r.GVK.Version {
+	if obj.GetLabels()[LabelCompositionVersion] != r.GVK.Version {
 		return ctrl.Result{}, nil // another version's controller owns it now
 	}
 	def, err := r.definition(ctx, obj)
@@ -157,7 +160,7 @@ func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var result ctrl.Result
 	switch {
 	case isPaused(obj) || (def != nil && isPaused(def)):
-		r.setConditions(obj, false, ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", corev1alpha1.AnnotationPaused))
+		r.setConditions(obj, false, condition.ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", corev1alpha1.AnnotationPaused))
 	case !obj.GetDeletionTimestamp().IsZero():
 		result, err = r.remove(ctx, obj, def)
 	case def == nil:
@@ -166,7 +169,7 @@ func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	default:
 		result, err = r.install(ctx, obj, def)
 	}
-	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
+	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, Finalizer) {
 		if patchErr := r.patchStatus(ctx, before, obj); patchErr != nil {
 			err = errors.Join(err, patchErr)
 		}
@@ -178,13 +181,13 @@ func (r *CompositionReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // composition asks for, and only through the install gate (installgate.go): the
 // release must be the composition's own, its values must pass the chart's schema, and
 // the manifests Helm is about to apply must stay in the namespace and pass the policies.
-func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if err := r.addFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
 	ch, digest, err := r.Charts.Chart(ctx, def)
 	if err != nil {
-		r.setConditions(obj, false, ReasonChartFetchFailed, err.Error())
+		r.setConditions(obj, false, charts.ReasonChartFetchFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	values := spec(obj)
@@ -208,7 +211,7 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
 	if installed == fingerprint && last != nil && last.Info.Status == "deployed" {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
-		r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
+		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed", name))
 		return ctrl.Result{}, nil
 	}
 	request, err := r.policyRequest(ctx, obj, def, ch, digest, last != nil)
@@ -255,21 +258,21 @@ func (r *CompositionReconciler) install(ctx context.Context, obj *unstructured.U
 	} {
 		_ = unstructured.SetNestedField(obj.Object, value, "status", field)
 	}
-	r.setConditions(obj, true, ReasonAvailable, fmt.Sprintf("release %s is installed", name))
+	r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed", name))
 	return ctrl.Result{}, nil
 }
 
 // addFinalizer adds the composition's finalizer before anything is installed. When
 // the API server refuses the update (a webhook, a quota, RBAC), the composition says
 // so in its conditions: the status is patched apart from the object.
-func (r *CompositionReconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstructured) error {
-	if !controllerutil.AddFinalizer(obj, CompositionFinalizer) {
+func (r *Reconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstructured) error {
+	if !controllerutil.AddFinalizer(obj, Finalizer) {
 		return nil
 	}
 	withFinalizer := obj.DeepCopy()
 	if err := r.Client.Update(ctx, withFinalizer); err != nil {
-		controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
-		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", CompositionFinalizer, err)
+		controllerutil.RemoveFinalizer(obj, Finalizer)
+		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", Finalizer, err)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventUpdateRefused, "Install", "%s", message)
 		r.setConditions(obj, false, ReasonUpdateRefused, message)
 		return fmt.Errorf("adding the finalizer: %w", err)
@@ -287,7 +290,7 @@ func (r *CompositionReconciler) addFinalizer(ctx context.Context, obj *unstructu
 // refused reports a refusal of the install gate: a Warning event and Ready=False with
 // its reason. It tries again later, since a policy or the foreign release may change
 // without the composition changing.
-func (r *CompositionReconciler) refused(obj *unstructured.Unstructured, err error) (ctrl.Result, error) {
+func (r *Reconciler) refused(obj *unstructured.Unstructured, err error) (ctrl.Result, error) {
 	gate, ok := asGateError(err)
 	if !ok {
 		gate = &GateError{Reason: ReasonInstallFailed, Message: err.Error()}
@@ -298,15 +301,15 @@ func (r *CompositionReconciler) refused(obj *unstructured.Unstructured, err erro
 }
 
 // remove uninstalls the release, then lets the composition go.
-func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(obj, CompositionFinalizer) {
+func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	name := releaseName(obj)
 	if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil {
 		if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
-			controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
+			controllerutil.RemoveFinalizer(obj, Finalizer)
 			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
 		}
 	}
@@ -324,13 +327,13 @@ func (r *CompositionReconciler) remove(ctx context.Context, obj *unstructured.Un
 	case removed:
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled", name)
 	}
-	controllerutil.RemoveFinalizer(obj, CompositionFinalizer)
+	controllerutil.RemoveFinalizer(obj, Finalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
 }
 
 // namespaceTerminating reports whether namespace is being deleted; false when that
 // cannot be read.
-func (r *CompositionReconciler) namespaceTerminating(ctx context.Context, namespace string) bool {
+func (r *Reconciler) namespaceTerminating(ctx context.Context, namespace string) bool {
 	ns := &corev1.Namespace{}
 	if r.Live == nil || r.Live.Get(ctx, client.ObjectKey{Name: namespace}, ns) != nil {
 		return false
@@ -341,7 +344,7 @@ func (r *CompositionReconciler) namespaceTerminating(ctx context.Context, namesp
 // definition returns the CompositionDefinition that serves the controller's version
 // for obj: the one in obj's namespace, else the oldest. nil when none is Ready for it.
 // The client's cache has ownership's index of definitions.
-func (r *CompositionReconciler) definition(ctx context.Context, obj client.Object) (*corev1alpha1.CompositionDefinition, error) {
+func (r *Reconciler) definition(ctx context.Context, obj client.Object) (*corev1alpha1.CompositionDefinition, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list, ownership.ServingVersion(r.GVK)); err != nil {
 		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
@@ -349,14 +352,14 @@ func (r *CompositionReconciler) definition(ctx context.Context, obj client.Objec
 	return ownership.For(list.Items, r.GVK, obj.GetNamespace()), nil
 }
 
-func (r *CompositionReconciler) compositionsOfDefinition(ctx context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) compositionsOfDefinition(ctx context.Context, obj client.Object) []reconcile.Request {
 	def, ok := obj.(*corev1alpha1.CompositionDefinition)
 	if !ok || def.Status.Kind != r.GVK.Kind {
 		return nil
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.GVK.GroupVersion().WithKind(r.GVK.Kind + "List"))
-	if err := r.Client.List(ctx, list, client.MatchingLabels{labelCompositionVersion: r.GVK.Version}); err != nil {
+	if err := r.Client.List(ctx, list, client.MatchingLabels{LabelCompositionVersion: r.GVK.Version}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing compositions to map a definition event")
 		return nil
 	}
@@ -369,7 +372,7 @@ func (r *CompositionReconciler) compositionsOfDefinition(ctx context.Context, ob
 
 // setConditions sets Ready and Synced for the composition's generation; a condition
 // whose status does not change keeps its lastTransitionTime.
-func (r *CompositionReconciler) setConditions(obj *unstructured.Unstructured, ok bool, reason, message string) {
+func (r *Reconciler) setConditions(obj *unstructured.Unstructured, ok bool, reason, message string) {
 	var conditions []metav1.Condition
 	if raw, found, _ := unstructured.NestedSlice(obj.Object, "status", "conditions"); found {
 		for _, item := range raw {
@@ -384,7 +387,7 @@ func (r *CompositionReconciler) setConditions(obj *unstructured.Unstructured, ok
 		}
 	}
 	for _, kind := range []string{corev1alpha1.ConditionReady, corev1alpha1.ConditionSynced} {
-		c := condition(kind, ok, reason, message)
+		c := condition.New(kind, ok, reason, message)
 		c.ObservedGeneration = obj.GetGeneration()
 		meta.SetStatusCondition(&conditions, c)
 	}
@@ -399,7 +402,7 @@ func (r *CompositionReconciler) setConditions(obj *unstructured.Unstructured, ok
 	_ = unstructured.SetNestedField(obj.Object, obj.GetGeneration(), "status", "observedGeneration")
 }
 
-func (r *CompositionReconciler) patchStatus(ctx context.Context, before, obj *unstructured.Unstructured) error {
+func (r *Reconciler) patchStatus(ctx context.Context, before, obj *unstructured.Unstructured) error {
 	if equality.Semantic.DeepEqual(before.Object["status"], obj.Object["status"]) {
 		return nil
 	}

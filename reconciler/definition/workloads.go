@@ -1,4 +1,4 @@
-package reconciler
+package definition
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
 // Reasons of failures to generate the controller's identity.
@@ -26,14 +28,14 @@ const (
 // applyWorkloads gives the definition's version its controller: the narrowest RBAC the
 // chart needs, bound in every namespace that holds compositions of that version (by
 // Kinds, as they come and go), and the controller running under it.
-func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
+func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
 	case errors.Is(err, rbac.ErrForbiddenKind):
-		return &phaseError{reason: ReasonForbiddenKinds, terminal: true, err: err}
+		return &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
 	case errors.Is(err, rbac.ErrUnknownKind):
 		// The kinds may come with a CRD installed later: try again.
-		return &phaseError{reason: ReasonUnknownKinds, err: err}
+		return &condition.Error{Reason: ReasonUnknownKinds, Err: err}
 	case err != nil:
 		return err
 	}
@@ -46,16 +48,16 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 		Types:          types,
 	}
 	if c := def.Spec.Chart.Credentials; c != nil {
-		// The controller fetches the chart too; Charts.Fetch has refused a Secret of
+		// The controller fetches the chart too; charts.Source.Fetch has refused a Secret of
 		// another namespace already.
 		opts.CredentialsSecret = c.PasswordRef.Name
 	}
 	objs, err := rbac.Generate(opts)
 	if err != nil {
-		return &phaseError{reason: ReasonApplyFailed, terminal: true, err: err}
+		return &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
 	}
 	for _, obj := range objs.List() {
-		if err := apply(ctx, r.Client, obj); err != nil {
+		if err := ssa.Apply(ctx, r.Client, obj); err != nil {
 			return err
 		}
 	}
@@ -72,7 +74,7 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 			return nil
 		}
 	}
-	return apply(ctx, r.Client, controller.Deployment(controller.Options{
+	return ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition:         def,
 		Plural:             api.Plural,
 		Version:            api.Version,
@@ -83,7 +85,7 @@ func (r *DefinitionReconciler) applyWorkloads(ctx context.Context, def *corev1al
 }
 
 // deleteWorkloads removes the controller and RBAC of one version of the definition.
-func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
+func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
 	if r.Kinds != nil {
 		r.Kinds.Stop(def.Namespace, plural, version)
 	}
@@ -115,7 +117,7 @@ func (r *DefinitionReconciler) deleteWorkloads(ctx context.Context, def *corev1a
 
 // deleteCredentialsRole removes the credentials Role and RoleBinding of a version
 // whose chart no longer needs credentials.
-func (r *DefinitionReconciler) deleteCredentialsRole(ctx context.Context, namespace, plural, version string) error {
+func (r *Reconciler) deleteCredentialsRole(ctx context.Context, namespace, plural, version string) error {
 	name := rbac.NamesFor(namespace, plural, version).Credentials
 	var errs []error
 	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
@@ -131,7 +133,7 @@ func (r *DefinitionReconciler) deleteCredentialsRole(ctx context.Context, namesp
 
 // deleteRoleBindings deletes the release bindings in every namespace: DeleteAllOf works
 // one namespace at a time.
-func (r *DefinitionReconciler) deleteRoleBindings(ctx context.Context, labels client.MatchingLabels) error {
+func (r *Reconciler) deleteRoleBindings(ctx context.Context, labels client.MatchingLabels) error {
 	list := &rbacv1.RoleBindingList{}
 	if err := r.Client.List(ctx, list, labels); err != nil {
 		return err

@@ -1,4 +1,8 @@
-package reconciler
+// Package charts is where the reconciler gets a CompositionDefinition's chart: fetched
+// from its source with the definition's credentials, its content pinned to the digest
+// the definition recorded, and kept in memory by digest for the composition
+// controllers, the audit and the admission webhooks.
+package charts
 
 import (
 	"context"
@@ -14,15 +18,23 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
-// maxLoadedCharts bounds the charts Charts keeps loaded in memory.
+// Reasons of the conditions of a definition whose chart cannot be fetched.
+const (
+	ReasonChartFetchFailed      = "ChartFetchFailed"
+	ReasonCredentialsNotFound   = "CredentialsNotFound"
+	ReasonCredentialsNotAllowed = "CredentialsNotAllowed"
+)
+
+// maxLoadedCharts bounds the charts Source keeps loaded in memory.
 const maxLoadedCharts = 64
 
-// Charts fetches the charts of CompositionDefinitions, reading their credentials, and
+// Source fetches the charts of CompositionDefinitions, reading their credentials, and
 // keeps the loaded charts in memory by digest so that the admission webhooks find a
 // definition's chart without a network round trip.
-type Charts struct {
+type Source struct {
 	// Fetcher downloads and caches chart archives.
 	Fetcher *chartsource.Fetcher
 	// Live reads Secrets from the API server; Compositor never caches them.
@@ -32,13 +44,13 @@ type Charts struct {
 	loaded *lru.Cache // digest → *chart.Chart, the least recently used evicted first
 }
 
-func (c *Charts) memory() *lru.Cache {
+func (c *Source) memory() *lru.Cache {
 	c.once.Do(func() { c.loaded = lru.New(maxLoadedCharts) })
 	return c.loaded
 }
 
 // Fetch fetches the definition's chart from its source.
-func (c *Charts) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
+func (c *Source) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
 	spec := def.Spec.Chart
 	ref := chartsource.Ref{
 		URL:                   spec.URL,
@@ -55,7 +67,7 @@ func (c *Charts) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinit
 	}
 	result, err := c.Fetcher.Fetch(ctx, ref)
 	if err != nil {
-		return nil, &phaseError{reason: ReasonChartFetchFailed, err: err}
+		return nil, &condition.Error{Reason: ReasonChartFetchFailed, Err: err}
 	}
 	c.remember(result.Digest, result.Chart)
 	if err := checkPinned(def, result.Digest); err != nil {
@@ -80,7 +92,7 @@ func checkPinned(def *corev1alpha1.CompositionDefinition, digest string) error {
 	if pinned == "" || pinned == digest || !servesSpecVersion(def) || def.Annotations[corev1alpha1.AnnotationAcceptChartDigest] == digest {
 		return nil
 	}
-	return &phaseError{reason: ReasonChartChanged, terminal: true, err: fmt.Errorf(
+	return &condition.Error{Reason: ReasonChartChanged, Terminal: true, Err: fmt.Errorf(
 		"%w: chart %s %s was recorded as %s and is now %s; nothing of the new content is used. If the change is expected, accept it: kubectl annotate compositiondefinition %s -n %s %s=%s",
 		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned, digest, def.Name, def.Namespace, corev1alpha1.AnnotationAcceptChartDigest, digest)}
 }
@@ -98,7 +110,7 @@ func servesSpecVersion(def *corev1alpha1.CompositionDefinition) bool {
 
 // Chart returns the chart the definition serves, the content of its status digest and
 // nothing else, from memory when it was loaded before.
-func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
+func (c *Source) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
 	if digest := def.Status.Digest; digest != "" {
 		if ch, ok := c.memory().Get(digest); ok {
 			return ch.(*chart.Chart), digest, nil
@@ -117,28 +129,28 @@ func (c *Charts) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinit
 	return result.Chart, result.Digest, nil
 }
 
-func (c *Charts) remember(digest string, ch *chart.Chart) {
+func (c *Source) remember(digest string, ch *chart.Chart) {
 	c.memory().Add(digest, ch)
 }
 
 // password reads the credentials' Secret. Only a Secret in the definition's own
 // namespace is read: a definition must not be a way to read another team's Secrets.
-func (c *Charts) password(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
+func (c *Source) password(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
 	ref := def.Spec.Chart.Credentials.PasswordRef
 	if ref.Namespace != def.Namespace {
-		return "", &phaseError{reason: ReasonCredentialsNotAllowed, terminal: true, err: fmt.Errorf(
+		return "", &condition.Error{Reason: ReasonCredentialsNotAllowed, Terminal: true, Err: fmt.Errorf(
 			"spec.chart.credentials.passwordRef.namespace is %q: the Secret must be in the definition's namespace %q", ref.Namespace, def.Namespace)}
 	}
 	secret := &corev1.Secret{}
 	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", &phaseError{reason: ReasonCredentialsNotFound, err: fmt.Errorf("the Secret %s/%s of spec.chart.credentials.passwordRef does not exist", ref.Namespace, ref.Name)}
+			return "", &condition.Error{Reason: ReasonCredentialsNotFound, Err: fmt.Errorf("the Secret %s/%s of spec.chart.credentials.passwordRef does not exist", ref.Namespace, ref.Name)}
 		}
 		return "", fmt.Errorf("reading the Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	password, ok := secret.Data[ref.Key]
 	if !ok {
-		return "", &phaseError{reason: ReasonCredentialsNotFound, err: fmt.Errorf("the Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
+		return "", &condition.Error{Reason: ReasonCredentialsNotFound, Err: fmt.Errorf("the Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
 	}
 	return string(password), nil
 }

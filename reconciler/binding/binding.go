@@ -1,0 +1,97 @@
+// Package binding keeps the release RoleBinding of each served version of a generated
+// kind in the namespaces that hold its compositions, for the version's controller,
+// whose identity cannot bind itself.
+package binding
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/ownership"
+	"github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
+)
+
+// Reconciler keeps the release role of one served version bound in exactly the
+// namespaces that hold compositions of that version which the definition's controller
+// owns (see ownership.For): bound as soon as the first one appears there, unbound once
+// the last one is gone or another definition takes them over. A version's controller
+// cannot bind itself, as its identity holds no RBAC rights; Compositor binds for it.
+// kinds.Runtime runs one per served version; the request's Name is the namespace.
+type Reconciler struct {
+	// Compositions is the version's informer; NewList makes a list of what it holds.
+	Compositions client.Reader
+	NewList      func() client.ObjectList
+	// Definitions reads CompositionDefinitions, with ownership's index.
+	Definitions client.Reader
+	// Live reads from the API server, to be sure before unbinding.
+	Live   client.Reader
+	Writer client.Client
+	GVK    schema.GroupVersionKind
+	// DefinitionNamespace is where the definition whose controller is bound lives.
+	DefinitionNamespace string
+	// RBAC is the version's generated RBAC, which makes its release binding.
+	RBAC *rbac.Objects
+}
+
+// Reconcile binds the release role in the namespace when compositions of the version
+// are there and the definition owns them, and removes the binding otherwise.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	namespace := req.Name
+	binding := r.RBAC.ReleaseBinding(namespace)
+	held, err := r.holdsCompositions(ctx, r.Compositions, r.NewList(), namespace)
+	if err == nil && !held {
+		// The cache may not have seen a composition created a moment ago, whose
+		// controller is about to act: ask the API server before unbinding.
+		held, err = r.holdsCompositions(ctx, r.Live, r.metadataList(), namespace)
+	}
+	if err == nil && held {
+		held, err = r.owns(ctx, namespace)
+	}
+	switch {
+	case err != nil:
+		return reconcile.Result{}, err
+	case held:
+		err := ssa.Apply(ctx, r.Writer, binding)
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return reconcile.Result{}, nil // the binding goes with its namespace
+		}
+		return reconcile.Result{}, err
+	default:
+		return reconcile.Result{}, client.IgnoreNotFound(r.Writer.Delete(ctx, binding))
+	}
+}
+
+// owns reports whether the compositions of the version in namespace belong to the
+// definition's controller. With no Ready definition serving the version, it keeps them:
+// unbinding would only stall whichever controller comes next.
+func (r *Reconciler) owns(ctx context.Context, namespace string) (bool, error) {
+	defs := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Definitions.List(ctx, defs, ownership.ServingVersion(r.GVK)); err != nil {
+		return false, err
+	}
+	owner := ownership.For(defs.Items, r.GVK, namespace)
+	return owner == nil || owner.Namespace == r.DefinitionNamespace, nil
+}
+
+func (r *Reconciler) metadataList() client.ObjectList {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(r.GVK.GroupVersion().WithKind(r.GVK.Kind + "List"))
+	return list
+}
+
+// holdsCompositions reports whether namespace holds compositions of the version.
+func (r *Reconciler) holdsCompositions(ctx context.Context, reader client.Reader, list client.ObjectList, namespace string) (bool, error) {
+	err := reader.List(ctx, list, client.InNamespace(namespace),
+		client.MatchingLabels{composition.LabelCompositionVersion: r.GVK.Version}, client.Limit(1))
+	return meta.LenList(list) > 0, err
+}
