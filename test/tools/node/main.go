@@ -13,7 +13,8 @@
 // does the same cleanup, so it also repairs after a runner that was killed.
 //
 // Networking stays on this machine: the API server and the kubelet listen on the
-// bridge's address only, pods get addresses on the bridge's subnet and no route beyond
+// bridge's address only (the admin kubeconfig reaches the API server through a forwarder
+// on 127.0.0.1), pods get addresses on the bridge's subnet and no route beyond
 // it and the service range, and nothing turns on IP forwarding or masquerading.
 package main
 

@@ -144,6 +144,9 @@ func (c *cluster) start(ctx context.Context) error {
 		"--service-account-key-file="+pki("sa.pub"), "--service-account-signing-key-file="+pki("sa.key"),
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true", "--profiling=false",
+		// Webhook and aggregated API services resolve to their endpoints' pod
+		// addresses, which the API server reaches over the bridge without kube-proxy.
+		"--enable-aggregator-routing=true",
 	); err != nil {
 		return err
 	}
