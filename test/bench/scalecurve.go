@@ -609,7 +609,7 @@ func (s *scaler) waitInstalled(ctx context.Context) (installed, total int, err e
 }
 
 // compositionReady says whether obj's condition Ready is True: its release is
-// installed (reconciler.CompositionReconciler.install).
+// installed (composition.Reconciler.install in reconciler/composition).
 func compositionReady(obj *unstructured.Unstructured) bool {
 	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conditions {
