@@ -22,6 +22,7 @@ func cleanup(cfg *config) {
 	killOwnProcesses(cfg)
 	killCgroupProcesses()
 	unmountUnder(cfg.dir)
+	removeServiceNAT(cfg.bridge)
 	removeBridge(cfg.bridge)
 	removeCgroups()
 	for _, p := range []string{

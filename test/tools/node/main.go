@@ -15,7 +15,10 @@
 // Networking stays on this machine: the API server and the kubelet listen on the
 // bridge's address only (the admin kubeconfig reaches the API server through a forwarder
 // on 127.0.0.1), pods get addresses on the bridge's subnet and no route beyond
-// it and the service range, and nothing turns on IP forwarding or masquerading.
+// it and the service range, and nothing turns on IP forwarding or masquerading. One
+// DNAT rule (iptables, for packets from the bridge) sends the API server's service
+// address, which pods see as KUBERNETES_SERVICE_HOST, to the API server; there is no
+// kube-proxy.
 package main
 
 import (

@@ -61,6 +61,9 @@ func up(ctx context.Context, cfg *config) error {
 			return fmt.Errorf("missing %s: `make cluster` builds or installs it", bin)
 		}
 	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("iptables not found (Debian's iptables): pods reach the API server through one DNAT rule: %w", err)
+	}
 	runc, err := exec.LookPath(cfg.runc)
 	if err != nil {
 		return fmt.Errorf("%s not found (`make cluster` installs Debian's runc): %w", cfg.runc, err)
@@ -114,6 +117,9 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 	if err := c.setupPKI(); err != nil {
+		return err
+	}
+	if err := c.setupServiceNAT(); err != nil {
 		return err
 	}
 	// etcd
