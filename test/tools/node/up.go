@@ -315,6 +315,8 @@ state = %[2]q
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "compositor.local/pause:1"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %[9]q
 
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true
@@ -337,8 +339,19 @@ state = %[2]q
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), filepath.Join(d, "containerd.sock"),
-		filepath.Join(d, "opt"), filepath.Join(d, "runc"), c.cfg.cniBin, c.path("cni", "net.d"), c.cfg.runc)
+		filepath.Join(d, "opt"), filepath.Join(d, "runc"), c.cfg.cniBin, c.path("cni", "net.d"), c.cfg.runc,
+		filepath.Join(d, "certs.d"))
 	if err := writeFile(filepath.Join(d, "config.toml"), []byte(text), 0o644); err != nil {
+		return err
+	}
+	// Images come only from the archives the runner imports. Every registry resolves to
+	// a closed port on loopback, so that a pod naming an image that is not here (a
+	// chart's nginx) fails to pull instead of reaching a registry outside this machine.
+	if err := writeFile(filepath.Join(d, "certs.d", "_default", "hosts.toml"), []byte(`server = "http://127.0.0.1:9"
+
+[host."http://127.0.0.1:9"]
+  capabilities = ["pull", "resolve"]
+`), 0o644); err != nil {
 		return err
 	}
 	// Pods: the bridge the runner made, addresses from the subnet, and routes only to
