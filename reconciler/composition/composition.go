@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -206,6 +207,10 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 	if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
 		return r.refused(obj, err)
 	}
+	if err := r.recoverInterrupted(obj, last); err != nil {
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
 	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
 	// status fields, so it is stored as it is.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
@@ -260,6 +265,19 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 	}
 	r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed", name))
 	return ctrl.Result{}, nil
+}
+
+// recoverInterrupted marks the release's last revision failed when a process that
+// ended in the middle of an operation left it pending, and says so in an event; the
+// install that follows runs the operation again from there.
+func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, last *release.Release) error {
+	stuck, err := r.Helm.recoverInterrupted(obj.GetNamespace(), last)
+	if err != nil || stuck == "" {
+		return err
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
+		"release %s revision %d was left %s by an interrupted operation: marked it failed and runs the operation again", last.Name, last.Version, stuck)
+	return nil
 }
 
 // addFinalizer adds the composition's finalizer before anything is installed. When

@@ -185,8 +185,11 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		return "", nil, err
 	}
 	last := opts.Last
-	// A first install that failed has nothing to upgrade from: install it again.
-	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed) {
+	// A first install that failed is upgraded: Helm upgrades from a failed revision
+	// when none is deployed, and keeps the objects the failed install created (those of
+	// an install that was interrupted, say). Unless the chart has install hooks, which
+	// only an install runs: then the release is installed again.
+	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed && hasInstallHooks(last)) {
 		if last != nil {
 			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
