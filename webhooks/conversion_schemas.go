@@ -56,12 +56,12 @@ type Schemas struct {
 type versionSchemas struct {
 	served bool
 	// pruning is the schema the API server prunes this version's objects with.
-	pruning *structuralschema.Structural
+	pruning *pruner
 	// declared is pruning with unknown fields dropped wherever the schema lists
 	// properties: pruning with it removes every field this version does not declare,
 	// even where it keeps unknown fields. Free-form objects (no properties) still keep
 	// everything, because there the version declares "any field".
-	declared *structuralschema.Structural
+	declared *pruner
 }
 
 // SchemasFromCRD reads the schemas of crd. Its storage version is the hub; every other
@@ -91,7 +91,7 @@ func SchemasFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (*Schemas, er
 		}
 		declared := pruning.DeepCopy()
 		closeListedObjects(declared)
-		s.versions[v.Name] = &versionSchemas{served: v.Served, pruning: pruning, declared: declared}
+		s.versions[v.Name] = &versionSchemas{served: v.Served, pruning: newPruner(pruning), declared: newPruner(declared)}
 		if v.Served {
 			s.served = append(s.served, v.Name)
 		}
@@ -133,7 +133,7 @@ func (s *Schemas) Served() []string { return slices.Clone(s.served) }
 // the hub and for versions the CRD does not have.
 func (s *Schemas) Structural(version string) *structuralschema.Structural {
 	if v := s.versions[version]; v != nil {
-		return v.pruning
+		return v.pruning.schema
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
@@ -153,7 +154,7 @@ func (s *Schemas) stash(obj map[string]any, to string) error {
 			view[k] = v
 		}
 	}
-	undeclared := prunedBy(view, target.declared)
+	undeclared := target.declared.prunedBy(view)
 	if len(undeclared) == 0 {
 		return nil
 	}
@@ -163,7 +164,7 @@ func (s *Schemas) stash(obj map[string]any, to string) error {
 	for _, f := range undeclared {
 		if !s.declaredElsewhere(view, f.tokens, to, others) {
 			if pruned == nil {
-				pruned = pointerSet(prunedBy(view, target.pruning))
+				pruned = pointerSet(target.pruning.prunedBy(view))
 			}
 			if !pruned[f.pointer] {
 				continue
@@ -210,7 +211,7 @@ func (s *Schemas) declaredElsewhere(view map[string]any, tokens []string, to str
 		}
 		dropped, ok := others[name]
 		if !ok {
-			dropped = pointerSet(prunedBy(view, s.versions[name].declared))
+			dropped = pointerSet(s.versions[name].declared.prunedBy(view))
 			others[name] = dropped
 		}
 		if !droppedAtOrAbove(dropped, tokens) {
@@ -239,9 +240,90 @@ type prunedField struct {
 	value   any
 }
 
-// prunedBy returns the fields that pruning view with s removes, with the API server's
-// own pruning. view is not modified.
-func prunedBy(view map[string]any, s *structuralschema.Structural) []prunedField {
+// pruner tells which fields pruning with one schema removes from an object. What
+// pruning removes depends only on the object's shape — its keys, where it has objects
+// and lists, and their lengths — never on its values, and the objects of one kind in a
+// review mostly share a few shapes: so the API server's pruning runs once per shape,
+// and the fields it removed are looked up in each object of that shape.
+type pruner struct {
+	schema *structuralschema.Structural
+	mu     sync.Mutex
+	shapes map[string][][]string // shape → tokens of the removed fields, by pointer
+}
+
+// maxShapes bounds the shapes a pruner remembers; past it, pruning runs per object.
+const maxShapes = 1024
+
+func newPruner(s *structuralschema.Structural) *pruner {
+	return &pruner{schema: s, shapes: map[string][][]string{}}
+}
+
+// prunedBy returns the fields that pruning view with the API server's own pruning
+// removes, sorted by pointer. view is not modified.
+func (p *pruner) prunedBy(view map[string]any) []prunedField {
+	var b strings.Builder
+	writeShape(&b, view)
+	shape := b.String()
+	p.mu.Lock()
+	removed, known := p.shapes[shape]
+	p.mu.Unlock()
+	if !known {
+		fields := pruneCopy(view, p.schema)
+		removed = make([][]string, len(fields))
+		for i, f := range fields {
+			removed[i] = f.tokens
+		}
+		p.mu.Lock()
+		if len(p.shapes) < maxShapes {
+			p.shapes[shape] = removed
+		}
+		p.mu.Unlock()
+		return fields
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	out := make([]prunedField, len(removed))
+	for i, tokens := range removed {
+		parent, _ := parentOf(view, tokens)
+		out[i] = prunedField{tokens: tokens, pointer: pointerOf(tokens), value: parent[tokens[len(tokens)-1]]}
+	}
+	return out
+}
+
+// writeShape writes what pruning depends on of v: object keys (quoted, sorted), list
+// lengths, and where values are neither.
+func writeShape(b *strings.Builder, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for _, k := range keys {
+			b.WriteString(strconv.Quote(k))
+			b.WriteByte(':')
+			writeShape(b, x[k])
+			b.WriteByte(',')
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for _, e := range x {
+			writeShape(b, e)
+			b.WriteByte(',')
+		}
+		b.WriteByte(']')
+	default:
+		b.WriteByte('.')
+	}
+}
+
+// pruneCopy prunes a copy of view with s and returns the fields it removed, sorted by
+// pointer.
+func pruneCopy(view map[string]any, s *structuralschema.Structural) []prunedField {
 	pruned := deepCopyJSON(view).(map[string]any)
 	opts := structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true}
 	if len(pruning.PruneWithOptions(pruned, s, true, opts)) == 0 {
