@@ -126,8 +126,8 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 			assert.Equal(t, tc.after, statuses[tc.revision], "the interrupted revision")
 			assert.Equal(t, release.StatusDeployed, statuses[tc.revision+1])
 			assert.Equal(t, kept, configMap(tc.name+"-first").UID, "the object the interrupted operation created is kept")
-			assert.Equal(t, tc.values["a"], configMap(tc.name+"-second").Data["a"], "the missing object is created")
-			assert.Equal(t, tc.values["a"], configMap(tc.name+"-first").Data["a"])
+			assert.Equal(t, tc.values["a"], configMap(tc.name + "-second").Data["a"], "the missing object is created")
+			assert.Equal(t, tc.values["a"], configMap(tc.name + "-first").Data["a"])
 
 			again, err := helm.lastRelease(namespace, tc.name)
 			require.NoError(t, err)
