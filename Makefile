@@ -173,6 +173,17 @@ cluster-down: ## Stop `make cluster` and remove every process, mount, network na
 	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
 	$(NODE)/cluster down -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE)
 
+# `make test-node`: the e2e tier on a real node (test/node, build tag node). It starts
+# `make cluster`'s runner from a fresh state and stops it after, or uses a running one;
+# TEST_NODE_ARGS='-run TestSeedFlow' and COMPOSITOR_NODE_KEEP=1 (keep the cluster and
+# the installation) help when looking into a failure.
+TEST_NODE_ARGS ?=
+
+.PHONY: test-node
+test-node: node image pause-image ## E2e tier on a real node: helm install compositor (2 replicas), the README's definition, composition and upgrade
+	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
+	go test -tags node -count=1 -v -timeout 20m ./test/node/ $(TEST_NODE_ARGS)
+
 .PHONY: clean
 clean: ## Remove bin/ and .compositor/ (after stopping `make cluster`, whose mounts live there)
 	if [ -x $(NODE)/cluster ]; then $(NODE)/cluster down -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE); fi

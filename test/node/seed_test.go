@@ -1,0 +1,243 @@
+//go:build node
+
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compositor-dev/compositor/samples"
+)
+
+const (
+	release      = "compositor"
+	releaseNS    = "compositor-system"
+	definitionNS = "fireworksapp-system"
+)
+
+// countingHandler counts the requests per path it serves.
+type countingHandler struct {
+	next  http.Handler
+	mu    sync.Mutex
+	paths map[string]int
+}
+
+func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.paths[r.URL.Path]++
+	h.mu.Unlock()
+	h.next.ServeHTTP(w, r)
+}
+
+func (h *countingHandler) count(path string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.paths[path]
+}
+
+// TestSeedFlow installs Compositor with its chart (2 replicas, built-in certificates,
+// the image `make image` built and the runner imported) and follows the README's first
+// definition: the definition Ready, its CRD, the generated controller Deployment
+// Available, a composition installed by that controller as a Helm release, and the
+// upgrade to 1.1.6.
+func TestSeedFlow(t *testing.T) {
+	repo, err := samples.NewRepository()
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts := &countingHandler{next: repo, paths: map[string]int{}}
+	chartURL := serveSampleCharts(t, charts)
+	t.Logf("sample charts served to the pods at %s", chartURL)
+
+	if out, err := command(t, time.Minute, "", "helm", "status", release, "-n", releaseNS); err == nil {
+		t.Fatalf("release %s is already installed in this cluster (a previous run kept it?); "+
+			"`make cluster-down` and run again for a fresh cluster:\n%s", release, out)
+	}
+	if !env.keep {
+		t.Cleanup(func() { uninstall(t) })
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			diagnose(t)
+		}
+	})
+
+	// Compositor from its chart.
+	started := time.Now()
+	helm(t, "install", release, "charts/compositor", "-n", releaseNS, "--create-namespace",
+		"--set", "replicaCount=2",
+		"--set", "certs.mode=builtin",
+		"--set", "image.pullPolicy=Never", // the imported image, never a registry
+		"--set", "reconciler.allowChartNetworks={"+podNetwork+"}",
+		// The sample charts are served over HTTPS on the bridge (no uplink) with a
+		// certificate the pods do not trust: the definitions skip verification.
+		"--set", "policies.disabledBuiltins={no-insecure-tls}",
+		"--wait", "--timeout", "3m")
+	t.Logf("helm install compositor: %s", time.Since(started).Round(100*time.Millisecond))
+	selector := "app.kubernetes.io/name=compositor,app.kubernetes.io/instance=" + release
+	kubectl(t, "wait", "pods", "-n", releaseNS, "-l", selector, "--for", "condition=Ready=True", "--timeout", "2m")
+	ready := kubectl(t, "get", "pods", "-n", releaseNS, "-l", selector,
+		"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	if n := strings.Count(ready, "=True"); n != 2 {
+		t.Fatalf("want 2 Ready Compositor pods, got %d:\n%s", n, ready)
+	}
+	eventually(t, "a Compositor replica holds the leader lease", time.Minute, func() error {
+		holder := kubectl(t, "get", "lease", "-n", releaseNS, "compositor.compositor.dev", "-o", "jsonpath={.spec.holderIdentity}")
+		if !strings.HasPrefix(holder, "compositor-") {
+			return fmt.Errorf("holder %q", holder)
+		}
+		return nil
+	})
+
+	// The README's first definition, from the charts on the bridge.
+	kubectl(t, "create", "namespace", definitionNS)
+	kubectlApply(t, fmt.Sprintf(`apiVersion: core.krateo.io/v1alpha1
+kind: CompositionDefinition
+metadata:
+  name: fireworksapp-1-1-5
+  namespace: %s
+spec:
+  chart:
+    repo: fireworks-app
+    url: %s
+    version: 1.1.5
+    insecureSkipVerifyTLS: true
+`, definitionNS, chartURL))
+	started = time.Now()
+	kubectl(t, "wait", "compositiondefinition", "fireworksapp-1-1-5", "-n", definitionNS, "--for", "condition=Ready=True", "--timeout", "3m")
+	t.Logf("definition Ready: %s", time.Since(started).Round(100*time.Millisecond))
+	if charts.count("/index.yaml") == 0 || charts.count("/fireworks-app-1.1.5.tgz") == 0 {
+		t.Fatalf("Compositor did not fetch the chart from %s (index %d, 1.1.5 %d)", chartURL,
+			charts.count("/index.yaml"), charts.count("/fireworks-app-1.1.5.tgz"))
+	}
+	t.Log(kubectl(t, "get", "compositiondefinitions", "-A", "-o", "wide"))
+	kubectl(t, "get", "crd", "fireworksapps.composition.krateo.io")
+
+	waitAvailable(t, "fireworksapps-v1-1-5-controller")
+	sa := kubectl(t, "get", "deployment", "fireworksapps-v1-1-5-controller", "-n", definitionNS,
+		"-o", "jsonpath={.spec.template.spec.serviceAccountName}")
+	if sa == "" || sa == "default" || sa == release {
+		t.Fatalf("the controller Deployment runs as %q, want its generated ServiceAccount", sa)
+	}
+	t.Logf("fireworksapps-v1-1-5-controller runs as ServiceAccount %s", sa)
+
+	// A composition, installed by that controller.
+	kubectlApply(t, fmt.Sprintf(`apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata:
+  name: demo
+  namespace: %s
+spec:
+  replicaCount: 2
+`, definitionNS))
+	started = time.Now()
+	kubectl(t, "wait", "fireworksapp", "demo", "-n", definitionNS, "--for", "condition=Ready=True", "--timeout", "3m")
+	t.Logf("composition Ready: %s", time.Since(started).Round(100*time.Millisecond))
+	eventually(t, "helm list shows demo at fireworks-app-1.1.5, deployed", time.Minute, func() error {
+		return releaseAt("demo", "fireworks-app-1.1.5")(t)
+	})
+	// The controller reports the install on the composition; the event names who sent it.
+	event := kubectl(t, "get", "events", "-n", definitionNS, "--field-selector", "reason=HelmInstalled,involvedObject.name=demo",
+		"-o", `jsonpath={range .items[*]}{.source.component}/{.reportingComponent}/{.reportingInstance}: {.message}{"\n"}{end}`)
+	if !strings.Contains(event, "fireworks-app 1.1.5") || !strings.Contains(event, "-fireworksapps-v1-1-5-controller-") {
+		t.Fatalf("want a HelmInstalled event for demo at fireworks-app 1.1.5 from a pod of fireworksapps-v1-1-5-controller:\n%s", event)
+	}
+	t.Logf("HelmInstalled: %s", event)
+
+	// The upgrade to 1.1.6.
+	started = time.Now()
+	kubectl(t, "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", definitionNS,
+		"--type", "merge", "-p", `{"spec":{"chart":{"version":"1.1.6"}}}`)
+	waitAvailable(t, "fireworksapps-v1-1-6-controller")
+	eventually(t, "the 1.1.5 controller Deployment is gone", 3*time.Minute, func() error {
+		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", "fireworksapps-v1-1-5-controller", "-n", definitionNS)
+		if err == nil {
+			return fmt.Errorf("still there:\n%s", out)
+		}
+		if !strings.Contains(out, "NotFound") {
+			return fmt.Errorf("kubectl get: %v: %s", err, out)
+		}
+		return nil
+	})
+	eventually(t, "helm list shows demo at fireworks-app-1.1.6, deployed", 3*time.Minute, func() error {
+		return releaseAt("demo", "fireworks-app-1.1.6")(t)
+	})
+	if charts.count("/fireworks-app-1.1.6.tgz") == 0 {
+		t.Fatalf("nothing fetched fireworks-app 1.1.6 from %s", chartURL)
+	}
+	t.Logf("upgrade to 1.1.6: %s", time.Since(started).Round(100*time.Millisecond))
+}
+
+// waitAvailable waits for a Deployment in definitionNS to exist and be Available.
+func waitAvailable(t *testing.T, name string) {
+	t.Helper()
+	started := time.Now()
+	eventually(t, "deployment "+name+" exists", 3*time.Minute, func() error {
+		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", name, "-n", definitionNS, "-o", "name")
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	kubectl(t, "wait", "deployment", name, "-n", definitionNS, "--for", "condition=Available=True", "--timeout", "3m")
+	t.Logf("deployment %s Available: %s", name, time.Since(started).Round(100*time.Millisecond))
+}
+
+// releaseAt checks helm list in definitionNS for a deployed release of chart.
+func releaseAt(name, chart string) func(t *testing.T) error {
+	return func(t *testing.T) error {
+		out, err := command(t, time.Minute, "", "helm", "list", "-n", definitionNS, "-o", "json")
+		if err != nil {
+			return fmt.Errorf("helm list: %v: %s", err, out)
+		}
+		var releases []struct{ Name, Chart, Status string }
+		if err := json.Unmarshal([]byte(out), &releases); err != nil {
+			return fmt.Errorf("helm list: %v: %s", err, out)
+		}
+		for _, r := range releases {
+			if r.Name == name {
+				if r.Chart == chart && r.Status == "deployed" {
+					return nil
+				}
+				return fmt.Errorf("release %s: chart %s, status %s", name, r.Chart, r.Status)
+			}
+		}
+		return fmt.Errorf("no release %s: %s", name, out)
+	}
+}
+
+// uninstall removes what TestSeedFlow installed, compositions first while Compositor
+// still runs to finish them, so that a reused cluster is left as it was.
+func uninstall(t *testing.T) {
+	if !env.reused {
+		return // the runner's stop removes the whole cluster
+	}
+	if out, err := command(t, 3*time.Minute, "", "kubectl", "delete", "namespace", definitionNS, "--ignore-not-found", "--timeout", "2m"); err != nil {
+		t.Errorf("deleting namespace %s: %v\n%s", definitionNS, err, out)
+	}
+	if out, err := command(t, 3*time.Minute, "", "helm", "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "2m"); err != nil {
+		t.Errorf("helm uninstall: %v\n%s", err, out)
+	}
+	_, _ = command(t, 3*time.Minute, "", "kubectl", "delete", "namespace", releaseNS, "--ignore-not-found", "--timeout", "2m")
+	_, _ = command(t, time.Minute, "", "kubectl", "delete", "crd", "fireworksapps.composition.krateo.io", "--ignore-not-found")
+}
+
+// diagnose logs what a failed run needs to be understood: the definitions, pods and
+// events, and the logs of Compositor and of the generated controllers.
+func diagnose(t *testing.T) {
+	for _, args := range [][]string{
+		{"get", "compositiondefinitions", "-A", "-o", "yaml"},
+		{"get", "pods,deployments", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
+		{"logs", "-n", releaseNS, "-l", "app.kubernetes.io/instance=" + release, "--tail", "60", "--prefix"},
+		{"logs", "-n", definitionNS, "-l", "app.kubernetes.io/managed-by=compositor", "--tail", "60", "--prefix"},
+	} {
+		out, err := command(t, time.Minute, "", "kubectl", args...)
+		t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
+	}
+}
