@@ -254,7 +254,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 }
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
-// CA bundle of every generated CRD current.
+// conversion webhook and CA bundle of every generated CRD current.
 func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
@@ -292,8 +292,16 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 	if err := definitions.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// The conversion webhook of every generated CRD follows the endpoint and the CA
+	// bundle without waiting for a chart: a definition whose chart source is down
+	// keeps a readable API across restarts and rotations.
+	keeper := &definition.ConversionKeeper{Client: mgr.GetClient(), Conversion: conversion, Bundle: provider}
+	if err := keeper.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	return mgr.Add(everyReplica(func(ctx context.Context) error {
 		provider.Subscribe(func(bundle []byte) {
+			keeper.BundleChanged()
 			if err := injectIntoGeneratedCRDs(ctx, live, bundle); err != nil {
 				log.FromContext(ctx).Error(err, "Updating the CA bundle of generated CRDs")
 			}
