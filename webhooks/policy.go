@@ -1,11 +1,13 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -135,11 +137,35 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if p.charts == nil {
 		return nil
 	}
-	if r.Chart, r.ChartDigest, err = p.charts.Chart(ctx, def); err != nil {
-		return undecidable(fmt.Errorf("the chart of CompositionDefinition %s/%s is not available, so %s cannot be checked against its schema: %w",
-			def.Namespace, def.Name, req.Kind.Kind, err))
+	chartCtx, cancel := context.WithTimeout(ctx, chartWait(ctx))
+	defer cancel()
+	if r.Chart, r.ChartDigest, err = p.charts.Chart(chartCtx, def); err != nil {
+		cause := err
+		if chartCtx.Err() != nil && ctx.Err() == nil {
+			cause = fmt.Errorf("%w: no answer within %s", ErrChartUnavailable, chartWait(ctx))
+		}
+		return undecidable(fmt.Errorf("chart %s %s (digest %s) of CompositionDefinition %s/%s is not available, so %s cannot be checked against its schema: %w; retry when the chart source is reachable",
+			def.Spec.Chart.Repo, def.Spec.Chart.Version, cmp.Or(def.Status.Digest, "not recorded yet"), def.Namespace, def.Name, req.Kind.Kind, cause))
 	}
 	return nil
+}
+
+// maxChartWait bounds how long admission waits for a composition's chart, well under
+// the API server's webhook timeout, so that a chart source that does not answer gets
+// a denial that says so rather than the API server's generic deadline.
+const maxChartWait = 2 * time.Second
+
+// ErrChartUnavailable means a composition's chart could not be had in time.
+var ErrChartUnavailable = errors.New("the chart source did not answer in time")
+
+// chartWait is how long admission waits for a chart: maxChartWait, or half of what is
+// left of the request's deadline when that is shorter.
+func chartWait(ctx context.Context) time.Duration {
+	wait := maxChartWait
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	return wait
 }
 
 // unowned decides on a composition whose version no definition reports serving. A kind
