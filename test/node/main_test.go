@@ -5,9 +5,9 @@
 // then the README's first definition, composition and upgrade, each step asserted.
 //
 // The tests start the cluster with a fresh state (-reset) and stop it at the end,
-// unless one is already running from .compositor/cluster: then they use it and remove
-// what they installed (COMPOSITOR_NODE_KEEP=1 keeps both a started cluster and the
-// installation, to look around afterwards).
+// unless one is already running from .compositor/cluster: then they use it if it is
+// clean (no compositor-system or fireworksapp-system namespace) and leave what they
+// installed. COMPOSITOR_NODE_KEEP=1 keeps a started cluster running, to look around.
 //
 // Every client talks to the API server through the kubeconfig's loopback forwarder;
 // the only other address is the node's on the cluster's bridge, where the tests serve
@@ -47,7 +47,7 @@ var env struct {
 	kubeconfig string
 	k8sBin     string
 	nodeBin    string
-	reused     bool // a cluster was already running: leave it, remove what we installed
+	reused     bool // a cluster was already running: use it if clean, leave it running
 	keep       bool
 }
 

@@ -23,6 +23,7 @@ func cleanup(cfg *config) {
 	killCgroupProcesses()
 	unmountUnder(cfg.dir)
 	removeServiceNAT(cfg.bridge)
+	removeKubeletChains()
 	removeBridge(cfg.bridge)
 	removeCgroups()
 	for _, p := range []string{

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -55,4 +58,41 @@ func removeServiceNAT(bridge string) {
 	}
 	_ = exec.Command("iptables", "-t", "nat", "-F", natChain).Run()
 	_ = exec.Command("iptables", "-t", "nat", "-X", natChain).Run()
+}
+
+// kubeletChains are the chains the kubelet makes in every table it watches (canaries,
+// a hint for kube-proxy, and KUBE-FIREWALL, which INPUT and OUTPUT jump to).
+var kubeletChains = []struct{ table, chain string }{
+	{"filter", "KUBE-FIREWALL"}, {"filter", "KUBE-KUBELET-CANARY"},
+	{"nat", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-KUBELET-CANARY"}, {"mangle", "KUBE-IPTABLES-HINT"},
+}
+
+// removeKubeletChains deletes the kubelet's chains (IPv4 and IPv6) once no kubelet runs
+// on this machine: they outlive it, and KUBE-FIREWALL filters the host's traffic.
+func removeKubeletChains() {
+	for _, pid := range allPIDs() {
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil &&
+			filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == "kubelet" {
+			return // another kubelet may own them
+		}
+	}
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			continue
+		}
+		for _, hook := range []string{"INPUT", "OUTPUT"} {
+			for range 10 {
+				if exec.Command(tool, "-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL").Run() != nil {
+					break
+				}
+			}
+		}
+		for _, c := range kubeletChains {
+			if exec.Command(tool, "-t", c.table, "-S", c.chain).Run() != nil {
+				continue
+			}
+			_ = exec.Command(tool, "-t", c.table, "-F", c.chain).Run()
+			_ = exec.Command(tool, "-t", c.table, "-X", c.chain).Run()
+		}
+	}
 }
