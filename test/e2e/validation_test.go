@@ -155,7 +155,7 @@ spec:
 		require.NoError(t, os.WriteFile(filepath.Join(policyDir, "no-docker-hub.yaml"), sidecar, 0o600))
 
 		cli := exec.Command(buildCompositor(t), "validate", "-f", file, "--policy-dir", policyDir,
-			"--chart", filepath.Join(controlplane.RepoRoot(), "test", "testdata", "charts", "fireworks-app", "1.1.5"))
+			"--chart", filepath.Join(controlplane.RepoRoot(), "samples", "charts", "fireworks-app", "1.1.5"))
 		var stderr strings.Builder
 		cli.Stderr = &stderr
 		require.Error(t, cli.Run(), "validate must exit non-zero on a denial")
