@@ -145,7 +145,7 @@ func (f *Fetcher) fromCache(ref Ref, digest, packageURL string) (*Result, bool) 
 	if err != nil {
 		return nil, false // let the caller download again and report what is wrong
 	}
-	return &Result{Chart: ch, Digest: digest, PackageURL: packageURL, FromCache: true}, true
+	return &Result{Chart: ch, Digest: digest, PackageURL: packageURL, FromCache: true, Archive: data}, true
 }
 
 // store verifies a downloaded archive against wantDigest (when known), checks and
@@ -162,7 +162,14 @@ func (f *Fetcher) store(ctx context.Context, ref Ref, data []byte, wantDigest, p
 	if err := f.cache.putBlob(digest, data); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "cannot write chart cache", "digest", digest)
 	}
-	return &Result{Chart: ch, Digest: digest, PackageURL: packageURL}, nil
+	return &Result{Chart: ch, Digest: digest, PackageURL: packageURL, Archive: data}, nil
+}
+
+// Load checks an archive already fetched once (kept elsewhere, such as in the
+// cluster) as a downloaded one is checked, and loads it. The caller verifies its
+// digest.
+func (f *Fetcher) Load(ref Ref, data []byte) (*chart.Chart, error) {
+	return f.load(ref, data)
 }
 
 // load checks an archive against the limits before Helm's loader sees it, then checks

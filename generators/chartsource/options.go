@@ -58,6 +58,8 @@ type Result struct {
 	PackageURL string
 	// FromCache is true when no archive was downloaded.
 	FromCache bool
+	// Archive is the chart archive itself, whose sha256 is Digest.
+	Archive []byte
 }
 
 // Limits bound what an archive may contain. Zero fields take the defaults.

@@ -39,6 +39,9 @@ type Source struct {
 	Fetcher *chartsource.Fetcher
 	// Live reads Secrets from the API server; Compositor never caches them.
 	Live client.Reader
+	// Store keeps the archives of fetched charts in the cluster, so that a chart once
+	// fetched needs no chart source again; nil keeps them in memory only.
+	Store *Store
 
 	once   sync.Once
 	loaded *lru.Cache // digest → *chart.Chart, the least recently used evicted first
@@ -109,16 +112,25 @@ func servesSpecVersion(def *corev1alpha1.CompositionDefinition) bool {
 }
 
 // Chart returns the chart the definition serves, the content of its status digest and
-// nothing else, from memory when it was loaded before.
+// nothing else: from memory when it was loaded before, else from the archive kept in
+// the cluster, else from its chart source.
 func (c *Source) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
+	var storeErr error
 	if digest := def.Status.Digest; digest != "" {
 		if ch, ok := c.memory().Get(digest); ok {
 			return ch.(*chart.Chart), digest, nil
 		}
+		ch, err := c.stored(ctx, digest)
+		if err == nil {
+			return ch, digest, nil
+		}
+		if !errors.Is(err, ErrNotStored) {
+			storeErr = err
+		}
 	}
 	result, err := c.Fetch(ctx, def)
 	if err != nil {
-		return nil, "", err
+		return nil, "", errors.Join(err, storeErr)
 	}
 	if pinned := def.Status.Digest; pinned != "" && result.Digest != pinned {
 		// Another chart version than the status describes (the spec moved on): its
@@ -127,6 +139,53 @@ func (c *Source) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinit
 			ErrChartChanged, pinned, result.Digest, def.Spec.Chart.Version)
 	}
 	return result.Chart, result.Digest, nil
+}
+
+// Keep stores the fetched archive in the cluster, unless it is there already.
+func (c *Source) Keep(ctx context.Context, fetched *chartsource.Result) error {
+	if c.Store == nil {
+		return nil
+	}
+	if _, err := c.Store.Get(ctx, fetched.Digest); err == nil {
+		return nil
+	}
+	return c.Store.Put(ctx, fetched.Digest, fetched.Archive)
+}
+
+// Kept is the chart the definition serves, from the archive kept in the cluster, when
+// its spec still names the chart version its status serves: what the reconciler goes
+// on with while the chart source is down.
+func (c *Source) Kept(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
+	digest := def.Status.Digest
+	if digest == "" || !servesSpecVersion(def) {
+		return nil, ErrNotStored
+	}
+	ch, ok := c.memory().Get(digest)
+	if !ok {
+		var err error
+		if ch, err = c.stored(ctx, digest); err != nil {
+			return nil, err
+		}
+	}
+	return &chartsource.Result{Chart: ch.(*chart.Chart), Digest: digest, PackageURL: def.Status.PackageURL, FromCache: true}, nil
+}
+
+// stored loads the chart of digest from the archive kept in the cluster, checked as a
+// downloaded archive is.
+func (c *Source) stored(ctx context.Context, digest string) (*chart.Chart, error) {
+	if c.Store == nil {
+		return nil, ErrNotStored
+	}
+	data, err := c.Store.Get(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := c.Fetcher.Load(chartsource.Ref{}, data)
+	if err != nil {
+		return nil, fmt.Errorf("loading the chart archive of %s kept in the cluster: %w", digest, err)
+	}
+	c.remember(digest, ch)
+	return ch, nil
 }
 
 func (c *Source) remember(digest string, ch *chart.Chart) {

@@ -150,9 +150,13 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 		}
 	}
 	chart, err := r.Charts.Fetch(ctx, def)
+	var outage error
 	if err != nil {
-		return r.fail(def, err)
+		if chart, outage = r.keptChart(ctx, def, err); chart == nil {
+			return r.fail(def, outage)
+		}
 	}
+	keepErr := r.Charts.Keep(ctx, chart)
 	api, err := r.describeAPI(def, chart)
 	if err != nil {
 		return r.fail(def, err)
@@ -178,6 +182,13 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 		if err := r.deleteWorkloads(ctx, def, previousResource, previous); err != nil {
 			return r.fail(def, err)
 		}
+	}
+	if outage != nil {
+		return r.fail(def, outage)
+	}
+	noteNotKept(def, chart, keepErr)
+	if err := r.pruneCharts(ctx, def); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Deleting chart archives no definition records")
 	}
 	return ctrl.Result{RequeueAfter: r.Poll}, nil
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -10,9 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/chart"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -79,4 +84,50 @@ func TestChartSourceOutageBlocksNobody(t *testing.T) {
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKeyFromObject(got), got))
 	value, _, _ := unstructured.NestedString(got.Object, "spec", "value")
 	assert.Equal(t, "one", value)
+
+	// Admission judges from the chart kept in the cluster.
+	require.NoError(t, cp.Client.Create(ctx, outageApp("after", "two")), "a valid composition is admitted")
+	err := cp.Client.Create(ctx, outageApp("invalid", "far-too-long-a-value"))
+	require.Error(t, err, "an invalid composition is refused")
+	assert.Contains(t, err.Error(), "spec.value")
+	assert.NotContains(t, err.Error(), "not available")
+	require.NoError(t, cp.Client.Patch(ctx, got, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"value":"three"}}`))), "an update is admitted")
+	// The in-process controllers install from the kept chart as well.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, name := range []string{"before", "after"} {
+			obj := outageApp(name, "")
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.True(c, isReady(*obj), name)
+		}
+	}, 2*time.Minute, 250*time.Millisecond)
+	require.NoError(t, cp.Client.Delete(ctx, outageApp("after", "")), "a delete is admitted")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(outageApp("after", "")), outageApp("after", ""))
+		assert.True(c, apierrors.IsNotFound(err), "deleted: %v", err)
+	}, 2*time.Minute, 250*time.Millisecond)
+
+	// The served definition says that only new chart versions wait for the source.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		synced := definitionConditionOf(c, cp, outageNamespace, "outage-app", corev1alpha1.ConditionSynced)
+		assert.Equal(c, "ChartFetchFailed", synced.Reason)
+		assert.Contains(c, synced.Message, "goes on being served and judged from the chart kept in the cluster")
+		ready := definitionConditionOf(c, cp, outageNamespace, "outage-app", corev1alpha1.ConditionReady)
+		assert.Equal(c, metav1.ConditionTrue, ready.Status)
+	}, time.Minute, 250*time.Millisecond)
+	// A new definition reports the outage.
+	res := cp.Kubectl(ctx, strings.ReplaceAll(definition(source.URL, outageNamespace, "outage-new", "0.2.0"), "repo: fireworks-app", "repo: outage-app"), "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		synced := definitionConditionOf(c, cp, outageNamespace, "outage-new", corev1alpha1.ConditionSynced)
+		assert.Equal(c, "ChartFetchFailed", synced.Reason)
+		assert.Contains(c, synced.Message, source.URL)
+	}, time.Minute, 250*time.Millisecond)
+}
+
+func definitionConditionOf(c require.TestingT, cp *controlplane.ControlPlane, namespace, name, kind string) metav1.Condition {
+	def := &corev1alpha1.CompositionDefinition{}
+	require.NoError(c, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, def))
+	cond := meta.FindStatusCondition(def.Status.Conditions, kind)
+	require.NotNil(c, cond, kind)
+	return *cond
 }

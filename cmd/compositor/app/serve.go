@@ -101,7 +101,8 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	charts := &charts.Source{Fetcher: fetcher, Live: live}
+	// Charts once fetched are kept in the cluster: no replica needs their source again.
+	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace}}
 
 	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
