@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/reconciler/charts"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -194,6 +196,15 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	}
 	startCompositor(t, &asChart, func(o *app.ServeOptions) { o.LeaderElection = true })
 	readyDefinition(t, cp)
+	// The chart's archive is kept in Compositor's namespace, written as the chart's
+	// ServiceAccount: restarts never need the chart source for it.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		archives := &corev1.SecretList{}
+		if assert.NoError(c, cp.Client.List(ctx, archives, client.InNamespace("compositor-system"),
+			client.MatchingLabels{charts.LabelChartArchive: "true"})) {
+			assert.NotEmpty(c, archives.Items, "a kept chart archive")
+		}
+	}, 30*time.Second, 100*time.Millisecond)
 
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
