@@ -137,12 +137,13 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if p.charts == nil {
 		return nil
 	}
-	chartCtx, cancel := context.WithTimeout(ctx, chartWait(ctx))
+	wait := chartWait(ctx)
+	chartCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if r.Chart, r.ChartDigest, err = p.charts.Chart(chartCtx, def); err != nil {
 		cause := err
 		if chartCtx.Err() != nil && ctx.Err() == nil {
-			cause = fmt.Errorf("%w: no answer within %s", ErrChartUnavailable, chartWait(ctx))
+			cause = fmt.Errorf("%w: no answer within %s", ErrChartUnavailable, wait)
 		}
 		return undecidable(fmt.Errorf("chart %s %s (digest %s) of CompositionDefinition %s/%s is not available, so %s cannot be checked against its schema: %w; retry when the chart source is reachable",
 			def.Spec.Chart.Repo, def.Spec.Chart.Version, cmp.Or(def.Status.Digest, "not recorded yet"), def.Namespace, def.Name, req.Kind.Kind, cause))

@@ -119,8 +119,13 @@ func TestChartContentIsPinnedToTheRecordedDigest(t *testing.T) {
 
 // definitionCondition is the condition of type kind of fireworksapp-1-1-5, or nil.
 func definitionCondition(t assert.TestingT, cp *controlplane.ControlPlane, kind string) *metav1.Condition {
+	return definitionConditionOf(t, cp, "fireworksapp-system", "fireworksapp-1-1-5", kind)
+}
+
+// definitionConditionOf is the condition of type kind of a definition, or nil.
+func definitionConditionOf(t assert.TestingT, cp *controlplane.ControlPlane, namespace, name, kind string) *metav1.Condition {
 	def := &corev1alpha1.CompositionDefinition{}
-	if !assert.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapp-1-1-5"}, def)) {
+	if !assert.NoError(t, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, def)) {
 		return nil
 	}
 	return meta.FindStatusCondition(def.Status.Conditions, kind)
