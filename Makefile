@@ -139,8 +139,9 @@ pause-image: ## Build the pod sandbox (pause) image into bin/images/pause.tar
 # `make cluster`: a single-node cluster from Go modules and Debian packages.
 CLUSTER_DIR := $(CURDIR)/.compositor/cluster
 CLUSTER_ARGS ?=
-# Debian packages the node needs: runc for containerd's shim, the CNI plugins.
-NODE_DEBS := runc containernetworking-plugins
+# Debian packages the node needs: runc for containerd's shim, the CNI plugins, iptables
+# (the DNAT that gives pods the API server).
+NODE_DEBS := runc containernetworking-plugins iptables
 
 .PHONY: node
 node: control-plane $(KUBENODE_STAMP) $(CONTAINERD_STAMP) ## Build kubelet, kube-controller-manager, kube-scheduler and containerd; install runc and the CNI plugins (Debian)
