@@ -1,10 +1,12 @@
 // Package lightinformer runs informers of generated kinds at a cost that thousands of
 // them can afford. A client-go shared informer with one event handler keeps nine
 // goroutines besides its watch's HTTP/2 stream (its processor, a run/pop pair per
-// handler, one that waits to stop it, the reflector's three, ...); the plain informer
-// this package builds keeps five — the reflector, its resync timer, the watch's
-// decoder, the loop that stores each change and calls the handler, and the one that
-// closes its queue — and one watch, whose stream costs a sixth.
+// handler, one that waits to stop it, the reflector's three, ...), and client-go's
+// plain informer five (its queue's processing loop and closer besides the reflector's
+// three). The informer here is client-go's Reflector writing into an indexer that tells
+// the handler of each change as it stores it, with no queue in between: it keeps three
+// goroutines — the reflector, its resync timer and the watch's decoder — and one
+// watch, whose stream costs a fourth.
 // Nothing here shares an informer between handlers: each user of a resource owns its
 // own, started and stopped with what it serves.
 package lightinformer
@@ -41,9 +43,9 @@ type Options struct {
 
 // Informer keeps a store of one resource current.
 type Informer struct {
-	store      toolscache.Indexer
-	controller toolscache.Controller
-	resource   schema.GroupResource
+	store     *tellingStore
+	reflector *toolscache.Reflector
+	resource  schema.GroupResource
 }
 
 // NewDynamic is an informer of whole objects (*unstructured.Unstructured).
@@ -86,36 +88,36 @@ func newInformer(o Options, objectType runtime.Object, lw *toolscache.ListWatch)
 	if handler == nil {
 		handler = toolscache.ResourceEventHandlerFuncs{}
 	}
-	store, controller := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    objectType,
-		Handler:       handler,
-		ResyncPeriod:  o.Resync,
-		Indexers:      indexers,
-		Transform:     stripManagedFields,
+	store := &tellingStore{
+		indexer: toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+		handler: handler,
+	}
+	reflector := toolscache.NewReflectorWithOptions(lw, objectType, store, toolscache.ReflectorOptions{
+		Name:         o.Resource.String(),
+		ResyncPeriod: o.Resync,
 	})
-	return &Informer{store: store.(toolscache.Indexer), controller: controller, resource: o.Resource.GroupResource()}
+	return &Informer{store: store, reflector: reflector, resource: o.Resource.GroupResource()}
 }
 
 // stripManagedFields drops what nothing here reads before the store keeps it.
-func stripManagedFields(obj any) (any, error) {
+func stripManagedFields(obj any) any {
 	if accessor, err := meta.Accessor(obj); err == nil {
 		accessor.SetManagedFields(nil)
 	}
-	return obj, nil
+	return obj
 }
 
 // Run lists, then watches, until ctx is done; it retries whatever fails, a resource
 // the API server does not serve yet included.
-func (i *Informer) Run(ctx context.Context) { i.controller.RunWithContext(ctx) }
+func (i *Informer) Run(ctx context.Context) { i.reflector.RunWithContext(ctx) }
 
 // HasSynced is true once the first list is in the store.
-func (i *Informer) HasSynced() bool { return i.controller.HasSynced() }
+func (i *Informer) HasSynced() bool { return i.store.synced.Load() }
 
 // Store is what the informer holds: read it, never write it.
-func (i *Informer) Store() toolscache.Indexer { return i.store }
+func (i *Informer) Store() toolscache.Indexer { return i.store.indexer }
 
 // Lister reads the store by namespace and labels.
 func (i *Informer) Lister() toolscache.GenericLister {
-	return toolscache.NewGenericLister(i.store, i.resource)
+	return toolscache.NewGenericLister(i.store.indexer, i.resource)
 }

@@ -125,10 +125,10 @@ func TestInformersTellAndKeepWhatTheySelect(t *testing.T) {
 	}
 }
 
-// TestAnInformerCostsSixGoroutinesAndLeavesNone counts what a running informer keeps —
-// the figure a thousand generated kinds multiply: five of client-go's and the HTTP/2
+// TestAnInformerCostsFourGoroutinesAndLeavesNone counts what a running informer keeps —
+// the figure a thousand generated kinds multiply: the reflector's three and the HTTP/2
 // stream of its watch — and that stopping it leaves nothing.
-func TestAnInformerCostsSixGoroutinesAndLeavesNone(t *testing.T) {
+func TestAnInformerCostsFourGoroutinesAndLeavesNone(t *testing.T) {
 	cp := controlplane.Start(t)
 	httpClient, err := rest.HTTPClientFor(cp.Config)
 	require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestAnInformerCostsSixGoroutinesAndLeavesNone(t *testing.T) {
 	running := settledGoroutines()
 	perInformer := float64(running-before) / n
 	t.Logf("%d goroutines before, %d with %d informers: %.1f each", before, running, n, perInformer)
-	assert.LessOrEqual(t, perInformer, 6.0, "goroutines per running informer")
+	assert.LessOrEqual(t, perInformer, 4.0, "goroutines per running informer")
 
 	cancel()
 	wg.Wait()
