@@ -22,6 +22,9 @@ HELM_STAMP := $(K8S)/.helm-$(call pins,helm)
 CODEGEN_STAMP := $(BIN)/.controller-gen-$(call pins,codegen)
 KUBENODE_STAMP := $(K8S)/.kubenode-$(call pins,kubenode)
 CONTAINERD_STAMP := $(BIN)/node/.containerd-$(call pins,containerd)
+# cert-manager's binaries are wired in the module itself, so its sources count too.
+CERT_MANAGER := $(BIN)/certmanager
+CERT_MANAGER_STAMP := $(CERT_MANAGER)/.cert-manager-$(shell cat $(TOOLS)/certmanager/go.mod $(TOOLS)/certmanager/go.sum $(TOOLS)/certmanager/*/main.go | sha256sum | cut -c1-12)
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 60m
 FUZZTIME ?= 1m
@@ -162,6 +165,20 @@ $(CONTAINERD_STAMP):
 	cd $(TOOLS)/containerd && CGO_ENABLED=0 go build -tags no_btrfs,no_devmapper,no_zfs -o $(NODE)/ \
 	  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
 	rm -f $(NODE)/.containerd-* && touch $@
+
+# cert-manager for certs.mode: cert-manager (test/tools/certmanager/README.md): its
+# controller and cainjector as host processes, its CRDs copied from the module cache.
+.PHONY: cert-manager
+cert-manager: $(CERT_MANAGER_STAMP) ## Build cert-manager's controller and cainjector into bin/certmanager, its CRDs into bin/certmanager/crds
+
+$(CERT_MANAGER_STAMP):
+	@echo "Building cert-manager's controller and cainjector (the first build takes about 3 minutes)"
+	cd $(TOOLS)/certmanager && go build -o $(CERT_MANAGER)/ ./controller ./cainjector
+	dir=$$(cd $(TOOLS)/certmanager && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager); \
+	rm -rf $(CERT_MANAGER)/crds && mkdir -p $(CERT_MANAGER)/crds && \
+	cp "$$dir"/deploy/crds/*.yaml $(CERT_MANAGER)/crds/ && cp "$$dir"/LICENSE $(CERT_MANAGER)/LICENSE.cert-manager && \
+	chmod u+w $(CERT_MANAGER)/crds/*.yaml $(CERT_MANAGER)/LICENSE.cert-manager
+	rm -f $(CERT_MANAGER)/.cert-manager-* && touch $@
 
 .PHONY: cluster
 cluster: node image pause-image ## Run a single-node cluster (kubelet, containerd, bridge CNI) until Ctrl-C; kubeconfig in .compositor/cluster/kubeconfig
