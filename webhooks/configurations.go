@@ -2,14 +2,17 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -145,7 +148,16 @@ func Install(ctx context.Context, c client.Client, certs BundleSource, opts Conf
 			return err
 		}
 		for _, obj := range []client.Object{mutating, validating} {
-			if err := serverSideApply(ctx, c, obj); err != nil {
+			err := serverSideApply(ctx, c, obj)
+			if apierrors.IsInvalid(err) {
+				// Possibly another manager's endpoint of the other kind next to this
+				// one's: move the webhooks to this endpoint, then apply again.
+				if moved := moveEndpoint(ctx, c, obj); moved != nil {
+					return errors.Join(err, moved)
+				}
+				err = serverSideApply(ctx, c, obj)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -159,6 +171,58 @@ func Install(ctx context.Context, c client.Client, certs BundleSource, opts Conf
 			log.FromContext(ctx).Error(err, "Updating the CA bundle of the webhook configurations")
 		}
 	})
+	return nil
+}
+
+// moveEndpoint points the webhooks of the configuration obj names at obj's endpoint,
+// clearing the endpoint of the other kind (a URL for a Service, or the reverse).
+//
+// The chart templates the configurations for its Service, as Helm's manager, so that
+// Helm deletes them with the release; a Compositor serving elsewhere (--webhook-url)
+// cannot take them over by applying alone, which never removes another manager's
+// fields, and a webhook with both a Service and a URL is invalid. A strategic merge
+// patch of each webhook's clientConfig, by webhook name, can: it needs no read, which
+// Compositor's rights do not include.
+func moveEndpoint(ctx context.Context, c client.Client, obj client.Object) error {
+	type namedClientConfig struct {
+		name string
+		cfg  admissionregistrationv1.WebhookClientConfig
+	}
+	var clientConfigs []namedClientConfig
+	switch o := obj.(type) {
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		for _, w := range o.Webhooks {
+			clientConfigs = append(clientConfigs, namedClientConfig{w.Name, w.ClientConfig})
+		}
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		for _, w := range o.Webhooks {
+			clientConfigs = append(clientConfigs, namedClientConfig{w.Name, w.ClientConfig})
+		}
+	default:
+		return fmt.Errorf("moving the webhook endpoint: unsupported %T", obj)
+	}
+	webhooks := make([]map[string]any, 0, len(clientConfigs))
+	for _, w := range clientConfigs {
+		cfg := map[string]any{"url": nil, "service": nil}
+		if w.cfg.URL != nil {
+			cfg["url"] = *w.cfg.URL
+		} else {
+			cfg["service"] = w.cfg.Service
+		}
+		webhooks = append(webhooks, map[string]any{"name": w.name, "clientConfig": cfg})
+	}
+	data, err := json.Marshal(map[string]any{"webhooks": webhooks})
+	if err != nil {
+		return err
+	}
+	target, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("moving the webhook endpoint: %T is not a client.Object", obj)
+	}
+	if err := c.Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, data), client.FieldOwner(fieldManager)); err != nil {
+		return fmt.Errorf("moving the webhooks of %s to this endpoint: %w", obj.GetName(), err)
+	}
+	log.FromContext(ctx).Info("Moved the webhook configuration to this endpoint", "name", obj.GetName())
 	return nil
 }
 

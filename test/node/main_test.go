@@ -49,6 +49,12 @@ var env struct {
 	nodeBin    string
 	reused     bool // a cluster was already running: use it if clean, leave it running
 	keep       bool
+	// seeded is set when TestSeedFlow passed in this run: the tests after it build on
+	// its installation.
+	seeded bool
+	// closers run after every test: what outlives one test, like the chart server the
+	// controllers keep fetching from.
+	closers []func()
 }
 
 func TestMain(m *testing.M) {
@@ -72,6 +78,11 @@ func run(m *testing.M) int {
 	env.nodeBin = filepath.Join(env.root, "bin", "node")
 	env.keep = os.Getenv("COMPOSITOR_NODE_KEEP") == "1"
 
+	defer func() {
+		for _, c := range env.closers {
+			c()
+		}
+	}()
 	if runnerRunning() {
 		env.reused = true
 		fmt.Println("node: using the cluster running from", env.clusterDir)
@@ -229,7 +240,8 @@ func eventually(t *testing.T, what string, timeout time.Duration, check func() e
 }
 
 // serveSampleCharts serves the sample chart repository on the node's bridge address,
-// the one address pods reach besides the API server, and returns its URL. It refuses
+// the one address pods reach besides the API server, and returns its URL. It serves
+// until every test has run: the definitions installed keep pointing at it. It refuses
 // unless the bridge exists with that address: a listener cannot bind it otherwise,
 // and no client here ever dials it.
 func serveSampleCharts(t *testing.T, handler http.Handler) string {
@@ -261,6 +273,6 @@ func serveSampleCharts(t *testing.T, handler http.Handler) string {
 	_ = srv.Listener.Close()
 	srv.Listener = l
 	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	env.closers = append(env.closers, srv.Close)
 	return srv.URL
 }

@@ -62,11 +62,7 @@ func TestSeedFlow(t *testing.T) {
 				"start a fresh cluster, or `make cluster CLUSTER_ARGS=-reset`:\n%s", releaseNS, definitionNS, err, out)
 		}
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			diagnose(t)
-		}
-	})
+	diagnoseOnFailure(t)
 
 	// Compositor from its chart.
 	started := time.Now()
@@ -172,6 +168,33 @@ spec:
 		t.Fatalf("nothing fetched fireworks-app 1.1.6 from %s", chartURL)
 	}
 	t.Logf("upgrade to 1.1.6: %s", time.Since(started).Round(100*time.Millisecond))
+	env.seeded = true
+}
+
+// The tests after the seed flow build on what it installed, and go test runs a
+// package's tests in the order of its files, then of their declarations: so they are
+// declared here, after TestSeedFlow, and written in failover_test.go and
+// lifecycle_test.go. TestLifecycle uninstalls Compositor: it comes last.
+
+// TestFailover: see failover.
+func TestFailover(t *testing.T) { afterSeed(t); failover(t) }
+
+// TestLifecycle: see lifecycle.
+func TestLifecycle(t *testing.T) { afterSeed(t); lifecycle(t) }
+
+// afterSeed skips a test unless TestSeedFlow's installation is there: installed by
+// this run, or left by an earlier one on a running cluster (COMPOSITOR_NODE_KEEP=1).
+func afterSeed(t *testing.T) {
+	t.Helper()
+	if env.seeded {
+		return
+	}
+	if _, err := command(t, time.Minute, "", "helm", "status", release, "-n", releaseNS); err == nil {
+		if _, err := command(t, time.Minute, "", "kubectl", "get", "fireworksapp", "demo", "-n", definitionNS); err == nil {
+			return
+		}
+	}
+	t.Skip("needs TestSeedFlow's installation: run TestSeedFlow first (-run 'TestSeedFlow|" + t.Name() + "')")
 }
 
 // waitAvailable waits for a Deployment in definitionNS to exist and be Available.
@@ -210,6 +233,15 @@ func releaseAt(name, chart string) func(t *testing.T) error {
 		}
 		return fmt.Errorf("no release %s: %s", name, out)
 	}
+}
+
+// diagnoseOnFailure logs diagnose's output when t fails.
+func diagnoseOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			diagnose(t)
+		}
+	})
 }
 
 // diagnose logs what a failed run needs to be understood: the definitions, pods and
