@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -41,7 +45,18 @@ func measureThroughAPIServer(ctx context.Context, o options, rep *report, d *dev
 				}
 			}
 			logf("%d creates through the API server at concurrency %d, webhooks %t", o.e2eCreates, o.e2eConcurrency, withWebhooks)
+			var profile chan error
+			if o.profileDir != "" && round == 0 {
+				profile = make(chan error, 1)
+				path := filepath.Join(o.profileDir, apiServerProfileName(withWebhooks))
+				go func() { profile <- saveAPIServerProfile(ctx, d, apiServerProfileSeconds, path) }()
+			}
 			r, err := createThroughAPIServer(ctx, d, namespace, w.spec, o.e2eCreates, o.e2eConcurrency)
+			if profile != nil {
+				if profileErr := <-profile; profileErr != nil && err == nil {
+					err = profileErr
+				}
+			}
 			if !withWebhooks {
 				if restoreErr := restoreWebhooks(ctx, d, mutating, validating); restoreErr != nil {
 					return restoreErr
@@ -61,6 +76,36 @@ func measureThroughAPIServer(ctx context.Context, o options, rep *report, d *dev
 		}
 	}
 	return nil
+}
+
+// apiServerProfileSeconds is how long the API server is profiled from the first create
+// of the first round: less than the creates take.
+const apiServerProfileSeconds = 2
+
+// apiServerProfileName names the API server's CPU profile of the first round's creates.
+func apiServerProfileName(withWebhooks bool) string {
+	if withWebhooks {
+		return "apiserver-creates-with-webhooks.pprof"
+	}
+	return "apiserver-creates-without-webhooks.pprof"
+}
+
+// saveAPIServerProfile fetches a CPU profile of the API server (its /debug/pprof, as
+// the harness's administrator) of seconds into path.
+func saveAPIServerProfile(ctx context.Context, d *dev, seconds int, path string) error {
+	clientset, err := kubernetes.NewForConfig(d.cfg)
+	if err != nil {
+		return err
+	}
+	data, err := clientset.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("fetching a CPU profile of the API server: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // webhookSettle is how long the API server takes to notice a webhook configuration

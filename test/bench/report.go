@@ -307,15 +307,28 @@ func (r *report) markdown() string {
 		p("| Compositor (schema + policies) | %.0f | %.0f | %.0f |", pr.Compositor.NsPerReview/1000, pr.Compositor.ReviewsPerSecond, pr.Compositor.AllocsPerReview)
 		p("| Gatekeeper (policies) | %.0f | %.0f | %.0f |", pr.Gatekeeper.NsPerReview/1000, pr.Gatekeeper.ReviewsPerSecond, pr.Gatekeeper.AllocsPerReview)
 	}
-	if prof := r.profileTop(); prof != "" {
+	profiles := []struct{ title, intro, binary, name string }{
+		{"Where Compositor's time goes now", "A CPU profile of `compositor dev` during `composition create /validate` at concurrency 16",
+			r.Options.compositor, profileName("composition create /validate", 16)},
+		{"Where /mutate's time goes", "A CPU profile of `compositor dev` during `composition create /mutate` at concurrency 16",
+			r.Options.compositor, profileName("composition create /mutate", 16)},
+		{"Where the API server's time goes, with the webhooks", fmt.Sprintf("A CPU profile of kube-apiserver (%ds from the first of the first round's creates with the webhooks)", apiServerProfileSeconds),
+			"", apiServerProfileName(true)},
+		{"Where the API server's time goes, without the webhooks", fmt.Sprintf("The same, %ds from the first of the first round's creates without the webhooks", apiServerProfileSeconds),
+			"", apiServerProfileName(false)},
+	}
+	for _, prof := range profiles {
+		top := r.profileTop(prof.binary, prof.name, 30)
+		if top == "" {
+			continue
+		}
 		p("")
-		p("## Where Compositor's time goes now")
+		p("## %s", prof.title)
 		p("")
-		p("A CPU profile of `compositor dev` during `composition create /validate` at concurrency 16")
-		p("(`go tool pprof -top`, the heaviest functions by cumulative time):")
+		p("%s (`go tool pprof -top -cum`, the heaviest functions by cumulative time):", prof.intro)
 		p("")
 		p("```")
-		b.WriteString(prof)
+		b.WriteString(top)
 		p("```")
 	}
 	if notes, err := os.ReadFile(filepath.Join(filepath.Dir(r.Options.policyDir), "NOTES.md")); err == nil {
@@ -344,13 +357,17 @@ func errorNotes(p func(string, ...any), cs []comparison) {
 	}
 }
 
-// profileTop is the top of the saved CPU profile, when one was taken.
-func (r *report) profileTop() string {
+// profileTop is the top, by cumulative time, of the saved CPU profile named name, when
+// one was taken: nodes lines of it, with binary's symbols.
+func (r *report) profileTop(binary, name string, nodes int) string {
 	if r.Options.profileDir == "" {
 		return ""
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=30",
-		r.Options.compositor, filepath.Join(r.Options.profileDir, profileName("composition create /validate", 16))).Output()
+	args := []string{"tool", "pprof", "-top", "-cum", fmt.Sprintf("-nodecount=%d", nodes)}
+	if binary != "" {
+		args = append(args, binary)
+	}
+	out, err := exec.Command("go", append(args, filepath.Join(r.Options.profileDir, name))...).Output()
 	if err != nil {
 		return ""
 	}

@@ -57,17 +57,17 @@ func carryScaleSection(old, fresh string) string {
 
 // Issue #15's targets.
 const (
-	rssLimitMiB        = 1024
-	rssGoalMiB         = 500
+	rssLimitMiB = 1024
+	rssGoalMiB  = 500
 	// "A few" per definition, made precise: a definition may add two watches (its
 	// version's informer in the controller, on the leader, and admission's release
 	// names of its kind, on every replica), each at client-go's floor of four
 	// goroutines (reflector, resync timer, watch decoder, HTTP/2 stream).
 	watchesPerDefinition = 2
 	goroutinesPerWatch   = 4
-	perCompositionMax  = 0.1 // goroutines or watches per composition: not growing
-	newDefinitionP50   = 2.0
-	newCompositionP50  = 5.0
+	perCompositionMax    = 0.1 // goroutines or watches per composition: not growing
+	newDefinitionP50     = 2.0
+	newCompositionP50    = 5.0
 )
 
 // delta is the growth of goroutines, watches and RSS between two samples, per
