@@ -10,13 +10,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // apiRestartNamespace holds the definition and compositions of the API server restart
@@ -190,53 +188,7 @@ func TestAPIServerAndEtcdRestartUnderLoad(t *testing.T) {
 	}
 	assert.Equal(t, 1, serve.runs, "Compositor was not restarted")
 
-	listed := map[string]bool{}
-	for _, item := range list.Items {
-		listed[item.GetName()] = true
-	}
-	assert.Equal(t, accepted, listed, "none lost, none extra")
-
-	secrets := &corev1.SecretList{}
-	require.NoError(t, cp.Client.List(ctx, secrets, client.InNamespace(apiRestartNamespace), client.MatchingLabels{"owner": "helm"}))
-	revisions := map[string]map[string]string{}
-	for _, s := range secrets.Items {
-		name := s.Labels["name"]
-		if revisions[name] == nil {
-			revisions[name] = map[string]string{}
-		}
-		revisions[name][s.Labels["version"]] = s.Labels["status"]
-	}
-	assert.Len(t, revisions, apiRestartCompositions, "one release per composition")
-	recovered, withEvent := 0, 0
-	shapes := map[string]int{} // release histories by revision statuses, to quote
-	for name := range accepted {
-		history := revisions[name]
-		shapes[fmt.Sprint(history)]++
-		deployed := 0
-		for _, status := range history {
-			if status == "deployed" {
-				deployed++
-			}
-		}
-		assert.Equal(t, 1, deployed, "%s: one deployed revision: %v", name, history)
-		if len(history) > 1 {
-			// As in TestRestartsUnderLoadLoseNoComposition: a second revision is the
-			// operation run again after an install the outage interrupted (revision 1
-			// failed), or an upgrade after an install whose status the outage kept from
-			// the composition (revision 1 superseded); never a second install.
-			recovered++
-			if len(eventNotes(t, cp, apiRestartNamespace, name, "ReleaseRecovered")) > 0 {
-				withEvent++
-			}
-			assert.Contains(t, []string{"superseded", "failed"}, history["1"], "%s: %v", name, history)
-		}
-		cm := &corev1.ConfigMap{}
-		if assert.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: apiRestartNamespace, Name: name}, cm)) {
-			assert.Equal(t, name, cm.Data["value"])
-		}
-	}
-	t.Logf("%d releases at revision 1 only, %d with a second revision, %d of them after a ReleaseRecovered event; histories: %v",
-		len(accepted)-recovered, recovered, withEvent, shapes)
+	assertInstalledOnceEach(t, cp, apiRestartNamespace, list.Items, accepted)
 }
 
 // failureKind names the kind of a failed create, to count the retries by cause.

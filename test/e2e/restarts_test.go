@@ -115,14 +115,27 @@ func TestRestartsUnderLoadLoseNoComposition(t *testing.T) {
 	}, 5*time.Minute, time.Second)
 	t.Logf("all %d Ready %s after the first create", len(list.Items), time.Since(start).Round(time.Millisecond))
 
+	assertInstalledOnceEach(t, cp, loadNamespace, list.Items, accepted)
+}
+
+// assertInstalledOnceEach asserts that the compositions listed are exactly those the
+// API server accepted, and that each has one Helm release with one deployed revision
+// holding its value: none lost, none extra, none installed twice. A second revision is
+// an upgrade of the first, kept in the history (an uninstall would have removed it):
+// the operation run again after an interrupted install (revision 1 failed), or an
+// upgrade after an install whose status an outage or a kill kept from the composition,
+// which the controller cannot tell from a changed spec (revision 1 superseded).
+func assertInstalledOnceEach(t *testing.T, cp *controlplane.ControlPlane, namespace string, items []unstructured.Unstructured, accepted map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
 	listed := map[string]bool{}
-	for _, item := range list.Items {
+	for _, item := range items {
 		listed[item.GetName()] = true
 	}
 	assert.Equal(t, accepted, listed, "none lost, none extra")
 
 	secrets := &corev1.SecretList{}
-	require.NoError(t, cp.Client.List(ctx, secrets, client.InNamespace(loadNamespace), client.MatchingLabels{"owner": "helm"}))
+	require.NoError(t, cp.Client.List(ctx, secrets, client.InNamespace(namespace), client.MatchingLabels{"owner": "helm"}))
 	revisions := map[string]map[string]string{}
 	for _, s := range secrets.Items {
 		name := s.Labels["name"]
@@ -131,10 +144,12 @@ func TestRestartsUnderLoadLoseNoComposition(t *testing.T) {
 		}
 		revisions[name][s.Labels["version"]] = s.Labels["status"]
 	}
-	assert.Len(t, revisions, loadCompositions, "one release per composition")
+	assert.Len(t, revisions, len(accepted), "one release per composition")
 	recovered, withEvent := 0, 0
+	shapes := map[string]int{} // release histories by revision statuses, to quote
 	for name := range accepted {
 		history := revisions[name]
+		shapes[fmt.Sprint(history)]++
 		deployed := 0
 		for _, status := range history {
 			if status == "deployed" {
@@ -143,22 +158,19 @@ func TestRestartsUnderLoadLoseNoComposition(t *testing.T) {
 		}
 		assert.Equal(t, 1, deployed, "%s: one deployed revision: %v", name, history)
 		if len(history) > 1 {
-			// A second revision is an upgrade of the first, kept in the history (an
-			// uninstall would have removed it): after a recovered interrupted install, or
-			// after a kill between Helm's install and the composition's status, which
-			// the controller cannot tell from a changed spec.
 			recovered++
-			if len(eventNotes(t, cp, loadNamespace, name, "ReleaseRecovered")) > 0 {
+			if len(eventNotes(t, cp, namespace, name, "ReleaseRecovered")) > 0 {
 				withEvent++
 			}
 			assert.Contains(t, []string{"superseded", "failed"}, history["1"], "%s: %v", name, history)
 		}
 		cm := &corev1.ConfigMap{}
-		if assert.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: loadNamespace, Name: name}, cm)) {
+		if assert.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
 			assert.Equal(t, name, cm.Data["value"])
 		}
 	}
-	t.Logf("%d releases at revision 1 only, %d with a second revision, %d of them after a ReleaseRecovered event", loadCompositions-recovered, recovered, withEvent)
+	t.Logf("%d releases at revision 1 only, %d with a second revision, %d of them after a ReleaseRecovered event; histories: %v",
+		len(accepted)-recovered, recovered, withEvent, shapes)
 }
 
 // isReady reports whether the composition is Ready for its latest generation.
