@@ -198,7 +198,7 @@ cluster-down: ## Stop `make cluster` and remove every process, mount, network na
 TEST_NODE_ARGS ?=
 
 .PHONY: test-node
-test-node: node image pause-image ## E2e tier on a real node: helm install compositor (2 replicas), the README's definition, composition and upgrade
+test-node: node image pause-image cert-manager ## E2e tier on a real node: helm install compositor (2 replicas), the README's definition, composition and upgrade, failover, uninstall; then certs.mode=cert-manager against a real cert-manager
 	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
 	go test -tags node -count=1 -v -timeout 20m ./test/node/ $(TEST_NODE_ARGS)
 

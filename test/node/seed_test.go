@@ -174,13 +174,18 @@ spec:
 // The tests after the seed flow build on what it installed, and go test runs a
 // package's tests in the order of its files, then of their declarations: so they are
 // declared here, after TestSeedFlow, and written in failover_test.go and
-// lifecycle_test.go. TestLifecycle uninstalls Compositor: it comes last.
+// lifecycle_test.go. TestLifecycle uninstalls Compositor: it comes after them, and
+// TestCertManager, which installs Compositor again in cert-manager mode (the webhook
+// configurations are cluster-scoped: one installation at a time), comes last.
 
 // TestFailover: see failover.
 func TestFailover(t *testing.T) { afterSeed(t); failover(t) }
 
 // TestLifecycle: see lifecycle.
 func TestLifecycle(t *testing.T) { afterSeed(t); lifecycle(t) }
+
+// TestCertManager: see certManagerMode (in certmanager_test.go). It needs no seed.
+func TestCertManager(t *testing.T) { certManagerMode(t) }
 
 // afterSeed skips a test unless TestSeedFlow's installation is there: installed by
 // this run, or left by an earlier one on a running cluster (COMPOSITOR_NODE_KEEP=1).
