@@ -66,6 +66,7 @@ func main() {
 	flag.StringVar(&o.policyDir, "policies", "test/bench/policies", "Directory of the policy files applied as CompositionPolicies")
 	flag.StringVar(&o.out, "out", "", "Write the report (Markdown) here; empty prints it")
 	flag.StringVar(&o.jsonOut, "json", "", "Also write every figure as JSON here")
+	rerender := flag.String("scale-from-json", "", "Render the scale section again from this -scale run's -json output, into -out, without measuring")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "Save a CPU profile of Compositor under load here")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "How long each load run is measured")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "Unmeasured load before each run")
@@ -98,6 +99,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *rerender != "" {
+		if err := rerenderScale(*rerender, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.scale {
 		var err error
 		if so.steps, err = parseSteps(*steps); err != nil {

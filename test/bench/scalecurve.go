@@ -239,16 +239,35 @@ func runScale(ctx context.Context, o options, so scaleOptions) error {
 			return err
 		}
 	}
+	return writeScaleSection(o.out, run)
+}
+
+// rerenderScale writes the scale section of out again from a run's JSON (-json), as
+// the report's code renders it now.
+func rerenderScale(path, out string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	run := &scaleRun{}
+	if err := json.Unmarshal(b, run); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return writeScaleSection(out, run)
+}
+
+// writeScaleSection puts run's section into the Markdown file out, or prints it.
+func writeScaleSection(out string, run *scaleRun) error {
 	section := run.markdown()
-	if o.out == "" {
+	if out == "" {
 		fmt.Print(section)
 		return nil
 	}
-	old, err := os.ReadFile(o.out)
+	old, err := os.ReadFile(out)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return os.WriteFile(o.out, []byte(replaceScaleSection(string(old), section)), 0o644)
+	return os.WriteFile(out, []byte(replaceScaleSection(string(old), section)), 0o644)
 }
 
 // setUpValidate creates the definition of fireworks-app 1.1.5 in benchNamespace whose

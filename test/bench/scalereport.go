@@ -65,9 +65,12 @@ const (
 	// goroutines (reflector, resync timer, watch decoder, HTTP/2 stream).
 	watchesPerDefinition = 2
 	goroutinesPerWatch   = 4
-	perCompositionMax    = 0.1 // goroutines or watches per composition: not growing
-	newDefinitionP50     = 2.0
-	newCompositionP50    = 5.0
+	// perDefinitionNoise is what in-flight work (requests, installs under way when a
+	// sample is read) adds to a per-definition figure.
+	perDefinitionNoise = 0.1
+	perCompositionMax  = 0.1 // goroutines or watches per composition: not growing
+	newDefinitionP50   = 2.0
+	newCompositionP50  = 5.0
 )
 
 // delta is the growth of goroutines, watches and RSS between two samples, per
@@ -329,8 +332,8 @@ func (r *scaleRun) targets() []scaleTarget {
 	dd, cd := r.definitionDelta(i), r.compositionDelta(i)
 	if dd.ok {
 		out = append(out,
-			scaleTarget{fmt.Sprintf("goroutines per definition (with its first composition) ≤ %d (\"a few\": %d per watch), last step", watchesPerDefinition*goroutinesPerWatch, goroutinesPerWatch),
-				fmt.Sprintf("%.1f (%d → %d definitions)", dd.Goroutines, r.prevDefinitions(i), r.middle(i).Definitions), judged(dd.Goroutines <= watchesPerDefinition*goroutinesPerWatch)},
+			scaleTarget{fmt.Sprintf("goroutines per definition (with its first composition) ≤ %d (\"a few\": %d per watch; %.1f of noise allowed), last step", watchesPerDefinition*goroutinesPerWatch, goroutinesPerWatch, perDefinitionNoise),
+				fmt.Sprintf("%.1f (%d → %d definitions)", dd.Goroutines, r.prevDefinitions(i), r.middle(i).Definitions), judged(dd.Goroutines <= watchesPerDefinition*goroutinesPerWatch+perDefinitionNoise)},
 			scaleTarget{fmt.Sprintf("API server watches per definition (with its first composition) ≤ %d, last step", watchesPerDefinition),
 				fmt.Sprintf("%.2f", dd.Watches), judged(dd.Watches <= watchesPerDefinition)})
 	}
