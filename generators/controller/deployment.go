@@ -60,6 +60,11 @@ type Options struct {
 	// AllowChartNetworks are the address ranges the controller may fetch charts from
 	// beyond the public ones (--allow-chart-network), as Compositor's own.
 	AllowChartNetworks []netip.Prefix
+	// ChartArchiveNamespace is Compositor's namespace, where the chart archives are kept
+	// in the cluster (--chart-archive-namespace): the controller reads its chart there
+	// when it has none in memory, before going to the chart source. Empty: it always
+	// fetches from the chart source.
+	ChartArchiveNamespace string
 	// ImagePullPolicy; empty lets the API server choose (Always for :latest).
 	ImagePullPolicy corev1.PullPolicy
 	// Resources default to DefaultResources().
@@ -179,7 +184,7 @@ func podSpec(opts Options, def *corev1alpha1.CompositionDefinition, resources co
 				"--resource", opts.Plural,
 				"--health-probe-bind-address", ":" + strconv.Itoa(HealthPort),
 				"--metrics-bind-address", ":" + strconv.Itoa(MetricsPort),
-			}, allowChartNetworkArgs(opts.AllowChartNetworks)...),
+			}, append(chartArchiveArgs(opts.ChartArchiveNamespace), allowChartNetworkArgs(opts.AllowChartNetworks)...)...),
 			Env: env(def),
 			Ports: []corev1.ContainerPort{
 				{Name: "health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
@@ -231,6 +236,14 @@ func probe(path string, initialDelay, period int32) *corev1.Probe {
 		TimeoutSeconds:      1,
 		FailureThreshold:    3,
 	}
+}
+
+// chartArchiveArgs passes the namespace of the kept chart archives, if any.
+func chartArchiveArgs(namespace string) []string {
+	if namespace == "" {
+		return nil
+	}
+	return []string{"--chart-archive-namespace", namespace}
 }
 
 // allowChartNetworkArgs passes each allowed range as its own --allow-chart-network.

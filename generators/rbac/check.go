@@ -3,6 +3,7 @@ package rbac
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -32,6 +33,8 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //   - no subresources in the chart's rights (ReleaseRole, ClusterRole);
 //   - the CredentialsRole, if any, only gets one Secret by name in the ServiceAccount's
 //     namespace;
+//   - the ChartArchiveRole, if any, only gets one Secret by name, a kept chart archive
+//     (chart-<hex>), in the namespace of its RoleBinding;
 //   - every binding binds its own role to the ServiceAccount only.
 func Check(objs *Objects) error {
 	if objs == nil {
@@ -83,6 +86,7 @@ func Check(objs *Objects) error {
 	rb := objs.ReleaseBinding(sa.Namespace)
 	checkBinding("RoleBinding", rb.Name, rb.RoleRef, rb.Subjects, objs.ReleaseRole)
 	checkCredentials(objs, add)
+	checkChartArchive(objs, add)
 
 	if len(v) > 0 {
 		return fmt.Errorf("%w: %s", ErrUnsafe, strings.Join(v, "; "))
@@ -115,6 +119,36 @@ func checkCredentials(objs *Objects, add func(string, ...any)) {
 		add("RoleBinding %s binds %v, not only ServiceAccount %s/%s", binding.Name, binding.Subjects, sa.Namespace, sa.Name)
 	}
 }
+
+// checkChartArchive asserts that the ChartArchiveRole reads one kept chart archive by
+// name, bound in its own namespace to the ServiceAccount only.
+func checkChartArchive(objs *Objects, add func(string, ...any)) {
+	role, binding, sa := objs.ChartArchiveRole, objs.ChartArchiveBinding, objs.ServiceAccount
+	if (role == nil) != (binding == nil) {
+		add("ChartArchiveRole and ChartArchiveBinding come together")
+		return
+	}
+	if role == nil {
+		return
+	}
+	if len(role.Rules) != 1 || len(role.Rules[0].ResourceNames) != 1 ||
+		!equalRules(role.Rules[0], credentialsRule(role.Rules[0].ResourceNames[0])) ||
+		!keptArchiveName.MatchString(role.Rules[0].ResourceNames[0]) {
+		add("Role %s grants more than get on one kept chart archive: %v", role.Name, role.Rules)
+	}
+	if role.Namespace == "" || binding.Namespace != role.Namespace {
+		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
+		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)
+	}
+	if only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}; !slices.Equal(binding.Subjects, only) {
+		add("RoleBinding %s binds %v, not only ServiceAccount %s/%s", binding.Name, binding.Subjects, sa.Namespace, sa.Name)
+	}
+}
+
+// keptArchiveName matches chartsource.KeptArchiveSecretName of a sha256 digest.
+var keptArchiveName = regexp.MustCompile(`^chart-[0-9a-f]{20}$`)
 
 func equalRules(a, b rbacv1.PolicyRule) bool {
 	return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -69,6 +71,12 @@ type Options struct {
 	// CredentialsSecret names the Secret, in Namespace, of the chart's credentials;
 	// empty when the chart needs none. The controller may read that Secret and no other.
 	CredentialsSecret string
+	// ChartArchiveNamespace is Compositor's namespace, where the chart archives are kept
+	// in Secrets (reconciler/charts Store); with ChartDigest, the controller may get the
+	// Secret of that digest there, and no other. Empty generates nothing for it.
+	ChartArchiveNamespace string
+	// ChartDigest is the sha256 digest of the version's chart, "sha256:<64 hex>".
+	ChartDigest string
 }
 
 // Names are the names of the objects generated for one definition version. They hold
@@ -90,6 +98,9 @@ type Names struct {
 	// Credentials names the Role, in the definition namespace, that reads the chart's
 	// credentials Secret, and its RoleBinding.
 	Credentials string
+	// ChartArchive names the Role, in Compositor's namespace, that reads the Secret
+	// keeping the chart archive, and its RoleBinding.
+	ChartArchive string
 }
 
 // ServiceAccountName returns the name of the ServiceAccount (and of the controller
@@ -108,6 +119,7 @@ func NamesFor(namespace, plural, version string) Names {
 		ClusterRole:      prefix + ":cluster",
 		ReleaseBinding:   prefix,
 		Credentials:      prefix + ":credentials",
+		ChartArchive:     prefix + ":chart-archive",
 	}
 }
 
@@ -164,6 +176,13 @@ type Objects struct {
 	CredentialsRole *rbacv1.Role
 	// CredentialsBinding binds CredentialsRole; nil with it.
 	CredentialsBinding *rbacv1.RoleBinding
+	// ChartArchiveRole lets the controller get the Secret that keeps its chart archive,
+	// by name, in Compositor's namespace, so that it installs without the chart source;
+	// nil without Options.ChartArchiveNamespace.
+	ChartArchiveRole *rbacv1.Role
+	// ChartArchiveBinding binds ChartArchiveRole, in Compositor's namespace, to the
+	// ServiceAccount in the definition namespace; nil with it.
+	ChartArchiveBinding *rbacv1.RoleBinding
 
 	releaseBindingName string
 	labels             map[string]string
@@ -226,10 +245,38 @@ func Generate(opts Options) (*Objects, error) {
 			Subjects:   []rbacv1.Subject{subject},
 		}
 	}
+	if opts.ChartArchiveNamespace != "" {
+		objs.ChartArchiveRole = &rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+			ObjectMeta: objectMeta(names.ChartArchive, opts.ChartArchiveNamespace, labels),
+			Rules:      []rbacv1.PolicyRule{chartArchiveRule(opts.ChartDigest)},
+		}
+		objs.ChartArchiveBinding = &rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: objectMeta(names.ChartArchive, opts.ChartArchiveNamespace, labels),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: names.ChartArchive},
+			Subjects:   []rbacv1.Subject{subject},
+		}
+	}
 	if err := Check(objs); err != nil {
 		return nil, err
 	}
 	return objs, nil
+}
+
+// chartArchiveRule reads the one Secret that keeps the chart archive of digest.
+func chartArchiveRule(digest string) rbacv1.PolicyRule {
+	return credentialsRule(chartsource.KeptArchiveSecretName(digest))
+}
+
+// isDigest tells a "sha256:" digest of 64 lowercase hex digits.
+func isDigest(digest string) bool {
+	hexDigest, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hexDigest) != sha256.Size*2 {
+		return false
+	}
+	_, err := hex.DecodeString(hexDigest)
+	return err == nil && strings.ToLower(hexDigest) == hexDigest
 }
 
 func (o Options) validate() error {
@@ -244,6 +291,14 @@ func (o Options) validate() error {
 	if o.CredentialsSecret != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(o.CredentialsSecret) {
 			problems = append(problems, fmt.Sprintf("credentials Secret %q: %s", o.CredentialsSecret, msg))
+		}
+	}
+	if o.ChartArchiveNamespace != "" {
+		for _, msg := range validation.IsDNS1123Label(o.ChartArchiveNamespace) {
+			problems = append(problems, fmt.Sprintf("chart archive namespace %q: %s", o.ChartArchiveNamespace, msg))
+		}
+		if !isDigest(o.ChartDigest) {
+			problems = append(problems, fmt.Sprintf("chart digest %q: want sha256: and 64 lowercase hex digits", o.ChartDigest))
 		}
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.Group) {
@@ -283,12 +338,18 @@ func (o *Objects) List() []client.Object {
 	if o.CredentialsRole != nil {
 		list = append(list, o.CredentialsRole)
 	}
+	if o.ChartArchiveRole != nil {
+		list = append(list, o.ChartArchiveRole)
+	}
 	list = append(list, o.CompositionsBinding)
 	if o.ClusterBinding != nil {
 		list = append(list, o.ClusterBinding)
 	}
 	if o.CredentialsBinding != nil {
 		list = append(list, o.CredentialsBinding)
+	}
+	if o.ChartArchiveBinding != nil {
+		list = append(list, o.ChartArchiveBinding)
 	}
 	return list
 }

@@ -6,12 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/generators/chartsource"
 )
 
 // Labels, annotation and type of the Secrets that keep chart archives in the cluster.
@@ -47,12 +48,18 @@ type Store struct {
 	Client client.Client
 	// Namespace is Compositor's own namespace.
 	Namespace string
+	// ReadOnly refuses Put and Prune: a generated controller reads the archives its
+	// definition's reconciler keeps, and is granted get on its own one alone.
+	ReadOnly bool
 }
 
-// SecretName is the name of the Secret that keeps the archive of digest.
+// ErrReadOnly means a write was asked of a read-only Store.
+var ErrReadOnly = errors.New("the chart archives kept in the cluster are read-only here")
+
+// SecretName is the name of the Secret that keeps the archive of digest
+// (chartsource.KeptArchiveSecretName, which the generated RBAC names too).
 func SecretName(digest string) string {
-	hexDigest := strings.TrimPrefix(digest, "sha256:")
-	return "chart-" + hexDigest[:min(20, len(hexDigest))]
+	return chartsource.KeptArchiveSecretName(digest)
 }
 
 func digestOf(data []byte) string {
@@ -63,6 +70,9 @@ func digestOf(data []byte) string {
 // Put keeps archive, whose sha256 must be digest. A Secret already there with other
 // content is replaced.
 func (s *Store) Put(ctx context.Context, digest string, archive []byte) error {
+	if s.ReadOnly {
+		return fmt.Errorf("%w: not keeping %s", ErrReadOnly, digest)
+	}
 	if digestOf(archive) != digest {
 		return fmt.Errorf("%w: the archive given is %s, not %s", ErrStoredMismatch, digestOf(archive), digest)
 	}
@@ -112,6 +122,9 @@ func (s *Store) Get(ctx context.Context, digest string) ([]byte, error) {
 
 // Prune deletes the kept archives whose digest inUse does not report.
 func (s *Store) Prune(ctx context.Context, inUse func(digest string) bool) error {
+	if s.ReadOnly {
+		return fmt.Errorf("%w: not pruning", ErrReadOnly)
+	}
 	list := &corev1.SecretList{}
 	if err := s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelChartArchive: "true"}); err != nil {
 		return fmt.Errorf("listing the chart archives kept in the cluster: %w", err)

@@ -168,7 +168,8 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err != nil {
 		return r.fail(def, err)
 	}
-	if err := r.applyWorkloads(ctx, def, chart.Chart, api); err != nil {
+	archiveErr, err := r.applyWorkloads(ctx, def, chart.Chart, chart.Digest, api)
+	if err != nil {
 		return r.fail(def, err)
 	}
 	previous, previousResource := previousVersion(def), def.Status.Resource
@@ -187,6 +188,7 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 		return r.fail(def, outage)
 	}
 	noteNotKept(def, chart, keepErr)
+	noteArchiveNotReadable(def, api, archiveErr)
 	if err := r.pruneCharts(ctx, def); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Deleting chart archives no definition records")
 	}

@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -27,17 +29,20 @@ const (
 
 // applyWorkloads gives the definition's version its controller: the narrowest RBAC the
 // chart needs, bound in every namespace that holds compositions of that version (by
-// Kinds, as they come and go), and the controller running under it.
-func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, api *generatedAPI) error {
+// Kinds, as they come and go), and the controller running under it. digest is the
+// chart's: a controller Deployment may get the Secret keeping that archive in
+// Compositor's namespace, and no other. Failing to grant that (archiveErr) costs
+// nothing while the chart source is up: the controller fetches from it.
+func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (archiveErr, err error) {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
 	case errors.Is(err, rbac.ErrForbiddenKind):
-		return &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
+		return nil, &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
 	case errors.Is(err, rbac.ErrUnknownKind):
 		// The kinds may come with a CRD installed later: try again.
-		return &condition.Error{Reason: ReasonUnknownKinds, Err: err}
+		return nil, &condition.Error{Reason: ReasonUnknownKinds, Err: err}
 	case err != nil:
-		return err
+		return nil, err
 	}
 	opts := rbac.Options{
 		Namespace:      def.Namespace,
@@ -52,36 +57,82 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		// another namespace already.
 		opts.CredentialsSecret = c.PasswordRef.Name
 	}
+	inProcess := r.Kinds != nil && r.Kinds.InProcess
+	if archives := r.archiveNamespace(); archives != "" && !inProcess {
+		// In-process controllers read the archives with Compositor's own client.
+		opts.ChartArchiveNamespace, opts.ChartDigest = archives, digest
+	}
 	objs, err := rbac.Generate(opts)
 	if err != nil {
-		return &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
+		return nil, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
 	}
 	for _, obj := range objs.List() {
+		if obj == client.Object(objs.ChartArchiveRole) || obj == client.Object(objs.ChartArchiveBinding) {
+			continue
+		}
 		if err := ssa.Apply(ctx, r.Client, obj); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if objs.CredentialsRole == nil {
 		if err := r.deleteCredentialsRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
-			return err
+			return nil, err
+		}
+	}
+	if objs.ChartArchiveRole == nil {
+		if err := r.deleteChartArchiveRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
+			return nil, err
+		}
+	} else {
+		// A new chart digest moves the Role's resourceNames to the new archive.
+		for _, obj := range []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding} {
+			if archiveErr = ssa.Apply(ctx, r.Client, obj); archiveErr != nil {
+				ctrl.LoggerFrom(ctx).Error(archiveErr, "Granting the controller its kept chart archive", "namespace", obj.GetNamespace(), "name", obj.GetName())
+				break
+			}
 		}
 	}
 	if r.Kinds != nil {
 		if err := r.Kinds.Ensure(ctx, def, api.Kind, api.Plural, api.Version); err != nil {
-			return err
+			return archiveErr, err
 		}
 		if r.Kinds.InProcess {
-			return nil
+			return archiveErr, nil
 		}
 	}
-	return ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
+	return archiveErr, ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition:         def,
 		Plural:             api.Plural,
 		Version:            api.Version,
 		Group:              crd.Group,
 		Image:              r.ControllerImage,
 		AllowChartNetworks: r.AllowChartNetworks,
+		// With the RBAC above, the controller installs from the kept archive while the
+		// chart source is down.
+		ChartArchiveNamespace: opts.ChartArchiveNamespace,
 	}))
+}
+
+// noteArchiveNotReadable adds to the Synced condition that the version's controller
+// may not read its kept chart archive: it needs the chart source after a restart.
+func noteArchiveNotReadable(def *corev1alpha1.CompositionDefinition, api *generatedAPI, err error) {
+	if err == nil {
+		return
+	}
+	c := meta.FindStatusCondition(def.Status.Conditions, corev1alpha1.ConditionSynced)
+	if c == nil || c.Status != "True" {
+		return
+	}
+	c.Message += fmt.Sprintf("; the controller of %s %s is not granted its chart archive kept in the cluster (%v), so while its chart source is down a restarted controller cannot install", api.Kind, api.Version, err)
+}
+
+// archiveNamespace is where chart archives are kept in the cluster, Compositor's
+// namespace; empty when they are not kept.
+func (r *Reconciler) archiveNamespace() string {
+	if r.Charts == nil || r.Charts.Store == nil {
+		return ""
+	}
+	return r.Charts.Store.Namespace
 }
 
 // deleteWorkloads removes the controller and RBAC of one version of the definition.
@@ -103,6 +154,9 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 		func() error {
 			return r.Client.DeleteAllOf(ctx, &rbacv1.Role{}, client.InNamespace(def.Namespace), labels)
 		},
+		// The chart archive Role is in Compositor's namespace (no owner reference
+		// across namespaces); its RoleBinding goes with deleteRoleBindings.
+		func() error { return r.deleteChartArchiveRole(ctx, def.Namespace, plural, version) },
 		func() error { return r.deleteRoleBindings(ctx, labels) },
 	} {
 		if err := client.IgnoreNotFound(del()); err != nil {
@@ -127,6 +181,26 @@ func (r *Reconciler) deleteCredentialsRole(ctx context.Context, namespace, plura
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing the credentials Role of %s %s: %w", plural, version, err)
+	}
+	return nil
+}
+
+// deleteChartArchiveRole removes the Role and RoleBinding, in Compositor's namespace,
+// that let a version's controller read its kept chart archive.
+func (r *Reconciler) deleteChartArchiveRole(ctx context.Context, namespace, plural, version string) error {
+	archives := r.archiveNamespace()
+	if archives == "" {
+		return nil
+	}
+	name := rbac.NamesFor(namespace, plural, version).ChartArchive
+	var errs []error
+	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
+		obj.SetNamespace(archives)
+		obj.SetName(name)
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, obj)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing the chart archive Role of %s %s: %w", plural, version, err)
 	}
 	return nil
 }

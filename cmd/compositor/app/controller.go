@@ -49,6 +49,10 @@ type ControllerOptions struct {
 	// AllowChartNetworks are the ranges refused by default where chart sources may be
 	// reached nonetheless, as for serve.
 	AllowChartNetworks []netip.Prefix
+	// ChartArchiveNamespace is Compositor's namespace, where the definitions' reconciler
+	// keeps verified chart archives in Secrets: the controller reads its chart there,
+	// never writing, before going to the chart source. Empty: no archive is read.
+	ChartArchiveNamespace string
 }
 
 // NewControllerOptions returns the defaults of `compositor controller`.
@@ -75,6 +79,7 @@ func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
 	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
+	fs.StringVar(&o.ChartArchiveNamespace, "chart-archive-namespace", o.ChartArchiveNamespace, "Compositor's namespace, where chart archives are kept in the cluster: read (never written) before the chart source (env COMPOSITOR_CHART_ARCHIVE_NAMESPACE)")
 	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 }
 
@@ -141,6 +146,12 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err != nil {
 		return err
 	}
+	source := &charts.Source{Fetcher: fetcher, Live: live}
+	if opts.ChartArchiveNamespace != "" {
+		// Read-only: keeping archives is the definition reconciler's job, and the
+		// generated RBAC grants get on this version's archive alone.
+		source.Store = &charts.Store{Client: live, Namespace: opts.ChartArchiveNamespace, ReadOnly: true}
+	}
 	namespace := opts.Namespace
 	if namespace == "" {
 		if data, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
@@ -150,7 +161,7 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	mgr, err := compositionctrl.NewManager(cfg, compositionctrl.ManagerOptions{
 		GVK:                 gvk,
 		Scheme:              scheme,
-		Charts:              &charts.Source{Fetcher: fetcher, Live: live},
+		Charts:              source,
 		DefinitionNamespace: namespace,
 		MaxReconcileRate:    opts.MaxReconcileRate,
 		Sync:                opts.Sync,

@@ -111,6 +111,7 @@ var envFlags = map[string]string{
 	"leader-election":           "CORE_PROVIDER_LEADER_ELECTION",
 	"helm-registry-config-path": "HELM_REGISTRY_CONFIG_PATH",
 	"namespace":                 "POD_NAMESPACE",
+	"chart-archive-namespace":   "COMPOSITOR_CHART_ARCHIVE_NAMESPACE",
 }
 
 // NewServeOptions returns the defaults of `compositor serve`.

@@ -1,0 +1,245 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/repo"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/test/chartserver"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+const (
+	keptNamespace      = "kept"
+	keptDefinition     = "kept-app"
+	keptServiceAccount = "keptapps-v0-1-0-controller"
+	keptUser           = "system:serviceaccount:" + keptNamespace + ":" + keptServiceAccount
+)
+
+var keptChart = &chart.Chart{
+	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: keptDefinition, Version: "0.1.0"},
+	Values:   map[string]any{"value": "one"},
+	Schema:   []byte(`{"type":"object","properties":{"value":{"type":"string"}},"additionalProperties":false}`),
+	Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {value: '{{ .Values.value }}'}\n")}},
+}
+
+func keptApp(name string) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("composition.krateo.io/v0-1-0")
+	obj.SetKind("KeptApp")
+	obj.SetNamespace(keptNamespace)
+	obj.SetName(name)
+	obj.Object["spec"] = map[string]any{"value": "two"}
+	return obj
+}
+
+// publish packages ch into dir and indexes dir as a Helm repository.
+func publish(t *testing.T, dir string, ch *chart.Chart) {
+	t.Helper()
+	_, err := chartutil.Save(ch, dir)
+	require.NoError(t, err)
+	index, err := repo.IndexDirectory(dir, "")
+	require.NoError(t, err)
+	require.NoError(t, index.WriteFile(filepath.Join(dir, "index.yaml"), 0o644))
+}
+
+// impersonatingKubeconfig writes a kubeconfig that acts, on cp, as user in groups.
+func impersonatingKubeconfig(t *testing.T, cp *controlplane.ControlPlane, user string, groups ...string) string {
+	t.Helper()
+	config, err := clientcmd.LoadFromFile(cp.Kubeconfig)
+	require.NoError(t, err)
+	for _, auth := range config.AuthInfos {
+		auth.Impersonate, auth.ImpersonateGroups = user, groups
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*config, path))
+	return path
+}
+
+// Issue 16, deployments mode: the generated controller of a version, restarted with an
+// empty chart cache while its chart source is down, installs a new composition from
+// the archive its definition kept in Compositor's namespace. It runs as the binary
+// would in its pod: the generated Deployment's arguments, acting as the generated
+// ServiceAccount, so that the generated RBAC is what lets it read that archive, and
+// nothing else there.
+func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.ChartCacheDir = t.TempDir() })
+	const archives = "compositor-system" // startCompositor's namespace
+	dir := t.TempDir()
+	publish(t, dir, keptChart)
+	source := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
+	applyDefinition(t, cp, source.URL, keptNamespace, keptDefinition, "0.1.0")
+
+	def := &corev1alpha1.CompositionDefinition{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptDefinition}, def))
+	require.NotEmpty(t, def.Status.Digest)
+	archive := charts.SecretName(def.Status.Digest)
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}), "the archive is kept")
+
+	// The generated RBAC: get on that one Secret, in Compositor's namespace.
+	roleName := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").ChartArchive
+	archiveRule := func(archive string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{archive}}}
+	}
+	role := &rbacv1.Role{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, role))
+	assert.Equal(t, archiveRule(archive), role.Rules)
+
+	// New content for the version, accepted by a person: the Role moves to its archive.
+	changed := *keptChart
+	changed.Values = map[string]any{"value": "changed"}
+	publish(t, dir, &changed)
+	served, err := os.ReadFile(filepath.Join(dir, keptDefinition+"-0.1.0.tgz"))
+	require.NoError(t, err)
+	sum := sha256.Sum256(served)
+	accepted := "sha256:" + hex.EncodeToString(sum[:])
+	require.NotEqual(t, def.Status.Digest, accepted)
+	res := cp.Kubectl(ctx, "", "annotate", "compositiondefinition", keptDefinition, "-n", keptNamespace, corev1alpha1.AnnotationAcceptChartDigest+"="+accepted)
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptDefinition}, def))
+		assert.Equal(c, accepted, def.Status.Digest)
+		require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, role))
+		assert.Equal(c, archiveRule(charts.SecretName(accepted)), role.Rules, "only the new archive")
+	}, time.Minute, 250*time.Millisecond)
+	archive = charts.SecretName(accepted)
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}), "the new archive is kept")
+	binding := &rbacv1.RoleBinding{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, binding))
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
+	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: roleName}, binding.RoleRef)
+
+	deployment := &appsv1.Deployment{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptServiceAccount}, deployment))
+	args := deployment.Spec.Template.Spec.Containers[0].Args
+	i := slices.Index(args, "--chart-archive-namespace")
+	require.GreaterOrEqual(t, i, 0, "the generated controller reads the kept archives: %v", args)
+	require.Equal(t, archives, args[i+1])
+
+	// The chart source goes down; the controller starts with nothing of the chart on
+	// its disk or in memory, as the generated pod would, under the generated identity.
+	source.Close()
+	kubeconfig := impersonatingKubeconfig(t, cp, keptUser,
+		"system:serviceaccounts", "system:serviceaccounts:"+keptNamespace, "system:authenticated")
+	logPath := filepath.Join(t.TempDir(), "controller.log")
+	var log *os.File
+	log, err = os.Create(logPath)
+	require.NoError(t, err)
+	cmdArgs := append(slices.Clone(args),
+		// In the pod: the namespace of its ServiceAccount, probes and metrics on their ports.
+		"--namespace", keptNamespace, "--health-probe-bind-address", "0", "--metrics-bind-address", "0",
+		"--chart-cache-dir", t.TempDir())
+	cmd := exec.Command(buildCompositor(t), cmdArgs...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			lines := strings.Split(string(data), "\n")
+			t.Logf("last lines of compositor controller:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
+
+	require.NoError(t, cp.Client.Create(ctx, keptApp("after-outage")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		select {
+		case <-exited:
+			c.Errorf("compositor controller stopped")
+			return
+		default:
+		}
+		obj := keptApp("after-outage")
+		require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+		assert.True(c, isReady(*obj), "Ready: %v", obj.Object["status"])
+		cm := &corev1.ConfigMap{}
+		if assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: "after-outage"}, cm)) {
+			assert.Equal(c, "two", cm.Data["value"])
+		}
+	}, 2*time.Minute, 250*time.Millisecond, "installed from the kept chart, the chart source down")
+
+	t.Run("the identity reads its archive and no other Secret of Compositor's namespace", func(t *testing.T) {
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: archives, Name: "someone-elses"},
+			StringData: map[string]string{"token": "secret"},
+		}))
+		impersonated := rest.CopyConfig(cp.Config)
+		impersonated.Impersonate = rest.ImpersonationConfig{UserName: keptUser,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptNamespace, "system:authenticated"}}
+		as, err := client.New(impersonated, client.Options{})
+		require.NoError(t, err)
+		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}))
+		err = as.Get(ctx, client.ObjectKey{Namespace: archives, Name: "someone-elses"}, &corev1.Secret{})
+		assert.True(t, apierrors.IsForbidden(err), "get another Secret: %v", err)
+		err = as.List(ctx, &corev1.SecretList{}, client.InNamespace(archives))
+		assert.True(t, apierrors.IsForbidden(err), "list Secrets: %v", err)
+
+		for _, attrs := range []authorizationv1.ResourceAttributes{
+			{Verb: "get", Resource: "secrets", Namespace: archives, Name: "someone-elses"},
+			{Verb: "get", Resource: "secrets", Namespace: archives, Name: "chart-ffffffffffffffffffff"},
+			{Verb: "get", Resource: "secrets", Namespace: archives},
+			{Verb: "list", Resource: "secrets", Namespace: archives},
+			{Verb: "watch", Resource: "secrets", Namespace: archives},
+			{Verb: "update", Resource: "secrets", Namespace: archives, Name: archive},
+			{Verb: "delete", Resource: "secrets", Namespace: archives, Name: archive},
+			{Verb: "create", Resource: "secrets", Namespace: archives},
+		} {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: keptUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptNamespace, "system:authenticated"},
+				ResourceAttributes: &attrs,
+			}}
+			require.NoError(t, cp.Client.Create(ctx, review))
+			assert.False(t, review.Status.Allowed, "%s secrets %s/%s", attrs.Verb, attrs.Namespace, attrs.Name)
+		}
+	})
+
+	t.Run("the Role and RoleBinding go with the definition", func(t *testing.T) {
+		require.NoError(t, cp.Client.Delete(ctx, keptApp("after-outage")))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			err := cp.Client.Get(ctx, client.ObjectKeyFromObject(keptApp("after-outage")), keptApp(""))
+			assert.True(c, apierrors.IsNotFound(err), "composition deleted: %v", err)
+		}, 2*time.Minute, 250*time.Millisecond)
+		require.NoError(t, cp.Client.Delete(ctx, def))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+				err := cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, obj)
+				assert.True(c, apierrors.IsNotFound(err), "%T: %v", obj, err)
+			}
+		}, 2*time.Minute, 250*time.Millisecond)
+	})
+}
