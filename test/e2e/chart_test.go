@@ -21,7 +21,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -205,6 +207,16 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 			assert.NotEmpty(c, archives.Items, "a kept chart archive")
 		}
 	}, 30*time.Second, 100*time.Millisecond)
+	// The chart's policies admit the Role that lets the version's controller read that
+	// archive, and only it.
+	archiveRole := types.NamespacedName{Namespace: "compositor-system", Name: rbac.NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").ChartArchive}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		role := &rbacv1.Role{}
+		if assert.NoError(c, cp.Client.Get(ctx, archiveRole, role)) && assert.Len(c, role.Rules, 1) {
+			assert.Equal(c, []string{"get"}, role.Rules[0].Verbs)
+			assert.Len(c, role.Rules[0].ResourceNames, 1)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
 
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
@@ -239,6 +251,7 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	roles := &rbacv1.RoleList{}
 	require.NoError(t, cp.Client.List(ctx, roles, client.InNamespace("team-p")))
 	assert.Empty(t, roles.Items, "the credentials Role goes with its definition")
+	assert.True(t, apierrors.IsNotFound(cp.Client.Get(ctx, archiveRole, &rbacv1.Role{})), "the chart archive's Role goes with its definition")
 
 	// What the chart does not grant stays refused.
 	for _, attrs := range []authorizationv1.ResourceAttributes{
