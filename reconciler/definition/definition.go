@@ -74,8 +74,41 @@ type Reconciler struct {
 	Kinds *kinds.Runtime
 }
 
-// SetupWithManager registers the reconciler and its watches with mgr.
+// Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD
+// finds its definitions without listing (and copying) all of them: a thousand
+// definitions and the Secrets of ten thousand Helm releases make that the hot path.
+const (
+	// credentialsIndex is "<namespace>/<name>" of the Secret a definition's chart
+	// credentials name.
+	credentialsIndex = "spec.chart.credentials.passwordRef"
+	// crdIndex is the name of the CRD a definition generates.
+	crdIndex = "status.crd"
+)
+
+// indexDefinitions adds credentialsIndex and crdIndex to a cache of definitions.
+func indexDefinitions(ctx context.Context, indexer client.FieldIndexer) error {
+	err := indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, credentialsIndex, func(obj client.Object) []string {
+		if c := obj.(*corev1alpha1.CompositionDefinition).Spec.Chart.Credentials; c != nil {
+			return []string{c.PasswordRef.Namespace + "/" + c.PasswordRef.Name}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, crdIndex, func(obj client.Object) []string {
+		if resource := obj.(*corev1alpha1.CompositionDefinition).Status.Resource; resource != "" {
+			return []string{resource + "." + crd.Group}
+		}
+		return nil
+	})
+}
+
+// SetupWithManager registers the reconciler, its watches and its indexes with mgr.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := indexDefinitions(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("compositiondefinition").
 		For(&corev1alpha1.CompositionDefinition{}, builder.WithPredicates(
@@ -271,32 +304,26 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, def *corev1alpha1.
 }
 
 func (r *Reconciler) definitionsOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
-	return r.definitionsWhere(ctx, func(def *corev1alpha1.CompositionDefinition) bool {
-		c := def.Spec.Chart.Credentials
-		return c != nil && c.PasswordRef.Namespace == secret.GetNamespace() && c.PasswordRef.Name == secret.GetName()
-	})
+	return r.definitionsIndexed(ctx, credentialsIndex, secret.GetNamespace()+"/"+secret.GetName())
 }
 
 func (r *Reconciler) definitionsOfCRD(ctx context.Context, obj client.Object) []reconcile.Request {
 	if obj.GetLabels()[LabelManaged] != "true" {
 		return nil
 	}
-	return r.definitionsWhere(ctx, func(def *corev1alpha1.CompositionDefinition) bool {
-		return def.Status.Resource != "" && def.Status.Resource+"."+crd.Group == obj.GetName()
-	})
+	return r.definitionsIndexed(ctx, crdIndex, obj.GetName())
 }
 
-func (r *Reconciler) definitionsWhere(ctx context.Context, match func(*corev1alpha1.CompositionDefinition) bool) []reconcile.Request {
+// definitionsIndexed are the definitions whose index value is key.
+func (r *Reconciler) definitionsIndexed(ctx context.Context, index, key string) []reconcile.Request {
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing CompositionDefinitions to map an event")
+	if err := r.Client.List(ctx, list, client.MatchingFields{index: key}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing CompositionDefinitions to map an event", "index", index)
 		return nil
 	}
-	var requests []reconcile.Request
+	requests := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		if match(&list.Items[i]) {
-			requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
-		}
+		requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
 	}
 	return requests
 }
