@@ -125,7 +125,10 @@ func (s *Store) Prune(ctx context.Context, inUse func(digest string) bool) error
 	if s.ReadOnly {
 		return fmt.Errorf("%w: not pruning", ErrReadOnly)
 	}
-	list := &corev1.SecretList{}
+	// Their metadata only: a definition's every reconciliation prunes, and a thousand
+	// archives of up to a MiB each are not read to learn their digests.
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 	if err := s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelChartArchive: "true"}); err != nil {
 		return fmt.Errorf("listing the chart archives kept in the cluster: %w", err)
 	}
@@ -135,6 +138,7 @@ func (s *Store) Prune(ctx context.Context, inUse func(digest string) bool) error
 		if inUse(secret.Annotations[AnnotationChartDigest]) {
 			continue
 		}
+		secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 		if err := s.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, err)
 		}

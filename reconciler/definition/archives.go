@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/chartsource"
@@ -35,7 +36,7 @@ func (r *Reconciler) pruneCharts(ctx context.Context, def *corev1alpha1.Composit
 		return nil
 	}
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	recorded := map[string]bool{def.Status.Digest: true}

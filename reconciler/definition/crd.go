@@ -86,7 +86,7 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 // ask for: the version of their spec.chart.version, or the one their status reports.
 func (r *Reconciler) claimedVersions(ctx context.Context, kind string, except *corev1alpha1.CompositionDefinition) (map[string]bool, error) {
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	claimed := map[string]bool{}

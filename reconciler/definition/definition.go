@@ -237,8 +237,9 @@ const ReasonAPIOwnedElsewhere = "APIOwnedElsewhere"
 // change another team's API under its compositions. It is retried, so the definition
 // serves once the owner is gone.
 func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartsource.Result) error {
+	// Read only, straight from the cache: every reconciliation asks.
 	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing CompositionDefinitions: %w", err)
 	}
 	content := generators.ContentDigest(fetched.Chart)
