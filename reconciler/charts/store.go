@@ -48,6 +48,10 @@ type Store struct {
 	Client client.Client
 	// Namespace is Compositor's own namespace.
 	Namespace string
+	// Owner, when set, names the ServiceAccount in Namespace that owns every archive
+	// kept, so that the archives go with it (helm uninstall deletes it). Archives of an
+	// owner that cannot be read are kept without one.
+	Owner string
 	// ReadOnly refuses Put and Prune: a generated controller reads the archives its
 	// definition's reconciler keeps, and is granted get on its own one alone.
 	ReadOnly bool
@@ -89,6 +93,9 @@ func (s *Store) Put(ctx context.Context, digest string, archive []byte) error {
 		Type: SecretTypeChartArchive,
 		Data: map[string][]byte{archiveKey: archive},
 	}
+	if owner := s.OwnerReference(ctx); owner != nil {
+		secret.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	err := s.Client.Create(ctx, secret)
 	if !apierrors.IsAlreadyExists(err) {
 		return err
@@ -102,6 +109,20 @@ func (s *Store) Put(ctx context.Context, digest string, archive []byte) error {
 	}
 	existing.Labels, existing.Annotations, existing.Data = secret.Labels, secret.Annotations, secret.Data
 	return s.Client.Update(ctx, existing)
+}
+
+// OwnerReference is the reference to Owner, or nil when there is none or it cannot be
+// read: what Compositor keeps in its namespace for as long as it is installed.
+func (s *Store) OwnerReference(ctx context.Context) *metav1.OwnerReference {
+	if s.Owner == "" {
+		return nil
+	}
+	account := &metav1.PartialObjectMetadata{}
+	account.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Owner}, account); err != nil {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "ServiceAccount", Name: account.Name, UID: account.UID}
 }
 
 // Get returns the archive of digest, verified against it.

@@ -50,3 +50,25 @@ func TestStoreKeepsVerifiesAndPrunes(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotStored, "recorded by no one: pruned")
 	assert.NoError(t, cp.Client.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Secret{}), "not an archive: left alone")
 }
+
+// TestKeptArchivesAreOwnedByCompositorsServiceAccount: with Owner, an archive is owned by
+// that ServiceAccount, so that it goes with the installation; an Owner that cannot be
+// read leaves the archive without one, kept all the same.
+func TestKeptArchivesAreOwnedByCompositorsServiceAccount(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "compositor-system"}}))
+	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: "compositor"}}
+	require.NoError(t, cp.Client.Create(ctx, account))
+
+	owned := []byte("owned archive")
+	require.NoError(t, (&Store{Client: cp.Client, Namespace: "compositor-system", Owner: "compositor"}).Put(ctx, digestOf(owned), owned))
+	secret := &corev1.Secret{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: SecretName(digestOf(owned))}, secret))
+	assert.Equal(t, []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: "compositor", UID: account.UID}}, secret.OwnerReferences)
+
+	orphan := []byte("orphan archive")
+	require.NoError(t, (&Store{Client: cp.Client, Namespace: "compositor-system", Owner: "gone"}).Put(ctx, digestOf(orphan), orphan))
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: SecretName(digestOf(orphan))}, secret))
+	assert.Empty(t, secret.OwnerReferences)
+}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -84,8 +85,14 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 			return nil, err
 		}
 	} else {
-		// A new chart digest moves the Role's resourceNames to the new archive.
+		// A new chart digest moves the Role's resourceNames to the new archive. Like the
+		// archive, the Role and its binding are owned by Compositor's ServiceAccount, in
+		// its namespace, and go with the installation.
+		owner := r.Charts.Store.OwnerReference(ctx)
 		for _, obj := range []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding} {
+			if owner != nil {
+				obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
+			}
 			if archiveErr = ssa.Apply(ctx, r.Client, obj); archiveErr != nil {
 				ctrl.LoggerFrom(ctx).Error(archiveErr, "Granting the controller its kept chart archive", "namespace", obj.GetNamespace(), "name", obj.GetName())
 				break

@@ -196,15 +196,23 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		UserName: serviceAccount,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:compositor-system", "system:authenticated"},
 	}
-	startCompositor(t, &asChart, func(o *app.ServeOptions) { o.LeaderElection = true })
+	startCompositor(t, &asChart, func(o *app.ServeOptions) {
+		o.LeaderElection = true
+		o.ServiceAccount = "compositor" // as the chart's POD_SERVICE_ACCOUNT says
+	})
 	readyDefinition(t, cp)
 	// The chart's archive is kept in Compositor's namespace, written as the chart's
-	// ServiceAccount: restarts never need the chart source for it.
+	// ServiceAccount: restarts never need the chart source for it. That ServiceAccount
+	// owns it, so that it goes with the installation.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		archives := &corev1.SecretList{}
 		if assert.NoError(c, cp.Client.List(ctx, archives, client.InNamespace("compositor-system"),
-			client.MatchingLabels{charts.LabelChartArchive: "true"})) {
-			assert.NotEmpty(c, archives.Items, "a kept chart archive")
+			client.MatchingLabels{charts.LabelChartArchive: "true"})) && assert.NotEmpty(c, archives.Items, "a kept chart archive") {
+			owners := archives.Items[0].OwnerReferences
+			if assert.Len(c, owners, 1) {
+				assert.Equal(c, "ServiceAccount", owners[0].Kind)
+				assert.Equal(c, "compositor", owners[0].Name)
+			}
 		}
 	}, 30*time.Second, 100*time.Millisecond)
 	// The chart's policies admit the Role that lets the version's controller read that
@@ -215,6 +223,9 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		if assert.NoError(c, cp.Client.Get(ctx, archiveRole, role)) && assert.Len(c, role.Rules, 1) {
 			assert.Equal(c, []string{"get"}, role.Rules[0].Verbs)
 			assert.Len(c, role.Rules[0].ResourceNames, 1)
+			if assert.Len(c, role.OwnerReferences, 1, "owned by Compositor's ServiceAccount, like the archive") {
+				assert.Equal(c, "compositor", role.OwnerReferences[0].Name)
+			}
 		}
 	}, 30*time.Second, 100*time.Millisecond)
 

@@ -26,10 +26,9 @@ import (
 //     definition owns: the compositions' releases stay installed and reconciled;
 //   - the namespace (Helm does not delete one it created with --create-namespace).
 //
-// Also remaining, not by choice (a known leftover, logged below): the verified chart
-// archives Compositor keeps in Secrets of its namespace (chart-<digest>), which it
-// creates at runtime and the chart cannot template. Deleting the namespace removes
-// them; the fix is for Compositor to give them an owner the chart owns.
+// The verified chart archives Compositor keeps in Secrets of its namespace
+// (chart-<digest>), created at runtime, are owned by its ServiceAccount, which the chart
+// owns: the garbage collector deletes them after the uninstall.
 //
 // A definition should be deleted before Compositor is uninstalled: its finalizer needs
 // Compositor to remove what was generated for it.
@@ -83,6 +82,18 @@ func lifecycle(t *testing.T) {
 		return nil
 	})
 
+	// The chart archives kept so far are owned by Compositor's ServiceAccount.
+	archives := kubectl(t, "get", "secrets", "-n", releaseNS, "-l", "compositor.dev/chart-archive=true",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}{"\n"}{end}`)
+	if strings.TrimSpace(archives) == "" {
+		t.Fatalf("no chart archive kept in %s before the uninstall", releaseNS)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(archives), "\n") {
+		if !strings.HasSuffix(line, " ServiceAccount/"+release) {
+			t.Errorf("chart archive not owned by ServiceAccount %s: %q", release, line)
+		}
+	}
+
 	// The uninstall.
 	started = time.Now()
 	helm(t, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "3m")
@@ -104,7 +115,7 @@ func lifecycle(t *testing.T) {
 			"validatingadmissionpolicy,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/instance="+release)
 		get("clusterrole,clusterrolebinding", "compositor")
 		get("pods,deployments,replicasets,services,serviceaccounts,configmaps,leases,roles,rolebindings,poddisruptionbudgets", "-n", releaseNS)
-		get("secrets", "-n", releaseNS, "-l", "compositor.dev/chart-archive!=true")
+		get("secrets", "-n", releaseNS)
 		var real []string
 		for _, l := range left {
 			switch l {
@@ -118,9 +129,6 @@ func lifecycle(t *testing.T) {
 		}
 		return nil
 	})
-	if out := kubectl(t, "get", "secrets", "-n", releaseNS, "-l", "compositor.dev/chart-archive=true", "-o", "name"); out != "" {
-		t.Logf("known leftover: the chart archives Compositor kept in %s (deleting the namespace removes them):\n%s", releaseNS, out)
-	}
 
 	// What deliberately remains: the CRDs, the definition and what it generated, the
 	// compositions and their releases.

@@ -44,6 +44,9 @@ type ServeOptions struct {
 
 	// Namespace is the namespace Compositor runs in; it holds the CA Secret.
 	Namespace string
+	// ServiceAccount is the one Compositor runs as, in Namespace; the chart archives it
+	// keeps are owned by it, so that they go with the installation. Empty: no owner.
+	ServiceAccount string
 	// Certs is the certificate mode: CertsBuiltin or CertsCertManager.
 	Certs string
 	// CertDir holds tls.crt, tls.key and ca.crt in cert-manager mode.
@@ -111,6 +114,7 @@ var envFlags = map[string]string{
 	"leader-election":           "CORE_PROVIDER_LEADER_ELECTION",
 	"helm-registry-config-path": "HELM_REGISTRY_CONFIG_PATH",
 	"namespace":                 "POD_NAMESPACE",
+	"service-account":           "POD_SERVICE_ACCOUNT",
 	"chart-archive-namespace":   "COMPOSITOR_CHART_ARCHIVE_NAMESPACE",
 }
 
@@ -152,6 +156,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, `Address of Go's /debug/pprof profiles, for diagnosing speed ("0" turns them off; never expose it)`)
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace Compositor runs in; it holds the CA Secret (env POD_NAMESPACE)")
+	fs.StringVar(&o.ServiceAccount, "service-account", o.ServiceAccount, "ServiceAccount Compositor runs as, in --namespace: it owns the chart archives kept there, which go when it goes (env POD_SERVICE_ACCOUNT)")
 	fs.StringVar(&o.Certs, "certs", o.Certs, "Certificate mode: builtin (a CA in a Secret) or cert-manager")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory with tls.crt, tls.key and ca.crt in cert-manager mode")
 	fs.StringVar(&o.CertManagerCertificate, "cert-manager-certificate", o.CertManagerCertificate, "cert-manager Certificate (in --namespace) whose CA is injected into the webhook configurations")

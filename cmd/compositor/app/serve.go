@@ -102,7 +102,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 		return err
 	}
 	// Charts once fetched are kept in the cluster: no replica needs their source again.
-	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace}}
+	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
 
 	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
