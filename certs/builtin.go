@@ -299,7 +299,12 @@ func (p *builtinProvider) syncSecretOnce(ctx context.Context) (*caState, error) 
 	var current *caState
 	if exists {
 		current, err = decodeCAState(secret)
-		if err != nil {
+		switch {
+		case err != nil && len(secret.Data) == 0:
+			// The chart creates the Secret empty, so that Helm owns it: filling it in is
+			// the first start, not a repair.
+			logger.Info("Creating the webhook CA in the empty Secret")
+		case err != nil:
 			logger.Error(err, "The webhook CA Secret holds no usable CA, replacing it")
 		}
 	}
