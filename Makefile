@@ -16,11 +16,19 @@ TOOLS := test/tools
 # Each tool is rebuilt only when its module's pins change: the stamp's name carries a
 # hash of the module's go.mod and go.sum.
 pins = $(shell cat $(TOOLS)/$(1)/go.mod $(TOOLS)/$(1)/go.sum | sha256sum | cut -c1-12)
-KUBE_STAMP := $(K8S)/.kube-$(call pins,kube)
+# Kubernetes binaries built from the module report its version, as a release build
+# does (a plain `go build` says v0.0.0-master, which fails charts' kubeVersion and
+# semverCompare checks); the stamps carry it, so that a new version rebuilds them.
+KUBE_VERSION := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {print $$3}' $(TOOLS)/kube/go.mod)
+KUBE_MINOR := $(word 2,$(subst ., ,$(KUBE_VERSION)))
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
+  -X k8s.io/component-base/version.gitTreeState=clean
+KUBE_STAMP := $(K8S)/.kube-$(call pins,kube)-$(KUBE_VERSION)
 ETCD_STAMP := $(K8S)/.etcd-$(call pins,etcd)
 HELM_STAMP := $(K8S)/.helm-$(call pins,helm)
 CODEGEN_STAMP := $(BIN)/.controller-gen-$(call pins,codegen)
-KUBENODE_STAMP := $(K8S)/.kubenode-$(call pins,kubenode)
+KUBENODE_STAMP := $(K8S)/.kubenode-$(call pins,kubenode)-$(KUBE_VERSION)
 CONTAINERD_STAMP := $(BIN)/node/.containerd-$(call pins,containerd)
 # cert-manager's binaries are wired in the module itself, so its sources count too.
 CERT_MANAGER := $(BIN)/certmanager
@@ -58,7 +66,7 @@ control-plane: $(KUBE_STAMP) $(ETCD_STAMP) $(HELM_STAMP) ## Build etcd, kube-api
 
 $(KUBE_STAMP):
 	@echo "Building kube-apiserver and kubectl (the first build takes about 5 minutes)"
-	cd $(TOOLS)/kube && go build -o $(K8S)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	cd $(TOOLS)/kube && go build -ldflags '$(KUBE_LDFLAGS)' -o $(K8S)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 	rm -f $(K8S)/.kube-* && touch $@
 
 $(ETCD_STAMP):
@@ -156,7 +164,7 @@ node: control-plane $(KUBENODE_STAMP) $(CONTAINERD_STAMP) ## Build kubelet, kube
 
 $(KUBENODE_STAMP):
 	@echo "Building kubelet, kube-controller-manager and kube-scheduler (the first build takes about 6 minutes)"
-	cd $(TOOLS)/kubenode && go build -o $(K8S)/ k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+	cd $(TOOLS)/kubenode && go build -ldflags '$(KUBE_LDFLAGS)' -o $(K8S)/ k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 	rm -f $(K8S)/.kubenode-* && touch $@
 
 # Static, without the btrfs, devmapper and zfs snapshotters (cgo); overlayfs is built in.

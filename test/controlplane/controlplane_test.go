@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,6 +29,18 @@ func TestStartServesCompositorAPIs(t *testing.T) {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	require.NoError(t, cp.Client.List(ctx, list))
 	assert.Empty(t, list.Items)
+
+	// The API server reports its release's version, as a cluster does: charts'
+	// kubeVersion constraints and semverCompare checks depend on it.
+	res = cp.Kubectl(ctx, "", "version", "-o", "json")
+	require.NoError(t, res.Err, res.Stderr)
+	var versions struct {
+		Server struct{ GitVersion, Major, Minor string } `json:"serverVersion"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &versions))
+	assert.Regexp(t, `^v1\.[0-9]+\.[0-9]+$`, versions.Server.GitVersion)
+	assert.Equal(t, "1", versions.Server.Major)
+	assert.Equal(t, strings.Split(versions.Server.GitVersion, ".")[1], versions.Server.Minor)
 
 	// kubectl failures come back as errors with kubectl's own message.
 	res = cp.Kubectl(ctx, "", "get", "nosuchkind")
