@@ -1,0 +1,235 @@
+package multicluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	mc "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	"sigs.k8s.io/multicluster-runtime/providers/kubeconfig"
+)
+
+const (
+	// SecretLabel marks a Secret in Compositor's namespace as a target cluster's
+	// kubeconfig; its value must be "true". It is multicluster-runtime's label.
+	SecretLabel = kubeconfig.DefaultKubeconfigSecretLabel
+	// SecretKey is the data key of the kubeconfig in such a Secret.
+	SecretKey = kubeconfig.DefaultKubeconfigSecretKey
+)
+
+// Options configure Clusters.
+type Options struct {
+	// Namespace is Compositor's namespace, where the kubeconfig Secrets are. Required.
+	Namespace string
+	// Log receives the manager's and the provider's messages; the zero value discards
+	// them.
+	Log logr.Logger
+	// Notify, when set, is called with a cluster's name after it is engaged and after
+	// it is disengaged, outside any lock. It must not block for long.
+	Notify func(name string)
+}
+
+// Clusters are the target clusters engaged from kubeconfig Secrets. Start runs them.
+type Clusters struct {
+	namespace string
+	notify    func(string)
+	mgr       mcmanager.Manager
+	secrets   client.Reader
+
+	mu      sync.RWMutex
+	engaged map[string]*engagement
+}
+
+// engagement is one engaged cluster, until its context ends.
+type engagement struct {
+	name    string
+	cluster cluster.Cluster
+	client  client.Client
+	done    <-chan struct{}
+}
+
+// Cluster is an engaged target cluster, as it was when List, Get or Select returned it.
+type Cluster struct {
+	// Name is the name of the cluster's kubeconfig Secret.
+	Name string
+	// Labels are the Secret's labels.
+	Labels map[string]string
+
+	e *engagement
+}
+
+// Config returns a copy of the REST config built from the cluster's kubeconfig.
+func (c Cluster) Config() *rest.Config { return rest.CopyConfig(c.e.cluster.GetConfig()) }
+
+// Client returns an uncached client for the cluster: reading through it opens no watch.
+func (c Cluster) Client() client.Client { return c.e.client }
+
+// Done is closed when this engagement ends: the Secret was deleted or unlabelled, its
+// kubeconfig changed (the cluster is engaged again, with a new Done), or Clusters
+// stopped.
+func (c Cluster) Done() <-chan struct{} { return c.e.done }
+
+// New returns the clusters engaged from the kubeconfig Secrets in opts.Namespace of the
+// cluster cfg reaches. It asks that API server's discovery about Secrets; nothing is
+// watched until Start.
+func New(cfg *rest.Config, opts Options) (*Clusters, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("multicluster: the namespace of the kubeconfig Secrets is required")
+	}
+	log := opts.Log
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	provider := kubeconfig.New(kubeconfig.Options{
+		Namespace:             opts.Namespace,
+		KubeconfigSecretLabel: SecretLabel,
+		KubeconfigSecretKey:   SecretKey,
+		ClusterOptions: []cluster.Option{func(o *cluster.Options) {
+			o.Logger = log.WithName("cluster")
+		}},
+	})
+	labelled := labels.SelectorFromSet(labels.Set{SecretLabel: "true"})
+	mgr, err := mcmanager.New(cfg, provider, manager.Options{
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{opts.Namespace: {}},
+			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labelled}},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("multicluster: creating the manager: %w", err)
+	}
+	if err := provider.SetupWithManager(context.Background(), mgr); err != nil {
+		return nil, fmt.Errorf("multicluster: setting up the kubeconfig provider: %w", err)
+	}
+	c := &Clusters{
+		namespace: opts.Namespace,
+		notify:    opts.Notify,
+		mgr:       mgr,
+		secrets:   mgr.GetLocalManager().GetClient(),
+		engaged:   map[string]*engagement{},
+	}
+	if err := mgr.Add(tracker{c}); err != nil {
+		return nil, fmt.Errorf("multicluster: adding the engagement tracker: %w", err)
+	}
+	return c, nil
+}
+
+// Start runs the manager and the provider until ctx ends; it returns then, or on an
+// error starting them. It is called once: a stopped Clusters does not start again.
+func (c *Clusters) Start(ctx context.Context) error {
+	return c.mgr.Start(ctx)
+}
+
+// List returns the engaged clusters, by name.
+func (c *Clusters) List(ctx context.Context) []Cluster {
+	c.mu.RLock()
+	es := slices.Collect(maps.Values(c.engaged))
+	c.mu.RUnlock()
+	slices.SortFunc(es, func(a, b *engagement) int { return cmp.Compare(a.name, b.name) })
+	out := make([]Cluster, 0, len(es))
+	for _, e := range es {
+		if cl, ok := c.withLabels(ctx, e); ok {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// Get returns the engaged cluster name.
+func (c *Clusters) Get(ctx context.Context, name string) (Cluster, bool) {
+	c.mu.RLock()
+	e, ok := c.engaged[name]
+	c.mu.RUnlock()
+	if !ok {
+		return Cluster{}, false
+	}
+	return c.withLabels(ctx, e)
+}
+
+// Select returns the engaged clusters whose labels selector matches, by name. A nil
+// selector matches none.
+func (c *Clusters) Select(ctx context.Context, selector labels.Selector) []Cluster {
+	if selector == nil {
+		return nil
+	}
+	var out []Cluster
+	for _, cl := range c.List(ctx) {
+		if selector.Matches(labels.Set(cl.Labels)) {
+			out = append(out, cl)
+		}
+	}
+	return out
+}
+
+// withLabels reads the labels of e's Secret from the cache; a Secret the cache no
+// longer has is a cluster about to be disengaged, and is left out.
+func (c *Clusters) withLabels(ctx context.Context, e *engagement) (Cluster, bool) {
+	secret := &corev1.Secret{}
+	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: e.name}, secret); err != nil {
+		if !apierrors.IsNotFound(err) {
+			c.mgr.GetLogger().Error(err, "reading a cluster's kubeconfig Secret", "cluster", e.name)
+		}
+		return Cluster{}, false
+	}
+	return Cluster{Name: e.name, Labels: maps.Clone(secret.Labels), e: e}, true
+}
+
+// tracker is told by the manager of every engagement, and sees it end.
+type tracker struct{ c *Clusters }
+
+var _ mcmanager.Runnable = tracker{}
+
+func (t tracker) Start(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (t tracker) Engage(ctx context.Context, name mc.ClusterName, cl cluster.Cluster) error {
+	direct, err := client.New(cl.GetConfig(), client.Options{Scheme: cl.GetScheme(), Mapper: cl.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating a client for cluster %s: %w", name, err)
+	}
+	e := &engagement{name: string(name), cluster: cl, client: direct, done: ctx.Done()}
+	c := t.c
+	c.mu.Lock()
+	c.engaged[e.name] = e
+	c.mu.Unlock()
+	if c.notify != nil {
+		c.notify(e.name)
+	}
+	go func() {
+		<-ctx.Done()
+		c.mu.Lock()
+		current := c.engaged[e.name] == e
+		if current {
+			delete(c.engaged, e.name)
+		}
+		c.mu.Unlock()
+		if current && c.notify != nil {
+			c.notify(e.name)
+		}
+	}()
+	return nil
+}
