@@ -3,7 +3,7 @@
 // they live apart from Compositor's module, which this one takes from the work tree.
 module github.com/compositor-dev/compositor/test/tools/gatekeeper
 
-go 1.26.0
+go 1.26.3
 
 replace github.com/compositor-dev/compositor => ../../..
 
