@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -97,47 +98,40 @@ func Check(objs *Objects) error {
 // checkCredentials asserts that the CredentialsRole reads one named Secret in the
 // ServiceAccount's namespace, bound to the ServiceAccount only.
 func checkCredentials(objs *Objects, add func(string, ...any)) {
-	role, binding, sa := objs.CredentialsRole, objs.CredentialsBinding, objs.ServiceAccount
-	if (role == nil) != (binding == nil) {
-		add("CredentialsRole and CredentialsBinding come together")
-		return
-	}
-	if role == nil {
-		return
-	}
-	if len(role.Rules) != 1 || len(role.Rules[0].ResourceNames) != 1 ||
-		!equalRules(role.Rules[0], credentialsRule(role.Rules[0].ResourceNames[0])) || strings.Contains(role.Rules[0].ResourceNames[0], "*") {
-		add("Role %s grants more than get on one named Secret: %v", role.Name, role.Rules)
-	}
-	if role.Namespace != sa.Namespace || binding.Namespace != sa.Namespace {
+	sa := objs.ServiceAccount
+	checkSecretReader("Credentials", objs.CredentialsRole, objs.CredentialsBinding, sa, add,
+		func(secret string) bool { return !strings.Contains(secret, "*") }, "one named Secret")
+	if role, binding := objs.CredentialsRole, objs.CredentialsBinding; role != nil && binding != nil &&
+		(role.Namespace != sa.Namespace || binding.Namespace != sa.Namespace) {
 		add("Role %s and RoleBinding %s must be in the ServiceAccount's namespace %s", role.Name, binding.Name, sa.Namespace)
-	}
-	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
-		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)
-	}
-	if only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}; !slices.Equal(binding.Subjects, only) {
-		add("RoleBinding %s binds %v, not only ServiceAccount %s/%s", binding.Name, binding.Subjects, sa.Namespace, sa.Name)
 	}
 }
 
 // checkChartArchive asserts that the ChartArchiveRole reads one kept chart archive by
 // name, bound in its own namespace to the ServiceAccount only.
 func checkChartArchive(objs *Objects, add func(string, ...any)) {
-	role, binding, sa := objs.ChartArchiveRole, objs.ChartArchiveBinding, objs.ServiceAccount
+	role, binding := objs.ChartArchiveRole, objs.ChartArchiveBinding
+	checkSecretReader("ChartArchive", role, binding, objs.ServiceAccount, add, keptArchiveName.MatchString, "one kept chart archive")
+	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
+		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
+	}
+}
+
+// checkSecretReader asserts that role gets one Secret by a name allowed (what names
+// it) and that binding binds role, and only role, to the ServiceAccount only. kind
+// prefixes the fields' names in what it reports.
+func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBinding, sa *corev1.ServiceAccount,
+	add func(string, ...any), allowed func(secret string) bool, what string) {
 	if (role == nil) != (binding == nil) {
-		add("ChartArchiveRole and ChartArchiveBinding come together")
+		add("%sRole and %sBinding come together", kind, kind)
 		return
 	}
 	if role == nil {
 		return
 	}
 	if len(role.Rules) != 1 || len(role.Rules[0].ResourceNames) != 1 ||
-		!equalRules(role.Rules[0], credentialsRule(role.Rules[0].ResourceNames[0])) ||
-		!keptArchiveName.MatchString(role.Rules[0].ResourceNames[0]) {
-		add("Role %s grants more than get on one kept chart archive: %v", role.Name, role.Rules)
-	}
-	if role.Namespace == "" || binding.Namespace != role.Namespace {
-		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
+		!equalRules(role.Rules[0], credentialsRule(role.Rules[0].ResourceNames[0])) || !allowed(role.Rules[0].ResourceNames[0]) {
+		add("Role %s grants more than get on %s: %v", role.Name, what, role.Rules)
 	}
 	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
 		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)

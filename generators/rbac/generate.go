@@ -233,30 +233,11 @@ func Generate(opts Options) (*Objects, error) {
 		objs.ClusterBinding = clusterRoleBinding(objs.ClusterRole, subject)
 	}
 	if opts.CredentialsSecret != "" {
-		objs.CredentialsRole = &rbacv1.Role{
-			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
-			ObjectMeta: objectMeta(names.Credentials, opts.Namespace, labels),
-			Rules:      []rbacv1.PolicyRule{credentialsRule(opts.CredentialsSecret)},
-		}
-		objs.CredentialsBinding = &rbacv1.RoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
-			ObjectMeta: objectMeta(names.Credentials, opts.Namespace, labels),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: names.Credentials},
-			Subjects:   []rbacv1.Subject{subject},
-		}
+		objs.CredentialsRole, objs.CredentialsBinding = secretReader(names.Credentials, opts.Namespace, opts.CredentialsSecret, labels, subject)
 	}
 	if opts.ChartArchiveNamespace != "" {
-		objs.ChartArchiveRole = &rbacv1.Role{
-			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
-			ObjectMeta: objectMeta(names.ChartArchive, opts.ChartArchiveNamespace, labels),
-			Rules:      []rbacv1.PolicyRule{chartArchiveRule(opts.ChartDigest)},
-		}
-		objs.ChartArchiveBinding = &rbacv1.RoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
-			ObjectMeta: objectMeta(names.ChartArchive, opts.ChartArchiveNamespace, labels),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: names.ChartArchive},
-			Subjects:   []rbacv1.Subject{subject},
-		}
+		objs.ChartArchiveRole, objs.ChartArchiveBinding = secretReader(names.ChartArchive, opts.ChartArchiveNamespace,
+			chartsource.KeptArchiveSecretName(opts.ChartDigest), labels, subject)
 	}
 	if err := Check(objs); err != nil {
 		return nil, err
@@ -264,9 +245,21 @@ func Generate(opts Options) (*Objects, error) {
 	return objs, nil
 }
 
-// chartArchiveRule reads the one Secret that keeps the chart archive of digest.
-func chartArchiveRule(digest string) rbacv1.PolicyRule {
-	return credentialsRule(chartsource.KeptArchiveSecretName(digest))
+// secretReader is a Role named name in namespace that may get the one Secret secret
+// there, and its RoleBinding of the same name to subject.
+func secretReader(name, namespace, secret string, labels map[string]string, subject rbacv1.Subject) (*rbacv1.Role, *rbacv1.RoleBinding) {
+	role := &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+		ObjectMeta: objectMeta(name, namespace, labels),
+		Rules:      []rbacv1.PolicyRule{credentialsRule(secret)},
+	}
+	binding := &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(name, namespace, labels),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	return role, binding
 }
 
 // isDigest tells a "sha256:" digest of 64 lowercase hex digits.

@@ -8,9 +8,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/kube"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/reconciler/composition"
@@ -25,18 +22,4 @@ func For(cluster multicluster.Cluster, log logr.Logger) (*composition.Helm, erro
 		return nil, fmt.Errorf("building Helm for cluster %s: %w", cluster.Name, err)
 	}
 	return h, nil
-}
-
-// Actions returns Helm's action configuration for releases in namespace of the cluster
-// h acts on (from For), stored in Secrets there, as package composition builds its own.
-func Actions(h *composition.Helm, namespace string, log logr.Logger, clusterResources ...schema.GroupResource) (*action.Configuration, error) {
-	cfg := &action.Configuration{}
-	debug := func(format string, v ...interface{}) { log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
-	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret", debug); err != nil {
-		return nil, fmt.Errorf("initialising Helm for namespace %s: %w", namespace, err)
-	}
-	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-		kc.Namespace = namespace
-	}
-	return cfg, nil
 }

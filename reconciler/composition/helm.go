@@ -115,9 +115,9 @@ func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
 	return clientcmd.NewDefaultClientConfigLoadingRules()
 }
 
-// actions returns Helm's action configuration for releases in namespace, stored in
+// Actions returns Helm's action configuration for releases in namespace, stored in
 // Secrets there.
-func (h *Helm) actions(namespace string, clusterResources ...schema.GroupResource) (*action.Configuration, error) {
+func (h *Helm) Actions(namespace string, clusterResources ...schema.GroupResource) (*action.Configuration, error) {
 	cfg := &action.Configuration{}
 	debug := func(format string, v ...interface{}) { h.log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
 	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret", debug); err != nil {
@@ -131,7 +131,7 @@ func (h *Helm) actions(namespace string, clusterResources ...schema.GroupResourc
 
 // lastRelease returns the latest revision of the release, or nil when there is none.
 func (h *Helm) lastRelease(namespace, name string) (*release.Release, error) {
-	cfg, err := h.actions(namespace)
+	cfg, err := h.Actions(namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ type InstallOptions struct {
 // fields itself (strictFieldValidation). The chart's crds/ directory
 // is never installed: CRDs are cluster-wide, and compositions never create them.
 func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}, opts InstallOptions) (Outcome, *release.Release, error) {
-	cfg, err := h.actions(namespace, opts.ClusterResources...)
+	cfg, err := h.Actions(namespace, opts.ClusterResources...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -194,7 +194,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
 			}
-			if cfg, err = h.actions(namespace, opts.ClusterResources...); err != nil {
+			if cfg, err = h.Actions(namespace, opts.ClusterResources...); err != nil {
 				return "", nil, err
 			}
 		}
@@ -238,7 +238,7 @@ func gated(cfg *action.Configuration, gate *installGate) postrender.PostRenderer
 // Uninstall removes the release and what it created; a release that does not exist is
 // not an error.
 func (h *Helm) Uninstall(namespace, name string, clusterResources ...schema.GroupResource) (bool, error) {
-	cfg, err := h.actions(namespace, clusterResources...)
+	cfg, err := h.Actions(namespace, clusterResources...)
 	if err != nil {
 		return false, err
 	}

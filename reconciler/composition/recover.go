@@ -26,7 +26,7 @@ func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (rele
 	if last == nil || last.Info == nil || !last.Info.Status.IsPending() {
 		return "", nil
 	}
-	cfg, err := h.actions(namespace)
+	cfg, err := h.Actions(namespace)
 	if err != nil {
 		return "", err
 	}

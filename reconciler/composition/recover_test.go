@@ -42,7 +42,7 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
 	helm, err := NewHelm(cp.Config, logr.Discard())
 	require.NoError(t, err)
-	storage, err := helm.actions(namespace)
+	storage, err := helm.Actions(namespace)
 	require.NoError(t, err)
 
 	configMap := func(name string) *corev1.ConfigMap {

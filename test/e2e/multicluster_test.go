@@ -129,7 +129,7 @@ data:
 	assert.True(t, apierrors.IsNotFound(hub.Client.Get(ctx, client.ObjectKey{Namespace: "team", Name: "hello-data"}, &corev1.ConfigMap{})))
 
 	// Helm's own action configuration for the same cluster sees the release there.
-	actions, err := mchelm.Actions(h, "team", testr.New(t))
+	actions, err := h.Actions("team")
 	require.NoError(t, err)
 	last, err := actions.Releases.Last("hello")
 	require.NoError(t, err)
