@@ -98,15 +98,15 @@ func certManagerMode(t *testing.T) {
 
 	// cert-manager: the CRDs (server-side: the largest are over client-side apply's
 	// 256 KiB annotation), its namespace, then the controller and cainjector. The
-	// cleanups run in reverse: the processes stop before their CRDs go.
+	// cleanups run in reverse: the processes stop before their namespace and CRDs go.
+	// The namespace goes first, while the kinds it may hold are still served: the
+	// namespace controller walks every namespaced kind in discovery, and CRDs that
+	// have just gone can fail that walk and put it in backoff (up to a minute a try).
 	t.Cleanup(func() {
-		for _, args := range [][]string{
-			{"delete", "--ignore-not-found", "--wait", "--timeout", "2m", "-f", crds},
-			{"delete", "namespace", certManagerNS, "--ignore-not-found", "--wait", "--timeout", "2m"},
-		} {
-			if out, err := command(t, 3*time.Minute, "", "kubectl", args...); err != nil {
-				t.Errorf("cleanup: kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
+		deleteNamespace(t, certManagerNS)
+		args := []string{"delete", "--ignore-not-found", "--wait", "--timeout", "2m", "-f", crds}
+		if out, err := command(t, 3*time.Minute, "", "kubectl", args...); err != nil {
+			t.Errorf("cleanup: kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
 	started := time.Now()
@@ -122,11 +122,7 @@ func certManagerMode(t *testing.T) {
 
 	// The namespace stays when TestLifecycle left it; one made here goes at the end.
 	if out := kubectl(t, "get", "namespace", releaseNS, "-o", "name", "--ignore-not-found"); out == "" {
-		t.Cleanup(func() {
-			if out, err := command(t, 3*time.Minute, "", "kubectl", "delete", "namespace", releaseNS, "--ignore-not-found", "--wait", "--timeout", "2m"); err != nil {
-				t.Errorf("cleanup: deleting namespace %s: %v\n%s", releaseNS, err, out)
-			}
-		})
+		t.Cleanup(func() { deleteNamespace(t, releaseNS) })
 	}
 
 	// A failed test still uninstalls; diagnose runs before, while there is something
@@ -284,6 +280,23 @@ func certManagerMode(t *testing.T) {
 
 // hostProcess runs a binary on the host until the test ends, its output in a file
 // of t.TempDir that is printed (its tail) when the test fails.
+// deleteNamespace deletes a namespace and waits for it to be gone. When it is not
+// gone in time, the error carries the namespace's conditions, which say what the
+// namespace controller is waiting for (content left, finalizers, a discovery failure).
+func deleteNamespace(t *testing.T, name string) {
+	t.Helper()
+	args := []string{"delete", "namespace", name, "--ignore-not-found", "--wait", "--timeout", "4m"}
+	out, err := command(t, 5*time.Minute, "", "kubectl", args...)
+	if err == nil {
+		return
+	}
+	conditions, _ := command(t, time.Minute, "", "kubectl", "get", "namespace", name, "--ignore-not-found",
+		"-o", `jsonpath={range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}`)
+	left, _ := command(t, time.Minute, "", "kubectl", "api-resources", "--namespaced", "--verbs=list", "-o", "name")
+	t.Errorf("cleanup: kubectl %s: %v\n%s\nthe namespace's conditions:\n%s\nnamespaced kinds served now:\n%s",
+		strings.Join(args, " "), err, out, conditions, left)
+}
+
 func hostProcess(t *testing.T, path string, args ...string) {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), filepath.Base(path)+".log")
