@@ -1,6 +1,7 @@
 package multicluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -30,24 +31,35 @@ func (p Placement) String() string {
 }
 
 // ParsePlacement reads the placement from a composition's annotations. Without
-// PlacementAnnotation the placement is local. The annotation must hold a non-empty,
-// valid label selector (the syntax of kubectl's -l, e.g. `env in (prod),region=eu`);
-// an empty one is refused rather than read as "every cluster", which a typo would
-// otherwise mean. The error names the annotation and the reason.
+// PlacementAnnotation the placement is local. The annotation must hold a valid label
+// selector that selects on something (ParseSelector); the error names the annotation
+// and the reason.
 func ParsePlacement(annotations map[string]string) (Placement, error) {
 	raw, ok := annotations[PlacementAnnotation]
 	if !ok {
 		return Placement{}, nil
 	}
+	selector, err := ParseSelector(raw)
+	if err != nil {
+		return Placement{}, fmt.Errorf("annotation %s: %w", PlacementAnnotation, err)
+	}
+	return Placement{Selector: selector}, nil
+}
+
+// ParseSelector reads a placement's label selector, in the syntax of kubectl's -l
+// (e.g. `env in (prod),region=eu`). An empty selector, or one that selects on nothing,
+// is refused rather than read as "every cluster", which a typo would otherwise mean.
+// The error is the reason, for the caller to put next to the field it came from.
+func ParseSelector(raw string) (labels.Selector, error) {
 	if strings.TrimSpace(raw) == "" {
-		return Placement{}, fmt.Errorf("annotation %s is empty: it must be a label selector over the clusters' labels (e.g. env=prod), or be removed to install in the local cluster only", PlacementAnnotation)
+		return nil, errors.New("is empty: it must be a label selector over the clusters' labels (e.g. env=prod), or be removed to install in the local cluster only")
 	}
 	selector, err := labels.Parse(raw)
 	if err != nil {
-		return Placement{}, fmt.Errorf("annotation %s %q is not a valid label selector: %w", PlacementAnnotation, raw, err)
+		return nil, fmt.Errorf("%q is not a valid label selector: %w", raw, err)
 	}
 	if selector.Empty() {
-		return Placement{}, fmt.Errorf("annotation %s %q selects nothing in particular: it must be a label selector over the clusters' labels (e.g. env=prod)", PlacementAnnotation, raw)
+		return nil, fmt.Errorf("%q selects nothing in particular: it must be a label selector over the clusters' labels (e.g. env=prod)", raw)
 	}
-	return Placement{Selector: selector}, nil
+	return selector, nil
 }

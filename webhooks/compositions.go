@@ -21,6 +21,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
@@ -34,6 +35,7 @@ const LabelCompositionVersion = "krateo.io/composition-version"
 var (
 	releaseNamePath = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationReleaseName)
 	pausedPath      = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationPaused)
+	placementPath   = field.NewPath("metadata", "annotations").Key(multicluster.PlacementAnnotation)
 )
 
 // defaultComposition sets the release name, the pause annotation and the version label
@@ -156,6 +158,7 @@ func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
 	return Chain{
 		CheckFunc(checkReleaseName),
 		CheckFunc(checkPaused),
+		CheckFunc(checkPlacement),
 		CheckFunc(checkConversionData),
 		uniqueReleaseName{reader: cached, names: names},
 		CheckFunc(warnPausedDeletion),
@@ -195,6 +198,22 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 		return nil, nil
 	}
 	return field.ErrorList{field.NotSupported(pausedPath, value, []string{"true", "false"})}, nil
+}
+
+// checkPlacement requires a placement, when there is one, to be a label selector that
+// selects on something: the controller would otherwise have nowhere to install.
+func checkPlacement(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil {
+		return nil, nil
+	}
+	raw, ok := req.Object.GetAnnotations()[multicluster.PlacementAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	if _, err := multicluster.ParseSelector(raw); err != nil {
+		return field.ErrorList{field.Invalid(placementPath, raw, err.Error())}, nil
+	}
+	return nil, nil
 }
 
 // uniqueReleaseName refuses a release name that another composition of the same kind

@@ -174,6 +174,28 @@ func TestValidateCollectsEveryViolation(t *testing.T) {
 	assert.Len(t, result.Details.Causes, 3)
 }
 
+func TestValidateRefusesAPlacementThatSelectsNothing(t *testing.T) {
+	for raw, reason := range map[string]string{
+		"":             "is empty",
+		"   ":          "is empty",
+		"env in (prod": "is not a valid label selector",
+		"=prod":        "is not a valid label selector",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			obj := composition(map[string]any{"krateo.io/release-name": "demo", "compositor.dev/placement": raw})
+			_, resp := post(t, ValidatePath, review(t, compositionRequest("CREATE", obj, nil)), "application/json")
+			require.False(t, resp.Response.Allowed)
+			assert.Contains(t, resp.Response.Result.Message, "metadata.annotations[compositor.dev/placement]: Invalid value: ")
+			assert.Contains(t, resp.Response.Result.Message, reason)
+		})
+	}
+	for _, raw := range []string{"env=prod", "env in (prod,staging),region!=us", "gpu"} {
+		obj := composition(map[string]any{"krateo.io/release-name": "demo", "compositor.dev/placement": raw})
+		_, resp := post(t, ValidatePath, review(t, compositionRequest("CREATE", obj, nil)), "application/json")
+		assert.True(t, resp.Response.Allowed, "placement %q: %v", raw, resp.Response.Result)
+	}
+}
+
 func TestValidateWarnsWhenAPausedCompositionIsDeleted(t *testing.T) {
 	paused := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "true"})
 	_, resp := post(t, ValidatePath, review(t, compositionRequest("DELETE", nil, paused)), "application/json")
