@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -142,6 +143,9 @@ func (c *Clusters) Start(ctx context.Context) error {
 	return c.mgr.Start(ctx)
 }
 
+// Namespace is where the kubeconfig Secrets are.
+func (c *Clusters) Namespace() string { return c.namespace }
+
 // List returns the engaged clusters, by name.
 func (c *Clusters) List(ctx context.Context) []Cluster {
 	c.mu.RLock()
@@ -168,19 +172,46 @@ func (c *Clusters) Get(ctx context.Context, name string) (Cluster, bool) {
 	return c.withLabels(ctx, e)
 }
 
-// Select returns the engaged clusters whose labels selector matches, by name. A nil
-// selector matches none.
-func (c *Clusters) Select(ctx context.Context, selector labels.Selector) []Cluster {
+// Select returns the registered clusters whose labels selector matches, by name: those
+// engaged, and the names of those registered but not engaged (yet: a kubeconfig just
+// written or rotated is engaged within moments; one that cannot be read never is). A
+// nil selector matches none.
+func (c *Clusters) Select(ctx context.Context, selector labels.Selector) (engaged []Cluster, waiting []string) {
 	if selector == nil {
-		return nil
+		return nil, nil
 	}
-	var out []Cluster
-	for _, cl := range c.List(ctx) {
-		if selector.Matches(labels.Set(cl.Labels)) {
-			out = append(out, cl)
+	secrets := &corev1.SecretList{}
+	if err := c.secrets.List(ctx, secrets, client.InNamespace(c.namespace), client.MatchingLabels{SecretLabel: "true"}); err != nil {
+		c.mgr.GetLogger().Error(err, "listing the kubeconfig Secrets")
+		return nil, nil
+	}
+	slices.SortFunc(secrets.Items, func(a, b corev1.Secret) int { return cmp.Compare(a.Name, b.Name) })
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, secret := range secrets.Items {
+		if !selector.Matches(labels.Set(secret.Labels)) {
+			continue
+		}
+		if e, ok := c.engaged[secret.Name]; ok {
+			engaged = append(engaged, Cluster{Name: secret.Name, Labels: maps.Clone(secret.Labels), e: e})
+		} else {
+			waiting = append(waiting, secret.Name)
 		}
 	}
-	return out
+	return engaged, waiting
+}
+
+// Registered reports whether a kubeconfig Secret registers cluster name, engaged or not.
+func (c *Clusters) Registered(ctx context.Context, name string) bool {
+	secret := &corev1.Secret{}
+	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret); err != nil {
+		if !apierrors.IsNotFound(err) {
+			c.mgr.GetLogger().Error(err, "reading a cluster's kubeconfig Secret", "cluster", name)
+			return true // unknown: not a reason to give the cluster up
+		}
+		return false
+	}
+	return secret.Labels[SecretLabel] == "true"
 }
 
 // withLabels reads the labels of e's Secret from the cache; a Secret the cache no
@@ -201,7 +232,32 @@ type tracker struct{ c *Clusters }
 
 var _ mcmanager.Runnable = tracker{}
 
+// Start tells Notify of every change to a kubeconfig Secret as well: a change of
+// labels moves a cluster in or out of placements without engaging it again.
 func (t tracker) Start(ctx context.Context) error {
+	if t.c.notify != nil {
+		informer, err := t.c.mgr.GetLocalManager().GetCache().GetInformer(ctx, &corev1.Secret{})
+		if err != nil {
+			return fmt.Errorf("watching the kubeconfig Secrets: %w", err)
+		}
+		notify := func(obj any) {
+			if o, ok := obj.(client.Object); ok {
+				t.c.notify(o.GetName())
+			} else if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				_, name, _ := toolscache.SplitMetaNamespaceKey(tombstone.Key)
+				t.c.notify(name)
+			}
+		}
+		registration, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    notify,
+			UpdateFunc: func(_, obj any) { notify(obj) },
+			DeleteFunc: notify,
+		})
+		if err != nil {
+			return fmt.Errorf("watching the kubeconfig Secrets: %w", err)
+		}
+		defer func() { _ = informer.RemoveEventHandler(registration) }()
+	}
 	<-ctx.Done()
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/charts"
@@ -97,6 +99,10 @@ type Reconciler struct {
 	// validator as the webhook's) and judges the manifests about to be applied (its
 	// Engine: the policies in force; nil Engine evaluates none). Required.
 	Checker *policies.Checker
+	// Targets, when set, are the clusters a composition annotated
+	// compositor.dev/placement is installed on (placement.go); without them such a
+	// composition is not installed anywhere, and says so.
+	Targets *Targets
 }
 
 // NewComposition returns an empty object of the controller's kind.
@@ -168,7 +174,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.setConditions(obj, false, ReasonDefinitionNotFound, fmt.Sprintf("no Ready CompositionDefinition serves %s %s", r.GVK.Kind, r.GVK.GroupVersion()))
 		result = ctrl.Result{RequeueAfter: waitForDefinition}
 	default:
-		result, err = r.install(ctx, obj, def)
+		placement, placementErr := multicluster.ParsePlacement(obj.GetAnnotations())
+		switch {
+		case placementErr != nil:
+			r.setConditions(obj, false, ReasonPlacementInvalid, placementErr.Error())
+		case placement.Local():
+			result, err = r.install(ctx, obj, def)
+		default:
+			result, err = r.installPlaced(ctx, obj, def, placement)
+		}
 	}
 	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, Finalizer) {
 		if patchErr := r.patchStatus(ctx, before, obj); patchErr != nil {
@@ -178,105 +192,186 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, err
 }
 
-// install runs helm upgrade --install unless the release already is what the
-// composition asks for, and only through the install gate (installgate.go): the
-// release must be the composition's own, its values must pass the chart's schema, and
-// the manifests Helm is about to apply must stay in the namespace and pass the policies.
+// install runs helm upgrade --install in the local cluster unless the release already
+// is what the composition asks for; see installOn.
 func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if err := r.addFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
-	ch, digest, err := r.Charts.Chart(ctx, def)
+	// A composition placed on target clusters before is no longer: its releases there go.
+	if result, done := r.leaveTargets(ctx, obj, def); !done {
+		return result, nil
+	}
+	w, err := r.prepare(ctx, obj, def)
 	if err != nil {
-		r.setConditions(obj, false, charts.ReasonChartFetchFailed, err.Error())
-		return ctrl.Result{}, err
-	}
-	values := spec(obj)
-	fingerprint, err := Fingerprint(digest, values)
-	if err != nil {
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
-		return ctrl.Result{}, reconcile.TerminalError(err)
-	}
-	name := releaseName(obj)
-	last, err := r.Helm.lastRelease(obj.GetNamespace(), name)
-	if err != nil {
-		err = fmt.Errorf("reading the history of release %s/%s: %w", obj.GetNamespace(), name, err)
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
-		return ctrl.Result{}, err
-	}
-	if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
-		return r.refused(obj, err)
-	}
-	if err := r.recoverInterrupted(obj, last); err != nil {
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
 	// status fields, so it is stored as it is.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	if installed == fingerprint && last != nil && last.Info.Status == "deployed" {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s is already chart %s with these values (revision %d)", name, ch.Metadata.Version, last.Version)
-		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed", name))
-		return ctrl.Result{}, nil
-	}
-	request, err := r.policyRequest(ctx, obj, def, ch, digest, last != nil)
-	if err != nil {
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
-		return ctrl.Result{}, err
-	}
-	if err := r.validateValues(ctx, request); err != nil {
-		return r.refused(obj, err)
-	}
-	if r.Bind != nil {
-		if err := r.Bind(ctx, obj.GetNamespace()); err != nil {
-			r.setConditions(obj, false, ReasonBindFailed, err.Error())
-			return ctrl.Result{}, err
+	a := r.installOn(ctx, obj, def, site{helm: r.Helm, bind: r.Bind}, w, installed)
+	if a.changed {
+		for field, value := range map[string]string{
+			"helmChartUrl":     def.Status.PackageURL,
+			"helmChartVersion": w.chart.Metadata.Version,
+			"releaseName":      w.release,
+			"digest":           w.digest,
+			"fingerprint":      w.fingerprint,
+		} {
+			_ = unstructured.SetNestedField(obj.Object, value, "status", field)
 		}
 	}
-	clusterKinds, clusterResources := allowedClusterScoped(def, r.Helm.mapper)
-	gate := r.gate(ctx, obj.GetNamespace(), request, clusterKinds)
-	outcome, rel, err := r.Helm.UpgradeInstall(ctx, obj.GetNamespace(), name, ch, values, InstallOptions{
+	r.setConditions(obj, a.ready, a.reason, a.message)
+	return a.result()
+}
+
+// work is what a composition asks to be installed, wherever it goes.
+type work struct {
+	chart       *chart.Chart
+	digest      string
+	values      map[string]interface{}
+	fingerprint string
+	release     string
+}
+
+// prepare loads the composition's chart and fingerprints the values; on an error the
+// composition's conditions say why.
+func (r *Reconciler) prepare(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (work, error) {
+	ch, digest, err := r.Charts.Chart(ctx, def)
+	if err != nil {
+		r.setConditions(obj, false, charts.ReasonChartFetchFailed, err.Error())
+		return work{}, err
+	}
+	values := spec(obj)
+	fingerprint, err := Fingerprint(digest, values)
+	if err != nil {
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return work{}, reconcile.TerminalError(err)
+	}
+	return work{chart: ch, digest: digest, values: values, fingerprint: fingerprint, release: releaseName(obj)}, nil
+}
+
+// site is where a composition's release is installed: the local cluster (cluster ""),
+// or a target cluster it is placed on.
+type site struct {
+	cluster string
+	helm    *Helm
+	// bind, local only, gives the controller's identity its rights in a namespace.
+	bind func(ctx context.Context, namespace string) error
+	// related, targets only, is the cluster's kubeconfig Secret, named in events: the
+	// events of one composition on two clusters are two series, not one.
+	related runtime.Object
+	// check, targets only, reports what the kubeconfig's identity may not do that the
+	// install needs (Targets.checkRights).
+	check func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error
+}
+
+// on is " on cluster <name>" for a target, "" for the local cluster: it ends messages.
+func (s site) on() string {
+	if s.cluster == "" {
+		return ""
+	}
+	return " on cluster " + s.cluster
+}
+
+// attempt is what reconciling a release on one site came to.
+type attempt struct {
+	ready           bool
+	reason, message string
+	// changed: the release was installed or upgraded, to revision.
+	changed  bool
+	revision int
+	// requeue, when set, is when to try again without an error (a refusal, a cluster
+	// that did not answer); err is retried with backoff.
+	requeue time.Duration
+	err     error
+}
+
+func (a attempt) result() (ctrl.Result, error) {
+	return ctrl.Result{RequeueAfter: a.requeue}, a.err
+}
+
+func failed(reason string, err error) attempt {
+	return attempt{reason: reason, message: err.Error(), err: err}
+}
+
+// installOn runs helm upgrade --install on s unless the release there already is what
+// the composition asks for (installed, the fingerprint recorded for s, matches and the
+// release is deployed), and only through the install gate (installgate.go): the
+// release must be the composition's own, its values must pass the chart's schema, and
+// the manifests Helm is about to apply must stay in the namespace and pass the policies.
+// The policies judge the composition as written in Compositor's cluster, its namespace
+// there included, wherever it is installed.
+func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, installed string) attempt {
+	namespace, name := obj.GetNamespace(), w.release
+	last, err := s.helm.lastRelease(namespace, name)
+	if err != nil {
+		return failed(ReasonInstallFailed, fmt.Errorf("reading the history of release %s/%s%s: %w", namespace, name, s.on(), err))
+	}
+	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
+		return r.refused(obj, s, err)
+	}
+	if err := r.recoverInterrupted(obj, s, last); err != nil {
+		return failed(ReasonInstallFailed, err)
+	}
+	if installed == w.fingerprint && last != nil && last.Info.Status == release.StatusDeployed {
+		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", name, s.on(), w.chart.Metadata.Version, last.Version)
+		return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), revision: last.Version}
+	}
+	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, last != nil)
+	if err != nil {
+		return failed(ReasonInstallFailed, err)
+	}
+	if err := r.validateValues(ctx, request); err != nil {
+		return r.refused(obj, s, err)
+	}
+	if s.bind != nil {
+		if err := s.bind(ctx, namespace); err != nil {
+			return failed(ReasonBindFailed, err)
+		}
+	}
+	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
+	if s.check != nil {
+		if err := s.check(ctx, w, namespace, clusterResources); err != nil {
+			return r.refused(obj, s, err)
+		}
+	}
+	gate := r.gate(ctx, namespace, request, clusterKinds, s.helm.mapper)
+	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, name, w.chart, w.values, InstallOptions{
 		Last:             last,
 		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID())},
 		ClusterResources: clusterResources,
 		Gate:             gate,
 	})
 	if err != nil && gate.refusal != nil {
-		return r.refused(obj, gate.refusal)
+		return r.refused(obj, s, gate.refusal)
 	}
 	if err != nil {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
-		return ctrl.Result{}, err
+		err = fmt.Errorf("%w%s", err, s.on())
+		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
+		return failed(ReasonInstallFailed, err)
 	}
 	reason := EventHelmInstalled
 	if outcome == Upgraded {
 		reason = EventHelmUpgraded
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, reason, "Install", "release %s is chart %s %s, revision %d", name, ch.Metadata.Name, ch.Metadata.Version, rel.Version)
-	for field, value := range map[string]string{
-		"helmChartUrl":     def.Status.PackageURL,
-		"helmChartVersion": ch.Metadata.Version,
-		"releaseName":      name,
-		"digest":           digest,
-		"fingerprint":      fingerprint,
-	} {
-		_ = unstructured.SetNestedField(obj.Object, value, "status", field)
-	}
-	r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed", name))
-	return ctrl.Result{}, nil
+	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", name, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
+	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), changed: true, revision: rel.Version}
 }
 
 // recoverInterrupted marks the release's last revision failed when a process that
 // ended in the middle of an operation left it pending, and says so in an event; the
 // install that follows runs the operation again from there.
-func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, last *release.Release) error {
-	stuck, err := r.Helm.recoverInterrupted(obj.GetNamespace(), last)
+func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, s site, last *release.Release) error {
+	stuck, err := s.helm.recoverInterrupted(obj.GetNamespace(), last)
 	if err != nil || stuck == "" {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, s.on())
+		}
 		return err
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
-		"release %s revision %d was left %s by an interrupted operation: marked it failed and runs the operation again", last.Name, last.Version, stuck)
+	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
+		"release %s%s revision %d was left %s by an interrupted operation: marked it failed and runs the operation again", last.Name, s.on(), last.Version, stuck)
 	return nil
 }
 
@@ -305,30 +400,50 @@ func (r *Reconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstruc
 	return nil
 }
 
-// refused reports a refusal of the install gate: a Warning event and Ready=False with
-// its reason. It tries again later, since a policy or the foreign release may change
-// without the composition changing.
-func (r *Reconciler) refused(obj *unstructured.Unstructured, err error) (ctrl.Result, error) {
+// refused reports a refusal of the install gate on s: a Warning event, and an attempt
+// not ready with the refusal's reason. It tries again later, since a policy or the
+// foreign release may change without the composition changing.
+func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) attempt {
 	gate, ok := asGateError(err)
 	if !ok {
 		gate = &GateError{Reason: ReasonInstallFailed, Message: err.Error()}
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, gate.Reason, "Install", "%s", gate.Message)
-	r.setConditions(obj, false, gate.Reason, gate.Message)
-	return ctrl.Result{RequeueAfter: retryRefused}, nil
+	message := gate.Message
+	if s.cluster != "" {
+		message = "cluster " + s.cluster + ": " + message
+	}
+	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
+	return attempt{reason: gate.Reason, message: message, requeue: retryRefused}
 }
 
-// remove uninstalls the release, then lets the composition go.
+// remove uninstalls the composition's releases, on the target clusters it was placed on
+// and in the local cluster, then lets the composition go. A target cluster that does
+// not answer holds the deletion until it does, or is no longer registered.
 func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	if result, done := r.leaveTargets(ctx, obj, def); !done {
+		return result, nil
+	}
+	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
+		if err := r.uninstallLocal(ctx, obj, def); err != nil {
+			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
+			return ctrl.Result{}, err
+		}
+	}
+	controllerutil.RemoveFinalizer(obj, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+}
+
+// uninstallLocal uninstalls the composition's release from the local cluster, unless
+// it is not the composition's (then it is left alone, with an event).
+func (r *Reconciler) uninstallLocal(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) error {
 	name := releaseName(obj)
 	if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil {
 		if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
-			controllerutil.RemoveFinalizer(obj, Finalizer)
-			return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+			return nil
 		}
 	}
 	_, clusterResources := allowedClusterScoped(def, r.Helm.mapper)
@@ -340,13 +455,11 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall",
 			"release %s goes with namespace %s, which is being deleted", name, obj.GetNamespace())
 	case err != nil:
-		r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
-		return ctrl.Result{}, err
+		return err
 	case removed:
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled", name)
 	}
-	controllerutil.RemoveFinalizer(obj, Finalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+	return nil
 }
 
 // namespaceTerminating reports whether namespace is being deleted; false when that

@@ -322,8 +322,8 @@ func (r *Reconciler) validateValues(ctx context.Context, request *policies.Reque
 }
 
 // gate is the post-renderer of one install of the composition.
-func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool) *installGate {
-	g := &installGate{ctx: ctx, namespace: namespace, mapper: r.Helm.mapper, request: request, clusterScoped: clusterScoped}
+func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) *installGate {
+	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine
 	}

@@ -102,7 +102,7 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 			r := &Reconciler{Helm: helm, Recorder: recorder}
 			last, err = helm.lastRelease(namespace, tc.name)
 			require.NoError(t, err)
-			require.NoError(t, r.recoverInterrupted(composition(tc.name), last))
+			require.NoError(t, r.recoverInterrupted(composition(tc.name), site{helm: helm}, last))
 			require.Len(t, recorder.Events, 1)
 			event := <-recorder.Events
 			assert.Contains(t, event, EventReleaseRecovered)
@@ -131,7 +131,7 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 
 			again, err := helm.lastRelease(namespace, tc.name)
 			require.NoError(t, err)
-			require.NoError(t, r.recoverInterrupted(composition(tc.name), again))
+			require.NoError(t, r.recoverInterrupted(composition(tc.name), site{helm: helm}, again))
 			assert.Empty(t, recorder.Events, "a deployed release is left alone")
 		})
 	}

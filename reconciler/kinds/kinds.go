@@ -7,6 +7,7 @@ package kinds
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ import (
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/lightinformer"
+	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/binding"
 	"github.com/compositor-dev/compositor/reconciler/charts"
@@ -80,6 +82,10 @@ type Runtime struct {
 	// Workers is how many requests are reconciled at once, of every kind together;
 	// 0 means 16.
 	Workers int
+	// Targets, InProcess only, are the clusters compositions may be placed on; nil
+	// installs every composition in Compositor's cluster, and a placed one reports
+	// that it cannot be delivered. Call ClustersChanged when they change.
+	Targets *composition.Targets
 
 	client    client.Client
 	cache     cache.Cache
@@ -348,6 +354,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		},
 		MaxReconcileRate: k.MaxReconcileRate,
 		Checker:          k.Checker,
+		Targets:          k.Targets,
 	}
 	if v.compositions.Checker == nil {
 		v.compositions.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
@@ -442,6 +449,34 @@ func (k *Runtime) compositionsOfDefinition(_ context.Context, def *corev1alpha1.
 		requests = append(requests, request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
 	})
 	return requests
+}
+
+// ClustersChanged reconciles every composition that is placed on target clusters, or
+// was: a cluster was engaged, disengaged or relabelled, which may change where each
+// goes. It may be called from any goroutine; before the controller starts it does
+// nothing (every composition is reconciled at the start anyway).
+func (k *Runtime) ClustersChanged() {
+	select {
+	case <-k.queued:
+	default:
+		return
+	}
+	k.mu.RLock()
+	versions := maps.Clone(k.versions)
+	k.mu.RUnlock()
+	for key, v := range versions {
+		for _, item := range v.informer.Store().List() {
+			obj, ok := item.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			_, placed := obj.GetAnnotations()[multicluster.PlacementAnnotation]
+			_, wasPlaced, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "clusters")
+			if placed || wasPlaced {
+				k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
+			}
+		}
+	}
 }
 
 // namespacesOfDefinition maps a definition's event to every namespace that holds

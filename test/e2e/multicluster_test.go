@@ -91,14 +91,15 @@ func TestMulticluster(t *testing.T) {
 		}
 	}
 
-	selected := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}))
+	selected, waiting := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}))
+	require.Empty(t, waiting)
 	require.Len(t, selected, 1)
 	b := selected[0]
 	require.Equal(t, "target-b", b.Name)
 	placement, err := multicluster.ParsePlacement(map[string]string{multicluster.PlacementAnnotation: "env in (a,b),env!=a"})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"target-b"}, names(clusters.Select(ctx, placement.Selector)))
-	assert.Equal(t, []string{"target-a", "target-b"}, names(clusters.Select(ctx, labels.Everything())))
+	assert.Equal(t, []string{"target-b"}, names(first(clusters.Select(ctx, placement.Selector))))
+	assert.Equal(t, []string{"target-a", "target-b"}, names(first(clusters.Select(ctx, labels.Everything()))))
 
 	// The cluster's client acts on target-b, not the hub.
 	require.NoError(t, b.Client().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}))
@@ -149,7 +150,7 @@ data:
 		_, ok := clusters.Get(ctx, "target-a")
 		assert.False(c, ok)
 	}, 30*time.Second, 100*time.Millisecond)
-	assert.Empty(t, clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "a"})))
+	assert.Empty(t, first(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "a"}))))
 	select {
 	case <-b.Done():
 		t.Fatal("target-b was disengaged too")
@@ -164,7 +165,7 @@ data:
 	secretB.Labels["env"] = "c"
 	require.NoError(t, hub.Client.Update(ctx, secretB))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, []string{"target-b"}, names(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "c"}))))
+		assert.Equal(c, []string{"target-b"}, names(first(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "c"})))))
 	}, 30*time.Second, 100*time.Millisecond)
 	if again, ok := clusters.Get(ctx, "target-b"); assert.True(t, ok) {
 		assert.Equal(t, b.Done(), again.Done(), "a change of labels engaged target-b again")
@@ -206,6 +207,8 @@ func kubeconfigOf(t *testing.T, cp *controlplane.ControlPlane) []byte {
 	require.NoError(t, err)
 	return data
 }
+
+func first[A, B any](a A, _ B) A { return a }
 
 func names(clusters []multicluster.Cluster) []string {
 	out := make([]string, 0, len(clusters))

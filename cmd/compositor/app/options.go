@@ -86,6 +86,10 @@ type ServeOptions struct {
 	// Controllers is where the composition controllers run: ControllersDeployments or
 	// ControllersInProcess.
 	Controllers string
+	// Multicluster delivers compositions annotated compositor.dev/placement to the
+	// target clusters registered by kubeconfig Secrets in Namespace. It needs
+	// ControllersInProcess.
+	Multicluster bool
 }
 
 // Where composition controllers run.
@@ -172,6 +176,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
 	fs.StringVar(&o.Controllers, "controllers", o.Controllers, "Where composition controllers run: deployments (one generated Deployment per served version) or in-process (inside serve, impersonating the generated ServiceAccounts)")
+	fs.BoolVar(&o.Multicluster, "multicluster", o.Multicluster, "Install compositions annotated compositor.dev/placement on the target clusters it selects, registered by kubeconfig Secrets in --namespace labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true (needs --controllers in-process)")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
 }
 
@@ -219,6 +224,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.Controllers != ControllersDeployments && o.Controllers != ControllersInProcess {
 		errs = append(errs, fmt.Errorf("--controllers must be %s or %s, got %q", ControllersDeployments, ControllersInProcess, o.Controllers))
+	}
+	if o.Multicluster && o.Controllers != ControllersInProcess {
+		errs = append(errs, fmt.Errorf("--multicluster needs --controllers %s: the generated Deployments install in their own cluster only", ControllersInProcess))
 	}
 	if o.AuditInterval < 0 {
 		errs = append(errs, fmt.Errorf("--audit-interval must not be negative (0 turns the audit off), got %s", o.AuditInterval))

@@ -39,10 +39,12 @@ import (
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/audit"
 	"github.com/compositor-dev/compositor/reconciler/charts"
+	"github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/definition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 	"github.com/compositor-dev/compositor/reconciler/policy"
@@ -256,7 +258,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // conversion webhook and CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) error {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) (err error) {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -286,6 +288,11 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 		MaxReconcileRate: opts.MaxReconcileRate,
 		Sync:             opts.Sync,
 	}
+	if opts.Multicluster {
+		if kinds.Targets, err = setupTargets(mgr, kinds, opts); err != nil {
+			return err
+		}
+	}
 	if err := kinds.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -310,6 +317,25 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 		<-ctx.Done()
 		return nil
 	}))
+}
+
+// setupTargets engages the target clusters registered in Compositor's namespace, on the
+// leader (which runs the composition controllers), and has every placed composition
+// reconciled when they change.
+func setupTargets(mgr manager.Manager, kinds *kinds.Runtime, opts *ServeOptions) (*composition.Targets, error) {
+	log := mgr.GetLogger().WithName("multicluster")
+	clusters, err := multicluster.New(mgr.GetConfig(), multicluster.Options{
+		Namespace: opts.Namespace,
+		Log:       log,
+		Notify:    func(string) { kinds.ClustersChanged() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(clusters.Start)); err != nil {
+		return nil, err
+	}
+	return &composition.Targets{Clusters: clusters, Log: log}, nil
 }
 
 // watchPolicyDir loads the policies of dir now, so that a broken directory stops the

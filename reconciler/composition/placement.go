@@ -1,0 +1,543 @@
+package composition
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/multicluster"
+	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+)
+
+// Reasons and events of placed compositions.
+const (
+	// ReasonPlacementInvalid: the placement annotation is not a selector (the webhook
+	// refuses such writes; this is for objects that predate it).
+	ReasonPlacementInvalid = "PlacementInvalid"
+	// ReasonPlacementUnsupported: the controller has no target clusters (Compositor
+	// runs without --multicluster, or the controller runs as a generated Deployment).
+	ReasonPlacementUnsupported = "PlacementUnsupported"
+	// ReasonNoClusterSelected: no registered cluster matches the placement.
+	ReasonNoClusterSelected = "NoClusterSelected"
+	// ReasonTargetForbidden: the identity of a target's kubeconfig lacks rights the
+	// install needs; nothing was installed there.
+	ReasonTargetForbidden = "TargetForbidden"
+	// ReasonClusterNotEngaged: a cluster's kubeconfig Secret is there, but the cluster
+	// is not engaged: the kubeconfig was just written or rotated, or cannot be read.
+	ReasonClusterNotEngaged = "ClusterNotEngaged"
+	// ReasonUninstalling: a cluster the composition left still has its release.
+	ReasonUninstalling = "Uninstalling"
+	// EventReleaseLeftBehind: a release stays on a cluster that is no longer
+	// registered, since nothing can reach it.
+	EventReleaseLeftBehind = "ReleaseLeftBehind"
+)
+
+const (
+	// retryTarget is how soon a target cluster that failed (did not answer, say) is
+	// tried again: a fixed delay rather than the queue's backoff, so that a cluster
+	// that returns converges within it, and the others are not held meanwhile.
+	retryTarget = 10 * time.Second
+	// targetTimeout bounds each request to a target cluster, so that one that does
+	// not answer cannot hold a worker.
+	targetTimeout = 30 * time.Second
+	// rightsFresh is how long a target's rights, once found sufficient for a chart in
+	// a namespace, are not asked again.
+	rightsFresh = 5 * time.Minute
+)
+
+const notEngaged = "the cluster's kubeconfig Secret is there, but the cluster is not engaged: its kubeconfig was just written or rotated, or cannot be used to reach it"
+
+// Targets are the target clusters compositions are placed on (package multicluster),
+// with one Helm per engaged cluster, built on first use and rebuilt when the cluster is
+// engaged again (its kubeconfig rotated).
+type Targets struct {
+	Clusters *multicluster.Clusters
+	Log      logr.Logger
+
+	mu      sync.Mutex
+	helms   map[string]targetHelm
+	granted map[rightsKey]time.Time
+}
+
+type targetHelm struct {
+	done <-chan struct{}
+	helm *Helm
+}
+
+// rightsKey is one check of a target's rights: the engagement, the chart, the namespace.
+type rightsKey struct {
+	cluster   string
+	done      <-chan struct{}
+	digest    string
+	namespace string
+}
+
+// helm returns Helm acting as the identity of cl's kubeconfig.
+func (t *Targets) helm(cl multicluster.Cluster) (*Helm, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.helms[cl.Name]; ok && h.done == cl.Done() {
+		return h.helm, nil
+	}
+	cfg := cl.Config()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = targetTimeout
+	}
+	log := t.Log
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	h, err := NewHelm(cfg, log.WithValues("cluster", cl.Name))
+	if err != nil {
+		return nil, fmt.Errorf("building Helm for cluster %s: %w", cl.Name, err)
+	}
+	if t.helms == nil {
+		t.helms = map[string]targetHelm{}
+	}
+	// What was built for engagements that ended goes.
+	for name, old := range t.helms {
+		select {
+		case <-old.done:
+			delete(t.helms, name)
+		default:
+		}
+	}
+	t.helms[cl.Name] = targetHelm{done: cl.Done(), helm: h}
+	return h, nil
+}
+
+// secret is the kubeconfig Secret of cluster name, as events name it.
+func (t *Targets) secret(name string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: t.Clusters.Namespace(), Name: name}}
+}
+
+// Verbs the identity of a target needs in the release namespace: Helm reads, creates,
+// patches (upgrades) and deletes the objects of a release, and keeps its release
+// records as Secrets there.
+var (
+	objectVerbs = []string{"get", "create", "patch", "delete"}
+	recordVerbs = []string{"get", "list", "create", "update", "delete"}
+)
+
+// checkRights makes sure namespace exists on cl and that the identity of cl's
+// kubeconfig may do there what installing w needs, asking the cluster itself
+// (SelfSubjectAccessReview, per kind the chart creates and verb Helm uses). What is
+// missing comes back as a GateError listing it, before anything is installed.
+func (t *Targets) checkRights(ctx context.Context, cl multicluster.Cluster, h *Helm, w work, namespace string, clusterResources []schema.GroupResource) error {
+	key := rightsKey{cluster: cl.Name, done: cl.Done(), digest: w.digest, namespace: namespace}
+	t.mu.Lock()
+	at, ok := t.granted[key]
+	t.mu.Unlock()
+	if ok && time.Since(at) < rightsFresh {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, targetTimeout)
+	defer cancel()
+	c := cl.Client()
+	if err := ensureNamespace(ctx, c, cl.Name, namespace); err != nil {
+		return err
+	}
+	types, err := rbac.ResourceTypes(w.chart, h.mapper)
+	if err != nil {
+		return fmt.Errorf("finding the kinds the chart creates, with cluster %s's discovery: %w", cl.Name, err)
+	}
+	attributes := make([]authorizationv1.ResourceAttributes, 0, len(types)*len(objectVerbs)+len(recordVerbs))
+	for _, verb := range recordVerbs {
+		attributes = append(attributes, authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: "secrets"})
+	}
+	for _, typ := range types {
+		ns := namespace
+		if !typ.Namespaced {
+			if !slices.Contains(clusterResources, typ.GroupResource()) {
+				continue // the install gate refuses it: no right is needed
+			}
+			ns = ""
+		}
+		for _, verb := range objectVerbs {
+			attributes = append(attributes, authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: typ.Group, Resource: typ.Resource})
+		}
+	}
+	var missing []string
+	for _, attrs := range attributes {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
+		if err := c.Create(ctx, review); err != nil {
+			return fmt.Errorf("asking cluster %s what its kubeconfig's identity may do: %w", cl.Name, err)
+		}
+		if !review.Status.Allowed {
+			missing = append(missing, describe(attrs))
+		}
+	}
+	if len(missing) > 0 {
+		return &GateError{Reason: ReasonTargetForbidden, Message: fmt.Sprintf(
+			"nothing was installed: the identity of the kubeconfig may not %s; grant it that and the install is tried again within %s",
+			strings.Join(missing, ", "), retryRefused)}
+	}
+	t.mu.Lock()
+	if t.granted == nil {
+		t.granted = map[rightsKey]time.Time{}
+	}
+	for k := range t.granted {
+		select {
+		case <-k.done:
+			delete(t.granted, k)
+		default:
+		}
+	}
+	t.granted[key] = time.Now()
+	t.mu.Unlock()
+	return nil
+}
+
+// describe is a right as kubectl auth can-i says it: "create deployments.apps in
+// namespace team".
+func describe(attrs authorizationv1.ResourceAttributes) string {
+	resource := schema.GroupResource{Group: attrs.Group, Resource: attrs.Resource}.String()
+	if attrs.Namespace == "" {
+		return attrs.Verb + " " + resource + " (cluster-wide)"
+	}
+	return attrs.Verb + " " + resource + " in namespace " + attrs.Namespace
+}
+
+// ensureNamespace creates namespace on a target that does not have it: the release goes
+// into the namespace of the same name as the composition's.
+func ensureNamespace(ctx context.Context, c client.Client, cluster, namespace string) error {
+	err := c.Get(ctx, client.ObjectKey{Name: namespace}, &corev1.Namespace{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("reading namespace %s on cluster %s: %w", namespace, cluster, err)
+	}
+	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	switch {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		return &GateError{Reason: ReasonTargetForbidden, Message: fmt.Sprintf(
+			"nothing was installed: namespace %s does not exist there and the identity of the kubeconfig may not create it: create it, or grant create namespaces", namespace)}
+	default:
+		return fmt.Errorf("creating namespace %s on cluster %s: %w", namespace, cluster, err)
+	}
+}
+
+// ClusterStatus is a composition's release on one target cluster: an entry of
+// status.clusters.
+type ClusterStatus struct {
+	// Name is the cluster's: its kubeconfig Secret's.
+	Name string `json:"name"`
+	// Ready is true when the release there is what the composition asks for.
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// ChartVersion, Fingerprint and Revision are those of the release installed
+	// there, kept when a later attempt fails.
+	ChartVersion string `json:"chartVersion,omitempty"`
+	Fingerprint  string `json:"fingerprint,omitempty"`
+	Revision     int64  `json:"revision,omitempty"`
+}
+
+// Clusters reads status.clusters of a composition, by name.
+func Clusters(obj *unstructured.Unstructured) map[string]ClusterStatus {
+	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "clusters")
+	out := make(map[string]ClusterStatus, len(raw))
+	for _, item := range raw {
+		m, ok := item.(map[string]interface{})
+		if !ok {
+			continue
+		}
+		var st ClusterStatus
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err == nil && st.Name != "" {
+			out[st.Name] = st
+		}
+	}
+	return out
+}
+
+// setClusters writes status.clusters, by name; none removes the field.
+func setClusters(obj *unstructured.Unstructured, clusters map[string]ClusterStatus) {
+	if len(clusters) == 0 {
+		unstructured.RemoveNestedField(obj.Object, "status", "clusters")
+		return
+	}
+	list := make([]ClusterStatus, 0, len(clusters))
+	for _, st := range clusters {
+		list = append(list, st)
+	}
+	slices.SortFunc(list, func(a, b ClusterStatus) int { return cmp.Compare(a.Name, b.Name) })
+	out := make([]interface{}, 0, len(list))
+	for i := range list {
+		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&list[i]); err == nil {
+			out = append(out, m)
+		}
+	}
+	_ = unstructured.SetNestedSlice(obj.Object, out, "status", "clusters")
+}
+
+// localStatusFields are what status records of the release in the local cluster.
+var localStatusFields = []string{"helmChartUrl", "helmChartVersion", "releaseName", "digest", "fingerprint"}
+
+// hasLocalRelease reports whether the composition's status records a release in the
+// local cluster.
+func hasLocalRelease(obj *unstructured.Unstructured) bool {
+	fingerprint, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
+	return fingerprint != ""
+}
+
+// installPlaced installs the composition's release on every engaged cluster its
+// placement selects, at once, and uninstalls it from those it selected before and no
+// longer does; a release in the local cluster from before the placement goes too. Each
+// cluster's outcome is an entry of status.clusters; the composition is Ready when every
+// selected cluster is and none is left to uninstall. A cluster that fails is tried
+// again after retryTarget without holding the others.
+func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement) (ctrl.Result, error) {
+	if r.Targets == nil {
+		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
+			"the composition is placed (%s %q), but this controller installs in its own cluster only: run Compositor with --multicluster and its controllers in process",
+			multicluster.PlacementAnnotation, placement))
+		return ctrl.Result{}, nil
+	}
+	if err := r.addFinalizer(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+	if hasLocalRelease(obj) {
+		if err := r.uninstallLocal(ctx, obj, def); err != nil {
+			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
+			return ctrl.Result{}, err
+		}
+		for _, field := range localStatusFields {
+			unstructured.RemoveNestedField(obj.Object, "status", field)
+		}
+	}
+	w, err := r.prepare(ctx, obj, def)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	previous := Clusters(obj)
+	selected, waiting := r.Targets.Clusters.Select(ctx, placement.Selector)
+	installs := make([]attempt, len(selected))
+	var wg sync.WaitGroup
+	for i, cl := range selected {
+		wg.Go(func() { installs[i] = r.installOnTarget(ctx, obj, def, cl, w, previous[cl.Name].Fingerprint) })
+	}
+	var leaving []string
+	for name := range previous {
+		if !slices.ContainsFunc(selected, func(cl multicluster.Cluster) bool { return cl.Name == name }) && !slices.Contains(waiting, name) {
+			leaving = append(leaving, name)
+		}
+	}
+	left := r.uninstallFromTargets(ctx, obj, def, leaving)
+	wg.Wait()
+
+	next := map[string]ClusterStatus{}
+	for i, cl := range selected {
+		a, st := installs[i], previous[cl.Name]
+		st.Name, st.Ready, st.Reason, st.Message = cl.Name, a.ready, a.reason, a.message
+		if a.changed || (a.ready && st.Fingerprint == "") {
+			st.ChartVersion, st.Fingerprint, st.Revision = w.chart.Metadata.Version, w.fingerprint, int64(a.revision)
+		}
+		next[cl.Name] = st
+	}
+	// A cluster registered but not engaged keeps its entry and what is installed there:
+	// its kubeconfig was just written or rotated, or cannot be read.
+	for _, name := range waiting {
+		st := previous[name]
+		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterNotEngaged, notEngaged
+		next[name] = st
+		installs = append(installs, attempt{reason: ReasonClusterNotEngaged, message: notEngaged, requeue: retryTarget})
+	}
+	pending := left.pending(previous, next)
+	setClusters(obj, next)
+	all := append(installs, left.attempts...)
+	switch {
+	case len(installs) == 0 && len(pending) == 0:
+		r.setConditions(obj, false, ReasonNoClusterSelected, fmt.Sprintf("placement %q selects no registered cluster", placement))
+	case len(pending) == 0 && !slices.ContainsFunc(installs, func(a attempt) bool { return !a.ready }):
+		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(names(selected), ", ")))
+	default:
+		r.setConditions(obj, false, notReadyReason(next), notReadyMessage(next))
+	}
+	return later(all), nil
+}
+
+// installOnTarget is installOn for one target cluster, with its Helm and the check of
+// its rights.
+func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster, w work, installed string) attempt {
+	h, err := r.Targets.helm(cl)
+	if err != nil {
+		return failed(ReasonInstallFailed, err)
+	}
+	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
+		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
+	}}
+	return r.installOn(ctx, obj, def, s, w, installed)
+}
+
+// departures is what uninstalling from clusters came to: the attempts, and the
+// clusters whose release could not be uninstalled yet.
+type departures struct {
+	attempts []attempt
+	failed   map[string]attempt
+}
+
+// pending adds to next an entry for each cluster still to uninstall from (its previous
+// entry, not Ready, saying why) and returns their names.
+func (d departures) pending(previous, next map[string]ClusterStatus) []string {
+	var out []string
+	for name, a := range d.failed {
+		st := previous[name]
+		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonUninstalling, "the release there is still to uninstall: "+a.message
+		next[name] = st
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// uninstallFromTargets uninstalls the composition's release from the named clusters,
+// at once.
+func (r *Reconciler) uninstallFromTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, clusters []string) departures {
+	attempts := make([]attempt, len(clusters))
+	var wg sync.WaitGroup
+	for i, name := range clusters {
+		wg.Go(func() { attempts[i] = r.uninstallFromTarget(ctx, obj, def, name) })
+	}
+	wg.Wait()
+	d := departures{attempts: attempts, failed: map[string]attempt{}}
+	for i, a := range attempts {
+		if !a.ready {
+			d.failed[clusters[i]] = a
+		}
+	}
+	return d
+}
+
+// uninstallFromTarget uninstalls the composition's release from one cluster. A
+// cluster no longer registered cannot be reached: its release is left behind, with an
+// event saying so, and the attempt succeeds. A release there that is not the
+// composition's is left alone.
+func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cluster string) attempt {
+	namespace, name := obj.GetNamespace(), releaseName(obj)
+	cl, ok := r.Targets.Clusters.Get(ctx, cluster)
+	if !ok && r.Targets.Clusters.Registered(ctx, cluster) {
+		return attempt{reason: ReasonClusterNotEngaged, message: notEngaged, requeue: retryTarget}
+	}
+	if !ok {
+		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
+			"release %s/%s is left on cluster %s: the cluster is no longer registered (its kubeconfig Secret is gone), so nothing can uninstall it", namespace, name, cluster)
+		return attempt{ready: true}
+	}
+	h, err := r.Targets.helm(cl)
+	if err != nil {
+		return failed(ReasonUninstallFailed, err)
+	}
+	last, err := h.lastRelease(namespace, name)
+	if err != nil {
+		return failed(ReasonUninstallFailed, fmt.Errorf("reading the history of release %s/%s on cluster %s: %w", namespace, name, cluster, err))
+	}
+	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
+		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "cluster %s: %s", cluster, err.Error())
+		return attempt{ready: true}
+	}
+	_, clusterResources := allowedClusterScoped(def, h.mapper)
+	removed, err := h.Uninstall(namespace, name, clusterResources...)
+	if err != nil {
+		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
+	}
+	if removed {
+		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled from cluster %s", name, cluster)
+	}
+	return attempt{ready: true}
+}
+
+// leaveTargets uninstalls the composition's release from every cluster status.clusters
+// lists: the composition is no longer placed, or is being deleted. done is false while
+// some cluster still has it; the conditions and status.clusters then say which and
+// why. Without Targets nothing can reach those clusters: each release is left behind,
+// with an event.
+func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, bool) {
+	previous := Clusters(obj)
+	if len(previous) == 0 {
+		return ctrl.Result{}, true
+	}
+	if r.Targets == nil {
+		for name := range previous {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
+				"release %s/%s is left on cluster %s: this controller runs without target clusters (--multicluster)", obj.GetNamespace(), releaseName(obj), name)
+		}
+		setClusters(obj, nil)
+		return ctrl.Result{}, true
+	}
+	left := r.uninstallFromTargets(ctx, obj, def, slices.Sorted(maps.Keys(previous)))
+	next := map[string]ClusterStatus{}
+	if pending := left.pending(previous, next); len(pending) > 0 {
+		setClusters(obj, next)
+		r.setConditions(obj, false, ReasonUninstalling, notReadyMessage(next))
+		return ctrl.Result{RequeueAfter: retryTarget}, false
+	}
+	setClusters(obj, nil)
+	return ctrl.Result{}, true
+}
+
+// notReadyReason is the reason of the first cluster, by name, that is not Ready.
+func notReadyReason(clusters map[string]ClusterStatus) string {
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		if st := clusters[name]; !st.Ready {
+			return st.Reason
+		}
+	}
+	return ReasonInstallFailed
+}
+
+// notReadyMessage names every cluster that is not Ready, and why.
+func notReadyMessage(clusters map[string]ClusterStatus) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		if st := clusters[name]; !st.Ready {
+			message := strings.TrimPrefix(st.Message, "cluster "+name+": ")
+			parts = append(parts, fmt.Sprintf("cluster %s: %s", name, message))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// later is when to reconcile again after attempts on several clusters: the soonest
+// requeue any asks for, retryTarget when any failed.
+func later(attempts []attempt) ctrl.Result {
+	var after time.Duration
+	for _, a := range attempts {
+		d := a.requeue
+		if a.err != nil {
+			d = retryTarget
+		}
+		if d > 0 && (after == 0 || d < after) {
+			after = d
+		}
+	}
+	return ctrl.Result{RequeueAfter: after}
+}
+
+func names(clusters []multicluster.Cluster) []string {
+	out := make([]string, 0, len(clusters))
+	for _, cl := range clusters {
+		out = append(out, cl.Name)
+	}
+	return out
+}
