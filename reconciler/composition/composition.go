@@ -304,6 +304,12 @@ func failed(reason string, err error) attempt {
 // there included, wherever it is installed.
 func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, installed string) attempt {
 	namespace, name := obj.GetNamespace(), w.release
+	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
+	if s.check != nil {
+		if err := s.check(ctx, w, namespace, clusterResources); err != nil {
+			return r.refused(obj, s, err)
+		}
+	}
 	last, err := s.helm.lastRelease(namespace, name)
 	if err != nil {
 		return failed(ReasonInstallFailed, fmt.Errorf("reading the history of release %s/%s%s: %w", namespace, name, s.on(), err))
@@ -328,12 +334,6 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if s.bind != nil {
 		if err := s.bind(ctx, namespace); err != nil {
 			return failed(ReasonBindFailed, err)
-		}
-	}
-	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
-	if s.check != nil {
-		if err := s.check(ctx, w, namespace, clusterResources); err != nil {
-			return r.refused(obj, s, err)
 		}
 	}
 	gate := r.gate(ctx, namespace, request, clusterKinds, s.helm.mapper)

@@ -217,13 +217,21 @@ func describe(attrs authorizationv1.ResourceAttributes) string {
 }
 
 // ensureNamespace creates namespace on a target that does not have it: the release goes
-// into the namespace of the same name as the composition's.
+// into the namespace of the same name as the composition's. An identity that may
+// neither read nor create namespaces cannot tell whether it is there: then the check
+// of its rights in it, and Helm, say what is wrong.
 func ensureNamespace(ctx context.Context, c client.Client, cluster, namespace string) error {
 	err := c.Get(ctx, client.ObjectKey{Name: namespace}, &corev1.Namespace{})
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+	case apierrors.IsForbidden(err):
+		err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsForbidden(err) {
+			return nil
+		}
+		return fmt.Errorf("creating namespace %s on cluster %s: %w", namespace, cluster, err)
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading namespace %s on cluster %s: %w", namespace, cluster, err)
 	}
 	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})

@@ -29,6 +29,26 @@ type ControlPlane struct {
 	Client client.Client
 	// Kubeconfig is the path of an admin kubeconfig file for kubectl and helm.
 	Kubeconfig string
+
+	env *envtest.Environment
+}
+
+// UserKubeconfig returns a kubeconfig for a new user of the control plane, with a
+// client certificate for name in groups, and no rights until RBAC grants them.
+func (cp *ControlPlane) UserKubeconfig(t testing.TB, name string, groups ...string) []byte {
+	t.Helper()
+	if cp.env == nil {
+		t.Fatal("UserKubeconfig needs a control plane from Start")
+	}
+	user, err := cp.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		t.Fatalf("provisioning user %s: %v", name, err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatalf("building the kubeconfig of %s: %v", name, err)
+	}
+	return kubeconfig
 }
 
 // RepoRoot is the root of the Compositor checkout these tests run in.
@@ -104,7 +124,7 @@ func Start(t testing.TB) *ControlPlane {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &ControlPlane{Config: cfg, Client: c, Kubeconfig: path}
+	return &ControlPlane{Config: cfg, Client: c, Kubeconfig: path, env: env}
 }
 
 // Result is what a command printed and how it ended.

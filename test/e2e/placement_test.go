@@ -333,3 +333,103 @@ func eventsOf(t assert.TestingT, hub *controlplane.ControlPlane, name, reason st
 	}
 	return out
 }
+
+// Issue 18, target RBAC: the identity of a target's kubeconfig needs only what the chart
+// creates there. Compositor asks the target (SelfSubjectAccessReview) before installing
+// and reports what is missing; nothing is installed until it is granted.
+func TestPlacementChecksTheTargetsRights(t *testing.T) {
+	hub, target := controlplane.Start(t), controlplane.Start(t)
+	startCompositor(t, hub, func(o *app.ServeOptions) {
+		o.Controllers = app.ControllersInProcess
+		o.Multicluster = true
+	})
+	ctx := context.Background()
+	require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: "narrow", Labels: map[string]string{multicluster.SecretLabel: "true", "env": "prod"}},
+		Data:       map[string][]byte{multicluster.SecretKey: target.UserKubeconfig(t, "deliverer")},
+	}))
+	applyDefinition(t, hub, serveCharts(t, placedChart).URL, placedNamespace, "placed-app", "0.1.0")
+	nothingInstalled := func() {
+		t.Helper()
+		assertOnTargets(t, map[string]*controlplane.ControlPlane{"narrow": target}, "hello", nil)
+		assert.Error(t, target.Helm(ctx, "status", "hello", "-n", placedNamespace).Err, "a release was recorded")
+	}
+
+	// With no rights at all: every one the install needs is missing.
+	res := hub.Kubectl(ctx, placedApp("hello", "env=prod", "one"), "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "False TargetForbidden cluster narrow: nothing was installed: the identity of the kubeconfig may not "+
+			"get secrets in namespace shop, list secrets in namespace shop, create secrets in namespace shop, update secrets in namespace shop, delete secrets in namespace shop, "+
+			"get configmaps in namespace shop, create configmaps in namespace shop, patch configmaps in namespace shop, delete configmaps in namespace shop; "+
+			"grant it that and the install is tried again within 1m0s",
+			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	nothingInstalled()
+
+	// May read namespaces: the namespace is not there, and it may not create it.
+	res = target.Kubectl(ctx, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: namespace-reader}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: deliverer-reads-namespaces}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: namespace-reader}
+subjects: [{kind: User, name: deliverer}]
+`, "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	res = hub.Kubectl(ctx, "", "annotate", placedResource, "hello", "-n", placedNamespace, "nudge=0")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "False TargetForbidden cluster narrow: nothing was installed: namespace shop does not exist there and the identity of the kubeconfig may not create it: create it, or grant create namespaces",
+			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	nothingInstalled()
+
+	// The namespace is there, with a Role that lets the identity do all but delete
+	// ConfigMaps: what is missing is named, and still nothing is installed.
+	res = target.Kubectl(ctx, `apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: deliverer, namespace: shop}
+rules:
+- {apiGroups: [""], resources: [secrets], verbs: [get, list, create, update, delete]}
+- {apiGroups: [""], resources: [configmaps], verbs: [get, create, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deliverer, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: deliverer}
+subjects: [{kind: User, name: deliverer}]
+`, "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	res = hub.Kubectl(ctx, "", "annotate", placedResource, "hello", "-n", placedNamespace, "nudge=1", "--overwrite")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "False TargetForbidden cluster narrow: nothing was installed: the identity of the kubeconfig may not delete configmaps in namespace shop; grant it that and the install is tried again within 1m0s",
+			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	nothingInstalled()
+	assert.Contains(t, warnings(t, hub, placedNamespace, "hello")[compositionctl.ReasonTargetForbidden], "may not delete configmaps in namespace shop")
+
+	// Granted: installed.
+	res = target.Kubectl(ctx, "", "patch", "role", "deliverer", "-n", "shop", "--type=json",
+		`-p=[{"op":"add","path":"/rules/1/verbs/-","value":"delete"}]`)
+	require.NoError(t, res.Err, res.Stderr)
+	res = hub.Kubectl(ctx, "", "annotate", placedResource, "hello", "-n", placedNamespace, "nudge=2", "--overwrite")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "True Available release hello is installed on narrow", readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	assertOnTargets(t, map[string]*controlplane.ControlPlane{"narrow": target}, "hello", map[string]string{"narrow": "one"})
+
+	// And uninstalled with the same rights.
+	res = hub.Kubectl(ctx, "", "delete", placedResource, "hello", "-n", placedNamespace, "--wait", "--timeout", "1m")
+	require.NoError(t, res.Err, res.Stderr)
+	nothingInstalled()
+}
