@@ -44,7 +44,7 @@ import (
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/audit"
 	"github.com/compositor-dev/compositor/reconciler/charts"
-	"github.com/compositor-dev/compositor/reconciler/composition"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/definition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 	"github.com/compositor-dev/compositor/reconciler/policy"
@@ -322,7 +322,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 // setupTargets engages the target clusters registered in Compositor's namespace, on the
 // leader (which runs the composition controllers), and has every placed composition
 // reconciled when they change.
-func setupTargets(mgr manager.Manager, kinds *kinds.Runtime, opts *ServeOptions) (*composition.Targets, error) {
+func setupTargets(mgr manager.Manager, kinds *kinds.Runtime, opts *ServeOptions) (*compositionctl.Targets, error) {
 	log := mgr.GetLogger().WithName("multicluster")
 	clusters, err := multicluster.New(mgr.GetConfig(), multicluster.Options{
 		Namespace: opts.Namespace,
@@ -335,7 +335,7 @@ func setupTargets(mgr manager.Manager, kinds *kinds.Runtime, opts *ServeOptions)
 	if err := mgr.Add(manager.RunnableFunc(clusters.Start)); err != nil {
 		return nil, err
 	}
-	return &composition.Targets{Clusters: clusters, Log: log}, nil
+	return &compositionctl.Targets{Clusters: clusters, Log: log}, nil
 }
 
 // watchPolicyDir loads the policies of dir now, so that a broken directory stops the
