@@ -42,8 +42,9 @@ type Options struct {
 	// Log receives the manager's and the provider's messages; the zero value discards
 	// them.
 	Log logr.Logger
-	// Notify, when set, is called with a cluster's name after it is engaged and after
-	// it is disengaged, outside any lock. It must not block for long.
+	// Notify, when set, is called with a cluster's name after it is engaged, after it
+	// is disengaged and when its kubeconfig Secret changes, outside any lock. It must
+	// not block for long.
 	Notify func(name string)
 }
 

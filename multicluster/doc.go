@@ -30,12 +30,18 @@
 // through it) and its Start goroutine, plus one goroutine here that waits for the
 // disengagement: two goroutines, and one HTTP/2 reader per connection once the cluster
 // is used. No watch is opened on a target cluster: Cluster.Client is uncached, and the
-// cache of the provider's cluster is never read by this package. Helm, when used
-// (package mchelm), adds a discovery cache per cluster, filled on first use. In
-// test/e2e's TestMulticluster the process runs 37 goroutines more with two clusters
-// engaged than before Start (the hub's manager, controller and Secret informer, the
-// two clusters, and the connections of the test's own clients), and the only watch is
-// the hub's Secrets.
+// cache of the provider's cluster is never read by this package. The composition
+// controller's Helm for a cluster (composition.Targets) adds a discovery cache, filled
+// on first use. In test/e2e's TestMulticluster the process runs about 40 goroutines
+// more with two clusters engaged than before Start (the hub's manager, controller and
+// Secret informer, the two clusters, and the connections of the test's own clients),
+// and the only watch is the hub's Secrets.
+//
+// Notify is called when a cluster is engaged or disengaged, and on every change of a
+// kubeconfig Secret (a change of labels moves a cluster in or out of placements
+// without engaging it again). Select picks among the registered clusters, engaged or
+// not: a cluster whose kubeconfig was just rotated is registered but, for a moment,
+// not engaged, and that is not the same as leaving.
 //
 // # Placement
 //

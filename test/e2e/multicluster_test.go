@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/multicluster"
-	"github.com/compositor-dev/compositor/multicluster/mchelm"
 	compositionhelm "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -116,7 +115,7 @@ data:
   greeting: {{ .Values.greeting | quote }}
 `)}},
 	}
-	h, err := mchelm.For(b, testr.New(t))
+	h, err := compositionhelm.NewHelm(b.Config(), testr.New(t))
 	require.NoError(t, err)
 	outcome, rel, err := h.UpgradeInstall(ctx, "team", "hello", tiny, map[string]interface{}{"greeting": "from the hub"}, compositionhelm.InstallOptions{})
 	require.NoError(t, err)

@@ -87,8 +87,8 @@ func TestPlacedCompositionReachesEveryTarget(t *testing.T) {
 	// Refused at the hub: a placement that is no selector, values the chart's schema
 	// refuses. Nothing reaches a target.
 	for spec, want := range map[string]string{
-		placedApp("broken", "env in (prod", "hi"):              `metadata.annotations[compositor.dev/placement]: Invalid value: "env in (prod": "env in (prod" is not a valid label selector`,
-		placedApp("broken", "", "hi"):                          `metadata.annotations[compositor.dev/placement]: Invalid value: "": is empty`,
+		placedApp("broken", "env in (prod", "hi"):                      `metadata.annotations[compositor.dev/placement]: Invalid value: "env in (prod": "env in (prod" is not a valid label selector`,
+		placedApp("broken", "", "hi"):                                  `metadata.annotations[compositor.dev/placement]: Invalid value: "": is empty`,
 		placedApp("broken", "env=prod", "far far too long a greeting"): "spec.greeting",
 	} {
 		res := hub.Kubectl(ctx, spec, "apply", "-f", "-")

@@ -59,6 +59,7 @@ func newDevCommand() *cobra.Command {
 	opts.Serve.MetricsAddr = "0"
 	opts.Serve.WebhookAddr = "127.0.0.1:0"
 	opts.Serve.Controllers = ControllersInProcess
+	opts.Serve.Multicluster = true
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local control plane with Compositor in it, until interrupted",
