@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,19 +104,9 @@ func TestMulticluster(t *testing.T) {
 	require.NoError(t, targetB.Client.Get(ctx, client.ObjectKey{Name: "team"}, &corev1.Namespace{}))
 	assert.True(t, apierrors.IsNotFound(hub.Client.Get(ctx, client.ObjectKey{Name: "team"}, &corev1.Namespace{})))
 
-	tiny := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "tiny", Version: "0.1.0"},
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ .Release.Name }}-data
-data:
-  greeting: {{ .Values.greeting | quote }}
-`)}},
-	}
 	h, err := compositionhelm.NewHelm(b.Config(), testr.New(t))
 	require.NoError(t, err)
-	outcome, rel, err := h.UpgradeInstall(ctx, "team", "hello", tiny, map[string]interface{}{"greeting": "from the hub"}, compositionhelm.InstallOptions{})
+	outcome, rel, err := h.UpgradeInstall(ctx, "team", "hello", placedChart, map[string]interface{}{"greeting": "from the hub"}, compositionhelm.InstallOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, compositionhelm.Installed, outcome)
 	assert.Equal(t, 1, rel.Version)
@@ -133,7 +122,7 @@ data:
 	require.NoError(t, err)
 	last, err := actions.Releases.Last("hello")
 	require.NoError(t, err)
-	assert.Equal(t, "tiny", last.Chart.Metadata.Name)
+	assert.Equal(t, "placed-app", last.Chart.Metadata.Name)
 
 	// Deleting target-a's Secret disengages it; target-b stays.
 	a, ok := clusters.Get(ctx, "target-a")
