@@ -173,18 +173,31 @@ func (c *Clusters) Get(ctx context.Context, name string) (Cluster, bool) {
 	return c.withLabels(ctx, e)
 }
 
-// Select returns the registered clusters whose labels selector matches, by name: those
-// engaged, and the names of those registered but not engaged (yet: a kubeconfig just
-// written or rotated is engaged within moments; one that cannot be read never is). A
-// nil selector matches none.
-func (c *Clusters) Select(ctx context.Context, selector labels.Selector) (engaged []Cluster, waiting []string) {
+// Selection is what a placement selects among the registered clusters, each by name.
+type Selection struct {
+	// Engaged are the clusters open to the namespace, engaged.
+	Engaged []Cluster
+	// Waiting are the clusters open to the namespace that are registered but not
+	// engaged (yet: a kubeconfig just written or rotated is engaged within moments;
+	// one that cannot be used never is).
+	Waiting []string
+	// Closed are the clusters the selector matches whose Secret does not open them to
+	// the namespace (NamespaceSelectorAnnotation).
+	Closed []string
+}
+
+// Select returns the registered clusters whose labels selector matches, split as
+// Selection says, for a composition in a namespace with namespaceLabels. A nil
+// selector matches none.
+func (c *Clusters) Select(ctx context.Context, selector labels.Selector, namespaceLabels map[string]string) Selection {
+	var out Selection
 	if selector == nil {
-		return nil, nil
+		return out
 	}
 	secrets := &corev1.SecretList{}
 	if err := c.secrets.List(ctx, secrets, client.InNamespace(c.namespace), client.MatchingLabels{SecretLabel: "true"}); err != nil {
 		c.mgr.GetLogger().Error(err, "listing the kubeconfig Secrets")
-		return nil, nil
+		return out
 	}
 	slices.SortFunc(secrets.Items, func(a, b corev1.Secret) int { return cmp.Compare(a.Name, b.Name) })
 	c.mu.RLock()
@@ -193,13 +206,20 @@ func (c *Clusters) Select(ctx context.Context, selector labels.Selector) (engage
 		if !selector.Matches(labels.Set(secret.Labels)) {
 			continue
 		}
+		if open, err := OpenTo(secret.Annotations, namespaceLabels); !open {
+			if err != nil {
+				c.mgr.GetLogger().Error(err, "a cluster's kubeconfig Secret opens it to no namespace", "cluster", secret.Name)
+			}
+			out.Closed = append(out.Closed, secret.Name)
+			continue
+		}
 		if e, ok := c.engaged[secret.Name]; ok {
-			engaged = append(engaged, Cluster{Name: secret.Name, Labels: maps.Clone(secret.Labels), e: e})
+			out.Engaged = append(out.Engaged, Cluster{Name: secret.Name, Labels: maps.Clone(secret.Labels), e: e})
 		} else {
-			waiting = append(waiting, secret.Name)
+			out.Waiting = append(out.Waiting, secret.Name)
 		}
 	}
-	return engaged, waiting
+	return out
 }
 
 // Registered reports whether a kubeconfig Secret registers cluster name, engaged or not.

@@ -43,6 +43,13 @@
 // not: a cluster whose kubeconfig was just rotated is registered but, for a moment,
 // not engaged, and that is not the same as leaving.
 //
+// # Who may deliver where
+//
+// A cluster takes compositions only from the namespaces its Secret's
+// NamespaceSelectorAnnotation selects (OpenTo); without it, from none. Select reports
+// the clusters a placement matches that are not open to the composition's namespace
+// apart, so that the composition can say so.
+//
 // # Placement
 //
 // A composition annotated compositor.dev/placement carries a label selector over the

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -109,4 +110,30 @@ func FuzzParsePlacement(f *testing.F) {
 		}
 		_ = p.Selector.Matches(labels.Set{"env": "prod"})
 	})
+}
+
+func TestOpenTo(t *testing.T) {
+	shop := map[string]string{"kubernetes.io/metadata.name": "shop", "tier": "gold"}
+	for _, tc := range []struct {
+		annotations map[string]string
+		open        bool
+		err         string
+	}{
+		{annotations: nil, open: false},
+		{annotations: map[string]string{"other": "x"}, open: false},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=shop"}, open: true},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name"}, open: true},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: "tier in (gold,silver),kubernetes.io/metadata.name!=kube-system"}, open: true},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=other"}, open: false},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: ""}, open: false, err: "compositor.dev/namespace-selector: is empty"},
+		{annotations: map[string]string{NamespaceSelectorAnnotation: "tier in (gold"}, open: false, err: "compositor.dev/namespace-selector: \"tier in (gold\" is not a valid label selector"},
+	} {
+		open, err := OpenTo(tc.annotations, shop)
+		assert.Equal(t, tc.open, open, "%v", tc.annotations)
+		if tc.err == "" {
+			assert.NoError(t, err)
+		} else {
+			assert.ErrorContains(t, err, tc.err)
+		}
+	}
 }

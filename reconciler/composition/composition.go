@@ -307,7 +307,10 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
 	if s.check != nil {
 		if err := s.check(ctx, w, namespace, clusterResources); err != nil {
-			return r.refused(obj, s, err)
+			if _, refused := asGateError(err); refused {
+				return r.refused(obj, s, err)
+			}
+			return failed(ReasonInstallFailed, err)
 		}
 	}
 	last, err := s.helm.lastRelease(namespace, name)

@@ -338,8 +338,15 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	ns := &corev1.Namespace{}
+	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		err = fmt.Errorf("reading namespace %s, to know which clusters are open to it: %w", obj.GetNamespace(), err)
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
 	previous := Clusters(obj)
-	selected, waiting := r.Targets.Clusters.Select(ctx, placement.Selector)
+	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
+	selected, waiting := selection.Engaged, selection.Waiting
 	installs := make([]attempt, len(selected))
 	var wg sync.WaitGroup
 	for i, cl := range selected {
@@ -374,13 +381,18 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	pending := left.pending(previous, next)
 	setClusters(obj, next)
 	all := append(installs, left.attempts...)
+	var closed string
+	if len(selection.Closed) > 0 {
+		closed = fmt.Sprintf("; placement %q also matches %s, not open to namespace %s (their kubeconfig Secret's %s)",
+			placement, strings.Join(selection.Closed, ", "), obj.GetNamespace(), multicluster.NamespaceSelectorAnnotation)
+	}
 	switch {
 	case len(installs) == 0 && len(pending) == 0:
-		r.setConditions(obj, false, ReasonNoClusterSelected, fmt.Sprintf("placement %q selects no registered cluster", placement))
+		r.setConditions(obj, false, ReasonNoClusterSelected, fmt.Sprintf("placement %q selects no registered cluster open to namespace %s", placement, obj.GetNamespace())+closed)
 	case len(pending) == 0 && !slices.ContainsFunc(installs, func(a attempt) bool { return !a.ready }):
-		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(names(selected), ", ")))
+		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(names(selected), ", "))+closed)
 	default:
-		r.setConditions(obj, false, notReadyReason(next), notReadyMessage(next))
+		r.setConditions(obj, false, notReadyReason(next), notReadyMessage(next)+closed)
 	}
 	return later(all), nil
 }

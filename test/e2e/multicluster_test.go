@@ -61,7 +61,7 @@ func TestMulticluster(t *testing.T) {
 
 	for name, target := range map[string]*controlplane.ControlPlane{"target-a": targetA, "target-b": targetB} {
 		require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=team"}, Labels: map[string]string{
 				multicluster.SecretLabel: "true",
 				"env":                    name[len(name)-1:],
 			}},
@@ -89,15 +89,22 @@ func TestMulticluster(t *testing.T) {
 		}
 	}
 
-	selected, waiting := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}))
-	require.Empty(t, waiting)
+	team := map[string]string{"kubernetes.io/metadata.name": "team"}
+	selection := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}), team)
+	require.Empty(t, selection.Waiting)
+	require.Empty(t, selection.Closed)
+	selected := selection.Engaged
 	require.Len(t, selected, 1)
 	b := selected[0]
 	require.Equal(t, "target-b", b.Name)
 	placement, err := multicluster.ParsePlacement(map[string]string{multicluster.PlacementAnnotation: "env in (a,b),env!=a"})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"target-b"}, names(first(clusters.Select(ctx, placement.Selector))))
-	assert.Equal(t, []string{"target-a", "target-b"}, names(first(clusters.Select(ctx, labels.Everything()))))
+	assert.Equal(t, []string{"target-b"}, names(clusters.Select(ctx, placement.Selector, team).Engaged))
+	assert.Equal(t, []string{"target-a", "target-b"}, names(clusters.Select(ctx, labels.Everything(), team).Engaged))
+	// Both Secrets open their clusters to namespace team only.
+	other := clusters.Select(ctx, labels.Everything(), map[string]string{"kubernetes.io/metadata.name": "other"})
+	assert.Empty(t, other.Engaged)
+	assert.Equal(t, []string{"target-a", "target-b"}, other.Closed)
 
 	// The cluster's client acts on target-b, not the hub.
 	require.NoError(t, b.Client().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}))
@@ -138,7 +145,7 @@ func TestMulticluster(t *testing.T) {
 		_, ok := clusters.Get(ctx, "target-a")
 		assert.False(c, ok)
 	}, 30*time.Second, 100*time.Millisecond)
-	assert.Empty(t, first(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "a"}))))
+	assert.Empty(t, clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "a"}), team).Engaged)
 	select {
 	case <-b.Done():
 		t.Fatal("target-b was disengaged too")
@@ -153,7 +160,7 @@ func TestMulticluster(t *testing.T) {
 	secretB.Labels["env"] = "c"
 	require.NoError(t, hub.Client.Update(ctx, secretB))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, []string{"target-b"}, names(first(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "c"})))))
+		assert.Equal(c, []string{"target-b"}, names(clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "c"}), team).Engaged))
 	}, 30*time.Second, 100*time.Millisecond)
 	if again, ok := clusters.Get(ctx, "target-b"); assert.True(t, ok) {
 		assert.Equal(t, b.Done(), again.Done(), "a change of labels engaged target-b again")
@@ -195,8 +202,6 @@ func kubeconfigOf(t *testing.T, cp *controlplane.ControlPlane) []byte {
 	require.NoError(t, err)
 	return data
 }
-
-func first[A, B any](a A, _ B) A { return a }
 
 func names(clusters []multicluster.Cluster) []string {
 	out := make([]string, 0, len(clusters))

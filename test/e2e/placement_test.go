@@ -203,7 +203,7 @@ func TestPlacedCompositionReachesEveryTarget(t *testing.T) {
 		assert.Contains(c, readyCondition(c, hub, placedResource, placedNamespace, "hello"), "False InstallFailed cluster target-a: ")
 	}, time.Minute, 100*time.Millisecond)
 	t.Logf("target-a's kubeconfig rotated to one it refuses: reported %v after the update: %s", time.Since(rotated).Round(10*time.Millisecond), clusterStatuses(t, hub, "hello")["target-a"].Message)
-	assert.Contains(t, clusterStatuses(t, hub, "hello")["target-a"].Message, "Unauthorized")
+	assert.Contains(t, clusterStatuses(t, hub, "hello")["target-a"].Message, "the server has asked for the client to provide credentials") // 401
 	assertOnTargets(t, targets, "hello", map[string]string{"target-a": "four", "target-b": "four"})
 
 	require.NoError(t, hub.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: "target-a"}, secret))
@@ -271,7 +271,8 @@ func withToken(t *testing.T, kubeconfig []byte, token string) []byte {
 	return out
 }
 
-// kubeconfigSecret registers target as cluster name, the multicluster-runtime way.
+// kubeconfigSecret registers target as cluster name, the multicluster-runtime way, open
+// to the compositions of placedNamespace.
 func kubeconfigSecret(t *testing.T, name string, target *controlplane.ControlPlane, labels map[string]string) *corev1.Secret {
 	t.Helper()
 	all := map[string]string{multicluster.SecretLabel: "true"}
@@ -279,7 +280,8 @@ func kubeconfigSecret(t *testing.T, name string, target *controlplane.ControlPla
 		all[k] = v
 	}
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: name, Labels: all},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: name, Labels: all,
+			Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=" + placedNamespace}},
 		Data:       map[string][]byte{multicluster.SecretKey: kubeconfigOf(t, target)},
 	}
 }
@@ -344,10 +346,10 @@ func TestPlacementChecksTheTargetsRights(t *testing.T) {
 		o.Multicluster = true
 	})
 	ctx := context.Background()
-	require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: "narrow", Labels: map[string]string{multicluster.SecretLabel: "true", "env": "prod"}},
-		Data:       map[string][]byte{multicluster.SecretKey: target.UserKubeconfig(t, "deliverer")},
-	}))
+	secret := kubeconfigSecret(t, "narrow", target, map[string]string{"env": "prod"})
+	secret.Data[multicluster.SecretKey] = target.UserKubeconfig(t, "deliverer")
+	delete(secret.Annotations, multicluster.NamespaceSelectorAnnotation)
+	require.NoError(t, hub.Client.Create(ctx, secret))
 	applyDefinition(t, hub, serveCharts(t, placedChart).URL, placedNamespace, "placed-app", "0.1.0")
 	nothingInstalled := func() {
 		t.Helper()
@@ -355,9 +357,20 @@ func TestPlacementChecksTheTargetsRights(t *testing.T) {
 		assert.Error(t, target.Helm(ctx, "status", "hello", "-n", placedNamespace).Err, "a release was recorded")
 	}
 
-	// With no rights at all: every one the install needs is missing.
+	// A cluster whose Secret does not open it to the namespace takes nothing from it,
+	// whatever the composition's placement says.
 	res := hub.Kubectl(ctx, placedApp("hello", "env=prod", "one"), "apply", "-f", "-")
 	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, `False NoClusterSelected placement "env=prod" selects no registered cluster open to namespace shop; `+
+			`placement "env=prod" also matches narrow, not open to namespace shop (their kubeconfig Secret's compositor.dev/namespace-selector)`,
+			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	nothingInstalled()
+	res = hub.Kubectl(ctx, "", "annotate", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop,other)")
+	require.NoError(t, res.Err, res.Stderr)
+
+	// Open, with no rights at all: every one the install needs is missing.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "False TargetForbidden cluster narrow: nothing was installed: the identity of the kubeconfig may not "+
 			"get secrets in namespace shop, list secrets in namespace shop, create secrets in namespace shop, update secrets in namespace shop, delete secrets in namespace shop, "+
