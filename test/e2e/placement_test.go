@@ -282,7 +282,7 @@ func kubeconfigSecret(t *testing.T, name string, target *controlplane.ControlPla
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: name, Labels: all,
 			Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=" + placedNamespace}},
-		Data:       map[string][]byte{multicluster.SecretKey: kubeconfigOf(t, target)},
+		Data: map[string][]byte{multicluster.SecretKey: kubeconfigOf(t, target)},
 	}
 }
 
