@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -103,6 +105,7 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 		Namespace:             opts.Namespace,
 		KubeconfigSecretLabel: SecretLabel,
 		KubeconfigSecretKey:   SecretKey,
+		RESTOptions:           []func(*rest.Config) error{CheckKubeconfig},
 		ClusterOptions: []cluster.Option{func(o *cluster.Options) {
 			o.Logger = log.WithName("cluster")
 		}},
@@ -142,6 +145,52 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 // error starting them. It is called once: a stopped Clusters does not start again.
 func (c *Clusters) Start(ctx context.Context) error {
 	return c.mgr.Start(ctx)
+}
+
+// CheckKubeconfig refuses a REST config from a registered kubeconfig that would make
+// Compositor run a program (an exec credential plugin, an auth-provider) or read a file
+// of its own (a token, certificate or key file: Compositor's ServiceAccount token, say,
+// sent to whatever server the kubeconfig names). A kubeconfig carries its credentials
+// inline: a token, or a client certificate and key.
+func CheckKubeconfig(cfg *rest.Config) error {
+	var refused []string
+	if cfg.ExecProvider != nil {
+		refused = append(refused, "an exec credential plugin ("+cfg.ExecProvider.Command+")")
+	}
+	if cfg.AuthProvider != nil {
+		refused = append(refused, "an auth-provider ("+cfg.AuthProvider.Name+")")
+	}
+	for what, path := range map[string]string{"tokenFile": cfg.BearerTokenFile, "client-certificate": cfg.CertFile, "client-key": cfg.KeyFile, "certificate-authority": cfg.CAFile} {
+		if path != "" {
+			refused = append(refused, fmt.Sprintf("a file of Compositor's (%s %s)", what, path))
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	return fmt.Errorf("the kubeconfig would have Compositor use %s: put the credentials in the kubeconfig itself (token, client-certificate-data and client-key-data, certificate-authority-data)", strings.Join(refused, ", "))
+}
+
+// Unusable says why the kubeconfig Secret of cluster name cannot engage it, or "" when
+// nothing is known to be wrong with it.
+func (c *Clusters) Unusable(ctx context.Context, name string) string {
+	secret := &corev1.Secret{}
+	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret); err != nil {
+		return ""
+	}
+	data, ok := secret.Data[SecretKey]
+	if !ok {
+		return fmt.Sprintf("Secret %s/%s has no key %q", c.namespace, name, SecretKey)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return fmt.Sprintf("Secret %s/%s: key %q is not a usable kubeconfig: %v", c.namespace, name, SecretKey, err)
+	}
+	if err := CheckKubeconfig(cfg); err != nil {
+		return fmt.Sprintf("Secret %s/%s: %v", c.namespace, name, err)
+	}
+	return ""
 }
 
 // Namespace is where the kubeconfig Secrets are.

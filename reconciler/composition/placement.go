@@ -373,10 +373,14 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	// A cluster registered but not engaged keeps its entry and what is installed there:
 	// its kubeconfig was just written or rotated, or cannot be read.
 	for _, name := range waiting {
+		message := notEngaged
+		if why := r.Targets.Clusters.Unusable(ctx, name); why != "" {
+			message = "the cluster is not engaged: " + why
+		}
 		st := previous[name]
-		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterNotEngaged, notEngaged
+		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterNotEngaged, message
 		next[name] = st
-		installs = append(installs, attempt{reason: ReasonClusterNotEngaged, message: notEngaged, requeue: retryTarget})
+		installs = append(installs, attempt{reason: ReasonClusterNotEngaged, message: message, requeue: retryTarget})
 	}
 	pending := left.pending(previous, next)
 	setClusters(obj, next)

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -69,6 +71,22 @@ func TestMulticluster(t *testing.T) {
 		}))
 	}
 
+	// A kubeconfig that would have Compositor run a program is never used: the
+	// cluster is registered, not engaged, and the program never runs.
+	ran := filepath.Join(t.TempDir(), "ran")
+	plugin := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, "touch %s"], interactiveMode: Never}}}]
+`, targetA.Config.Host, ran)
+	require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "plugin", Namespace: ns, Labels: map[string]string{multicluster.SecretLabel: "true", "env": "a"},
+			Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=team"}},
+		Data: map[string][]byte{multicluster.SecretKey: []byte(plugin)},
+	}))
+
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got := clusters.List(ctx)
@@ -91,6 +109,10 @@ func TestMulticluster(t *testing.T) {
 
 	team := map[string]string{"kubernetes.io/metadata.name": "team"}
 	selection := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}), team)
+	assert.Contains(t, clusters.Unusable(ctx, "plugin"), "the kubeconfig would have Compositor use an exec credential plugin (/bin/sh)")
+	assert.Empty(t, clusters.Unusable(ctx, "target-a"))
+	_, err = os.Stat(ran)
+	assert.True(t, os.IsNotExist(err), "the exec plugin ran")
 	require.Empty(t, selection.Waiting)
 	require.Empty(t, selection.Closed)
 	selected := selection.Engaged
@@ -104,7 +126,8 @@ func TestMulticluster(t *testing.T) {
 	// Both Secrets open their clusters to namespace team only.
 	other := clusters.Select(ctx, labels.Everything(), map[string]string{"kubernetes.io/metadata.name": "other"})
 	assert.Empty(t, other.Engaged)
-	assert.Equal(t, []string{"target-a", "target-b"}, other.Closed)
+	assert.Equal(t, []string{"plugin", "target-a", "target-b"}, other.Closed)
+	assert.Equal(t, []string{"plugin"}, clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "a"}), team).Waiting)
 
 	// The cluster's client acts on target-b, not the hub.
 	require.NoError(t, b.Client().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}}))
