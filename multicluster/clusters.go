@@ -87,8 +87,13 @@ func (c Cluster) Client() client.Client { return c.e.client }
 
 // Done is closed when this engagement ends: the Secret was deleted or unlabelled, its
 // kubeconfig changed (the cluster is engaged again, with a new Done), or Clusters
-// stopped.
-func (c Cluster) Done() <-chan struct{} { return c.e.done }
+// stopped. The zero Cluster's is nil.
+func (c Cluster) Done() <-chan struct{} {
+	if c.e == nil {
+		return nil
+	}
+	return c.e.done
+}
 
 // New returns the clusters engaged from the kubeconfig Secrets in opts.Namespace of the
 // cluster cfg reaches. It asks that API server's discovery about Secrets; nothing is
@@ -119,7 +124,7 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{opts.Namespace: {}},
-			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labelled}},
+			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labelled, Transform: screenKubeconfig}},
 		},
 	})
 	if err != nil {
@@ -147,29 +152,104 @@ func (c *Clusters) Start(ctx context.Context) error {
 	return c.mgr.Start(ctx)
 }
 
-// CheckKubeconfig refuses a REST config from a registered kubeconfig that would make
-// Compositor run a program (an exec credential plugin, an auth-provider) or read a file
-// of its own (a token, certificate or key file: Compositor's ServiceAccount token, say,
-// sent to whatever server the kubeconfig names). A kubeconfig carries its credentials
-// inline: a token, or a client certificate and key.
-func CheckKubeconfig(cfg *rest.Config) error {
+// A kubeconfig may not have Compositor run a program (an exec credential plugin, an
+// auth-provider) or use a file of its own (a token, certificate or key file:
+// Compositor's ServiceAccount token, say, sent to whatever server the kubeconfig
+// names). It carries its credentials inline: a token, or a client certificate and key.
+//
+// clientcmd reads the files a kubeconfig names as it parses it, so the kubeconfig is
+// screened before anything parses it: as the Secret enters the cache (the provider
+// reads it from there), a refused kubeconfig is replaced by refusedKubeconfig, which
+// CheckKubeconfig refuses, and the reason is kept in the cached copy's annotation
+// refusedAnnotation. A cluster so refused is registered and never engaged; one engaged
+// before is disengaged.
+const (
+	refusedAnnotation = "compositor.dev/kubeconfig-refused"
+	refusedServer     = "https://kubeconfig-refused.compositor.invalid"
+)
+
+var refusedKubeconfig = []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: refused, cluster: {server: "` + refusedServer + `"}}]
+contexts: [{name: refused, context: {cluster: refused, user: refused}}]
+current-context: refused
+users: [{name: refused, user: {}}]
+`)
+
+// CheckRawKubeconfig refuses a kubeconfig that names a program or a file, in any of its
+// users or clusters, without reading any file. The error names the entries, not the
+// paths or commands: it reaches the status of compositions.
+func CheckRawKubeconfig(data []byte) error {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return fmt.Errorf("key %q is not a kubeconfig: %w", SecretKey, err)
+	}
 	var refused []string
-	if cfg.ExecProvider != nil {
-		refused = append(refused, "an exec credential plugin ("+cfg.ExecProvider.Command+")")
+	for name, user := range cfg.AuthInfos {
+		if user.Exec != nil {
+			refused = append(refused, fmt.Sprintf("user %s runs an exec credential plugin", name))
+		}
+		if user.AuthProvider != nil {
+			refused = append(refused, fmt.Sprintf("user %s runs an auth-provider", name))
+		}
+		if user.TokenFile != "" || user.ClientCertificate != "" || user.ClientKey != "" {
+			refused = append(refused, fmt.Sprintf("user %s reads its credentials from files", name))
+		}
 	}
-	if cfg.AuthProvider != nil {
-		refused = append(refused, "an auth-provider ("+cfg.AuthProvider.Name+")")
-	}
-	for what, path := range map[string]string{"tokenFile": cfg.BearerTokenFile, "client-certificate": cfg.CertFile, "client-key": cfg.KeyFile, "certificate-authority": cfg.CAFile} {
-		if path != "" {
-			refused = append(refused, fmt.Sprintf("a file of Compositor's (%s %s)", what, path))
+	for name, cluster := range cfg.Clusters {
+		if cluster.CertificateAuthority != "" {
+			refused = append(refused, fmt.Sprintf("cluster %s reads its certificate authority from a file", name))
 		}
 	}
 	if len(refused) == 0 {
 		return nil
 	}
 	slices.Sort(refused)
-	return fmt.Errorf("the kubeconfig would have Compositor use %s: put the credentials in the kubeconfig itself (token, client-certificate-data and client-key-data, certificate-authority-data)", strings.Join(refused, ", "))
+	return fmt.Errorf("the kubeconfig is refused: %s; Compositor never runs a program or reads a file a kubeconfig names: put the credentials in the kubeconfig itself (token, client-certificate-data and client-key-data, certificate-authority-data)", strings.Join(refused, ", "))
+}
+
+// screenKubeconfig is the cache's transform of kubeconfig Secrets (see
+// refusedAnnotation).
+func screenKubeconfig(obj any) (any, error) {
+	secret, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	data, ok := secret.Data[SecretKey]
+	if !ok {
+		return obj, nil
+	}
+	if err := CheckRawKubeconfig(data); err != nil {
+		secret.Data[SecretKey] = refusedKubeconfig
+		if secret.Annotations == nil {
+			secret.Annotations = map[string]string{}
+		}
+		secret.Annotations[refusedAnnotation] = err.Error()
+	}
+	return secret, nil
+}
+
+// CheckKubeconfig is the kubeconfig provider's REST option, the last check before a
+// cluster is built from a kubeconfig: it refuses what screenKubeconfig refused, and
+// what CheckRawKubeconfig refuses, in the parsed form.
+func CheckKubeconfig(cfg *rest.Config) error {
+	if cfg.Host == refusedServer {
+		return errors.New("the kubeconfig is refused: see the Secret's " + refusedAnnotation + " in Compositor's log and its compositions' status")
+	}
+	var refused []string
+	if cfg.ExecProvider != nil {
+		refused = append(refused, "an exec credential plugin")
+	}
+	if cfg.AuthProvider != nil {
+		refused = append(refused, "an auth-provider")
+	}
+	if cfg.BearerTokenFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
+		refused = append(refused, "files")
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the kubeconfig is refused: it would have Compositor use %s", strings.Join(refused, ", "))
 }
 
 // Unusable says why the kubeconfig Secret of cluster name cannot engage it, or "" when
@@ -179,10 +259,17 @@ func (c *Clusters) Unusable(ctx context.Context, name string) string {
 	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret); err != nil {
 		return ""
 	}
+	if reason, refused := secret.Annotations[refusedAnnotation]; refused {
+		return fmt.Sprintf("Secret %s/%s: %s", c.namespace, name, reason)
+	}
+	if _, err := OpenTo(secret.Annotations, nil); err != nil {
+		return fmt.Sprintf("Secret %s/%s: %v", c.namespace, name, err)
+	}
 	data, ok := secret.Data[SecretKey]
 	if !ok {
 		return fmt.Sprintf("Secret %s/%s has no key %q", c.namespace, name, SecretKey)
 	}
+	// Screened already (screenKubeconfig): parsing it reads no file.
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
 		return fmt.Sprintf("Secret %s/%s: key %q is not a usable kubeconfig: %v", c.namespace, name, SecretKey, err)
@@ -228,7 +315,8 @@ type Selection struct {
 	Engaged []Cluster
 	// Waiting are the clusters open to the namespace that are registered but not
 	// engaged (yet: a kubeconfig just written or rotated is engaged within moments;
-	// one that cannot be used never is).
+	// one that cannot be used never is), and those whose Secret's
+	// NamespaceSelectorAnnotation is not a selector.
 	Waiting []string
 	// Closed are the clusters the selector matches whose Secret does not open them to
 	// the namespace (NamespaceSelectorAnnotation).
@@ -255,10 +343,14 @@ func (c *Clusters) Select(ctx context.Context, selector labels.Selector, namespa
 		if !selector.Matches(labels.Set(secret.Labels)) {
 			continue
 		}
-		if open, err := OpenTo(secret.Annotations, namespaceLabels); !open {
-			if err != nil {
-				c.mgr.GetLogger().Error(err, "a cluster's kubeconfig Secret opens it to no namespace", "cluster", secret.Name)
-			}
+		open, err := OpenTo(secret.Annotations, namespaceLabels)
+		switch {
+		case err != nil:
+			// A typo must not read as "closed", which would uninstall every release
+			// there: the cluster waits until its Secret is fixed (Unusable says why).
+			out.Waiting = append(out.Waiting, secret.Name)
+			continue
+		case !open:
 			out.Closed = append(out.Closed, secret.Name)
 			continue
 		}

@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func TestNewRequiresNamespace(t *testing.T) {
@@ -19,39 +20,67 @@ func TestNewRequiresNamespace(t *testing.T) {
 	}
 }
 
-func TestCheckKubeconfigRefusesPluginsAndFiles(t *testing.T) {
-	const server = `apiVersion: v1
+func TestKubeconfigsThatRunProgramsOrReadFilesAreRefused(t *testing.T) {
+	const kubeconfig = `apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: Zm9v}}]
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", %s}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
-users: [{name: u, user: %s}]
+users: [{name: u, user: %s}, {name: spare, user: %s}]
 `
-	// clientcmd reads the files a kubeconfig names as it parses it: they must exist.
+	// clientcmd would read the files as it parses: they exist, and must not be read.
 	dir := t.TempDir()
-	token, crt, key := filepath.Join(dir, "token"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	for _, path := range []string{token, crt, key} {
-		require.NoError(t, os.WriteFile(path, []byte("compositors-own"), 0o600))
-	}
-	for user, refusal := range map[string]string{
-		`{token: abc}`: "",
-		`{client-certificate-data: Zm9v, client-key-data: YmFy}`:                                                                   "",
-		`{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, "curl evil"], interactiveMode: Never}}`: "an exec credential plugin (/bin/sh)",
-		`{tokenFile: ` + token + `}`:                                                         "a file of Compositor's (tokenFile " + token + ")",
-		`{client-certificate: ` + crt + `, client-key: ` + key + `}`:                         "a file of Compositor's (client-certificate " + crt + "), a file of Compositor's (client-key " + key + ")",
-		`{auth-provider: {name: oidc, config: {idp-issuer-url: "https://example.invalid"}}}`: "an auth-provider (oidc)",
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("compositors-own"), 0o600))
+	inline := `{token: abc}`
+	for _, tc := range []struct{ cluster, user, spare, refusal string }{
+		{cluster: "certificate-authority-data: Zm9v", user: inline, spare: inline},
+		{cluster: "certificate-authority-data: Zm9v", user: `{client-certificate-data: Zm9v, client-key-data: YmFy}`, spare: inline},
+		{cluster: "insecure-skip-tls-verify: true", user: `{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, "curl evil"], interactiveMode: Never}}`, spare: inline,
+			refusal: "user u runs an exec credential plugin"},
+		{cluster: "insecure-skip-tls-verify: true", user: `{tokenFile: ` + token + `}`, spare: inline, refusal: "user u reads its credentials from files"},
+		{cluster: "insecure-skip-tls-verify: true", user: inline, spare: `{client-certificate: /etc/x.crt, client-key: /etc/x.key}`, refusal: "user spare reads its credentials from files"},
+		{cluster: "insecure-skip-tls-verify: true", user: `{auth-provider: {name: oidc, config: {idp-issuer-url: "https://example.invalid"}}}`, spare: inline, refusal: "user u runs an auth-provider"},
+		{cluster: "certificate-authority: /dev/zero", user: inline, spare: inline, refusal: "cluster c reads its certificate authority from a file"},
 	} {
-		cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(fmt.Sprintf(server, user)))
-		require.NoError(t, err, user)
-		err = CheckKubeconfig(cfg)
-		if refusal == "" {
-			assert.NoError(t, err, user)
+		data := []byte(fmt.Sprintf(kubeconfig, tc.cluster, tc.user, tc.spare))
+		err := CheckRawKubeconfig(data)
+		secret := &corev1.Secret{Data: map[string][]byte{SecretKey: data}}
+		screened, terr := screenKubeconfig(secret)
+		require.NoError(t, terr)
+		got := screened.(*corev1.Secret)
+		if tc.refusal == "" {
+			assert.NoError(t, err, tc.user)
+			assert.Equal(t, data, got.Data[SecretKey], "an accepted kubeconfig is cached as it is")
+			assert.NotContains(t, got.Annotations, refusedAnnotation)
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+			require.NoError(t, err)
+			assert.NoError(t, CheckKubeconfig(cfg))
 			continue
 		}
-		require.Error(t, err, user)
-		assert.Contains(t, err.Error(), "the kubeconfig would have Compositor use "+refusal+": put the credentials in the kubeconfig itself")
+		require.Error(t, err, tc.user)
+		assert.Contains(t, err.Error(), "the kubeconfig is refused: "+tc.refusal+"; Compositor never runs a program or reads a file a kubeconfig names")
+		assert.NotContains(t, err.Error(), "/bin/sh", "commands and paths stay out of what compositions show")
+		assert.NotContains(t, err.Error(), dir)
+		assert.Equal(t, refusedKubeconfig, got.Data[SecretKey], "a refused kubeconfig never reaches the provider")
+		assert.Equal(t, err.Error(), got.Annotations[refusedAnnotation])
+		cfg, perr := clientcmd.RESTConfigFromKubeConfig(got.Data[SecretKey])
+		require.NoError(t, perr)
+		assert.ErrorContains(t, CheckKubeconfig(cfg), "the kubeconfig is refused", "the provider builds no cluster from it")
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(strings.Replace(fmt.Sprintf(server, `{token: abc}`), "certificate-authority-data: Zm9v", "certificate-authority: "+crt, 1)))
-	require.NoError(t, err)
-	assert.ErrorContains(t, CheckKubeconfig(cfg), "certificate-authority "+crt)
+	assert.ErrorContains(t, CheckRawKubeconfig([]byte("{{{")), `key "kubeconfig" is not a kubeconfig`)
+}
+
+// CheckKubeconfig, the provider's last check, refuses plugins and files in the parsed
+// form too.
+func TestCheckKubeconfigRefusesParsedPluginsAndFiles(t *testing.T) {
+	for _, cfg := range []*rest.Config{
+		{Host: "https://127.0.0.1:1", ExecProvider: &clientcmdapi.ExecConfig{Command: "/bin/sh"}},
+		{Host: "https://127.0.0.1:1", AuthProvider: &clientcmdapi.AuthProviderConfig{Name: "oidc"}},
+		{Host: "https://127.0.0.1:1", BearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+		{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAFile: "/etc/ssl/ca.pem"}},
+	} {
+		assert.ErrorContains(t, CheckKubeconfig(cfg), "the kubeconfig is refused: it would have Compositor use ")
+	}
+	assert.NoError(t, CheckKubeconfig(&rest.Config{Host: "https://127.0.0.1:1", BearerToken: "abc"}))
 }

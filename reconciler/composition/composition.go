@@ -199,8 +199,8 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 		return ctrl.Result{}, err
 	}
 	// A composition placed on target clusters before is no longer: its releases there go.
-	if result, done := r.leaveTargets(ctx, obj, def); !done {
-		return result, nil
+	if result, done, err := r.leaveTargets(ctx, obj, def); !done {
+		return result, err
 	}
 	w, err := r.prepare(ctx, obj, def)
 	if err != nil {
@@ -210,7 +210,7 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 	// status fields, so it is stored as it is.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
 	a := r.installOn(ctx, obj, def, site{helm: r.Helm, bind: r.Bind}, w, installed)
-	if a.changed {
+	if a.changed || (a.ready && installed != w.fingerprint) {
 		for field, value := range map[string]string{
 			"helmChartUrl":     def.Status.PackageURL,
 			"helmChartVersion": w.chart.Metadata.Version,
@@ -296,8 +296,9 @@ func failed(reason string, err error) attempt {
 }
 
 // installOn runs helm upgrade --install on s unless the release there already is what
-// the composition asks for (installed, the fingerprint recorded for s, matches and the
-// release is deployed), and only through the install gate (installgate.go): the
+// the composition asks for (deployed, with the fingerprint installed, recorded for s,
+// or the one its release label LabelFingerprint records: the status read may be older
+// than the release), and only through the install gate (installgate.go): the
 // release must be the composition's own, its values must pass the chart's schema, and
 // the manifests Helm is about to apply must stay in the namespace and pass the policies.
 // The policies judge the composition as written in Compositor's cluster, its namespace
@@ -323,7 +324,7 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
-	if installed == w.fingerprint && last != nil && last.Info.Status == release.StatusDeployed {
+	if last != nil && last.Info.Status == release.StatusDeployed && (installed == w.fingerprint || last.Labels[LabelFingerprint] == releaseFingerprint(w.fingerprint)) {
 		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", name, s.on(), w.chart.Metadata.Version, last.Version)
 		return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), revision: last.Version}
 	}
@@ -342,7 +343,7 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	gate := r.gate(ctx, namespace, request, clusterKinds, s.helm.mapper)
 	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, name, w.chart, w.values, InstallOptions{
 		Last:             last,
-		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID())},
+		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID()), LabelFingerprint: releaseFingerprint(w.fingerprint)},
 		ClusterResources: clusterResources,
 		Gate:             gate,
 	})
@@ -426,8 +427,8 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if result, done := r.leaveTargets(ctx, obj, def); !done {
-		return result, nil
+	if result, done, err := r.leaveTargets(ctx, obj, def); !done {
+		return result, err
 	}
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
 		if err := r.uninstallLocal(ctx, obj, def); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -22,10 +23,18 @@ import (
 // itself and never reaches the API server. Discovery stays open: Helm needs it to
 // map kinds. clusterResources are the cluster-scoped resources the definition lets
 // its compositions create: those stay reachable.
+//
+// The API server may be served below a path (a proxy's https://rancher/k8s/clusters/c-1,
+// a target cluster's kubeconfig says so): that prefix is taken off before the path is
+// judged, and a request outside it is refused.
 func confineToNamespace(cfg *rest.Config, namespace string, clusterResources ...schema.GroupResource) *rest.Config {
 	out := rest.CopyConfig(cfg)
+	prefix := ""
+	if u, err := url.Parse(cfg.Host); err == nil {
+		prefix = strings.TrimRight(u.Path, "/")
+	}
 	out.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return &confinedTransport{next: next, namespace: namespace, clusterResources: clusterResources}
+		return &confinedTransport{next: next, prefix: prefix, namespace: namespace, clusterResources: clusterResources}
 	})
 	return out
 }
@@ -33,12 +42,25 @@ func confineToNamespace(cfg *rest.Config, namespace string, clusterResources ...
 // confinedTransport refuses the requests that leave its namespace.
 type confinedTransport struct {
 	next             http.RoundTripper
+	prefix           string // the API server's path, from the config's host
 	namespace        string
 	clusterResources []schema.GroupResource
 }
 
 func (t *confinedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if why := outsideNamespace(req.URL.Path, t.namespace, t.clusterResources...); why != "" {
+	path := req.URL.Path
+	why := ""
+	if t.prefix != "" {
+		if rest, ok := strings.CutPrefix(path, t.prefix); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+			path = rest
+		} else {
+			why = "is outside the API server's path " + t.prefix
+		}
+	}
+	if why == "" {
+		why = outsideNamespace(path, t.namespace, t.clusterResources...)
+	}
+	if why != "" {
 		return refusal(req, fmt.Sprintf("Compositor confines Helm and the chart's templates to namespace %s: %s %s %s", t.namespace, req.Method, req.URL.Path, why)), nil
 	}
 	return t.next.RoundTrip(strictFieldValidation(req))
@@ -64,6 +86,10 @@ func strictFieldValidation(req *http.Request) *http.Request {
 	return out
 }
 
+// objectFreePaths are the first segments of the API server's paths that hold no
+// objects, and that Helm and client-go read: the version, the OpenAPI documents, health.
+var objectFreePaths = []string{"version", "openapi", "healthz", "livez", "readyz"}
+
 // outsideNamespace says why an API path leaves namespace, or "" when it stays in it.
 // Paths are /api/v1/... or /apis/GROUP/VERSION/...; what follows the version is
 // either namespaces/NAME[/RESOURCE...] or a resource outside any namespace.
@@ -77,8 +103,10 @@ func outsideNamespace(path, namespace string, clusterResources ...schema.GroupRe
 	case len(parts) >= 1 && parts[0] == "apis":
 		rest = parts[min(3, len(parts)):]
 		group = parts[min(1, len(parts)-1)]
+	case len(parts) >= 1 && slices.Contains(objectFreePaths, parts[0]):
+		return "" // no objects
 	default:
-		return "" // /version, /openapi, health: no objects
+		return "is not an API path Helm needs"
 	}
 	if len(rest) == 0 {
 		return "" // discovery of a group version

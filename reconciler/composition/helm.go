@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v3/pkg/action"
@@ -249,6 +250,18 @@ func (h *Helm) Uninstall(namespace, name string, clusterResources ...schema.Grou
 		return false, fmt.Errorf("uninstalling release %s/%s: %w", namespace, name, err)
 	}
 	return true, nil
+}
+
+// LabelFingerprint is the Helm release label with the fingerprint of what the release
+// was installed from (releaseFingerprint): the fingerprint skip reads it from the
+// release itself.
+const LabelFingerprint = "compositor.dev/fingerprint"
+
+// releaseFingerprint is a fingerprint as a label value holds it: its first 63 hex
+// digits (252 bits).
+func releaseFingerprint(fingerprint string) string {
+	digits := strings.TrimPrefix(fingerprint, "sha256:")
+	return digits[:min(len(digits), 63)]
 }
 
 // Fingerprint identifies what a release is installed from: the chart digest and the

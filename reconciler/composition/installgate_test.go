@@ -2,6 +2,7 @@ package composition
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -129,6 +130,11 @@ func TestOutsideNamespace(t *testing.T) {
 		"/api/v1/configmaps":                                        "reaches objects outside any namespace",
 		"/apis/scheduling.k8s.io/v1/priorityclasses/p":              "reaches objects outside any namespace",
 		"/api/v1/namespaces":                                        "lists namespaces",
+		"/openapi/v3/apis/apps/v1":                                  "",
+		"/readyz":                                                   "",
+		"/k8s/clusters/c-1/api/v1/namespaces/kube-system/secrets":   "is not an API path Helm needs",
+		"/metrics":                                                  "is not an API path Helm needs",
+		"/":                                                         "is not an API path Helm needs",
 	} {
 		assert.Equal(t, want, outsideNamespace(path, "team-a"), path)
 	}
@@ -160,6 +166,39 @@ func TestConfinedClientRefusesOtherNamespaces(t *testing.T) {
 	_, err = clients.CoreV1().ConfigMaps("team-a").Get(t.Context(), "c", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.Equal(t, []string{"/api/v1/namespaces/team-a/configmaps/c"}, reached, "requests in the namespace go through")
+}
+
+// A target cluster's API server may be served below a path (a proxy's): the
+// confinement judges what follows it, and refuses what is outside it.
+func TestConfinedClientBelowAPath(t *testing.T) {
+	var reached []string
+	cfg := &rest.Config{Host: "https://127.0.0.1:1/k8s/clusters/c-1/", Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		reached = append(reached, r.URL.Path)
+		return nil, assert.AnError
+	})}
+	clients, err := kubernetes.NewForConfig(confineToNamespace(cfg, "team-a"))
+	require.NoError(t, err)
+
+	_, err = clients.CoreV1().Secrets("kube-system").List(t.Context(), metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Contains(t, err.Error(), "GET /k8s/clusters/c-1/api/v1/namespaces/kube-system/secrets reaches namespace kube-system")
+	assert.Empty(t, reached)
+
+	_, err = clients.CoreV1().ConfigMaps("team-a").Get(t.Context(), "c", metav1.GetOptions{})
+	require.Error(t, err)
+	assert.Equal(t, []string{"/k8s/clusters/c-1/api/v1/namespaces/team-a/configmaps/c"}, reached, "requests in the namespace go through")
+
+	// A path that leaves the prefix (a client given an absolute path) is refused.
+	transport := &confinedTransport{next: roundTripFunc(func(*http.Request) (*http.Response, error) { panic("reached") }), prefix: "/k8s/clusters/c-1", namespace: "team-a"}
+	for _, path := range []string{"/k8s/clusters/c-2/api/v1/namespaces/team-a/secrets", "/k8s/clusters/c-1x/api/v1/namespaces/team-a/secrets", "/api/v1/namespaces/team-a/secrets"} {
+		req, err := http.NewRequest(http.MethodGet, "https://127.0.0.1:1"+path, nil)
+		require.NoError(t, err)
+		resp, err := transport.RoundTrip(req)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, path)
+		body, _ := io.ReadAll(resp.Body)
+		assert.Contains(t, string(body), "is outside the API server's path /k8s/clusters/c-1", path)
+	}
 }
 
 // A definition may let its compositions create listed cluster-scoped kinds, never the

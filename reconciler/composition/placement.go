@@ -3,11 +3,14 @@ package composition
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,9 +43,12 @@ const (
 	// ReasonTargetForbidden: the identity of a target's kubeconfig lacks rights the
 	// install needs; nothing was installed there.
 	ReasonTargetForbidden = "TargetForbidden"
-	// ReasonClusterNotEngaged: a cluster's kubeconfig Secret is there, but the cluster
-	// is not engaged: the kubeconfig was just written or rotated, or cannot be read.
-	ReasonClusterNotEngaged = "ClusterNotEngaged"
+	// ReasonClusterUnavailable: a cluster's kubeconfig Secret is there, but the cluster
+	// cannot be used: it is not engaged yet (its kubeconfig was just written or
+	// rotated), or its Secret is refused (Clusters.Unusable says why).
+	ReasonClusterUnavailable = "ClusterUnavailable"
+	// ReasonInstalling: the release is about to be installed on the cluster.
+	ReasonInstalling = "Installing"
 	// ReasonUninstalling: a cluster the composition left still has its release.
 	ReasonUninstalling = "Uninstalling"
 	// EventReleaseLeftBehind: a release stays on a cluster that is no longer
@@ -63,8 +69,6 @@ const (
 	rightsFresh = 5 * time.Minute
 )
 
-const notEngaged = "the cluster's kubeconfig Secret is there, but the cluster is not engaged: its kubeconfig was just written or rotated, or cannot be used to reach it"
-
 // Targets are the target clusters compositions are placed on (package multicluster),
 // with one Helm per engaged cluster, built on first use and rebuilt when the cluster is
 // engaged again (its kubeconfig rotated).
@@ -75,6 +79,7 @@ type Targets struct {
 	mu      sync.Mutex
 	helms   map[string]targetHelm
 	granted map[rightsKey]time.Time
+	silent  map[string]silence
 }
 
 type targetHelm struct {
@@ -122,6 +127,73 @@ func (t *Targets) helm(cl multicluster.Cluster) (*Helm, error) {
 	}
 	t.helms[cl.Name] = targetHelm{done: cl.Done(), helm: h}
 	return h, nil
+}
+
+// A cluster that does not answer is not asked again for a while: every composition
+// placed there would otherwise hold a worker for as long as a request takes to fail.
+// The hold doubles from retryTarget up to maxHold while the cluster stays silent,
+// and ends when it answers or is engaged again.
+const maxHold = time.Minute
+
+type silence struct {
+	done     <-chan struct{}
+	failures int
+	until    time.Time
+	err      error
+}
+
+// held returns a failed attempt at once while cl is held for not answering.
+func (t *Targets) held(cl multicluster.Cluster, reason string) (attempt, bool) {
+	t.mu.Lock()
+	s, ok := t.silent[cl.Name]
+	t.mu.Unlock()
+	if !ok || s.done != cl.Done() || !time.Now().Before(s.until) {
+		return attempt{}, false
+	}
+	err := fmt.Errorf("the cluster did not answer (%w); it is asked again after %s", s.err, s.until.UTC().Format(time.RFC3339))
+	return attempt{reason: reason, message: err.Error(), err: err, requeue: time.Until(s.until)}, true
+}
+
+// observe notes whether an attempt on cl got an answer, and when cl did not, holds it
+// and has the attempt retried when the hold ends.
+func (t *Targets) observe(cl multicluster.Cluster, a attempt) attempt {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a.err == nil || !unanswered(a.err) {
+		delete(t.silent, cl.Name)
+		return a
+	}
+	s := t.silent[cl.Name]
+	if s.done != cl.Done() {
+		s = silence{done: cl.Done()}
+	}
+	s.failures++
+	s.err = a.err
+	hold := min(retryTarget<<min(s.failures-1, 10), maxHold)
+	s.until = time.Now().Add(hold)
+	if t.silent == nil {
+		t.silent = map[string]silence{}
+	}
+	t.silent[cl.Name] = s
+	a.requeue = hold
+	return a
+}
+
+// unanswered tells the errors of a cluster that did not answer (refused or timed-out
+// connections, an unreachable address, an overloaded or unavailable API server) from
+// its answers.
+func unanswered(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
+}
+
+// notEngaged says why a registered cluster cannot be used.
+func (t *Targets) notEngaged(ctx context.Context, name string) string {
+	if why := t.Clusters.Unusable(ctx, name); why != "" {
+		return "the cluster cannot be used: " + why
+	}
+	return "the cluster's kubeconfig Secret is there, but the cluster is not engaged yet: its kubeconfig was just written or rotated"
 }
 
 // secret is the kubeconfig Secret of cluster name, as events name it.
@@ -325,15 +397,6 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	if err := r.addFinalizer(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
-	if hasLocalRelease(obj) {
-		if err := r.uninstallLocal(ctx, obj, def); err != nil {
-			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
-			return ctrl.Result{}, err
-		}
-		for _, field := range localStatusFields {
-			unstructured.RemoveNestedField(obj.Object, "status", field)
-		}
-	}
 	w, err := r.prepare(ctx, obj, def)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -347,6 +410,10 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	previous := Clusters(obj)
 	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
 	selected, waiting := selection.Engaged, selection.Waiting
+	if err := r.recordClusters(ctx, obj, previous, selected); err != nil {
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		return ctrl.Result{}, err
+	}
 	installs := make([]attempt, len(selected))
 	var wg sync.WaitGroup
 	for i, cl := range selected {
@@ -373,18 +440,27 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	// A cluster registered but not engaged keeps its entry and what is installed there:
 	// its kubeconfig was just written or rotated, or cannot be read.
 	for _, name := range waiting {
-		message := notEngaged
-		if why := r.Targets.Clusters.Unusable(ctx, name); why != "" {
-			message = "the cluster is not engaged: " + why
-		}
+		message := r.Targets.notEngaged(ctx, name)
 		st := previous[name]
-		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterNotEngaged, message
+		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterUnavailable, message
 		next[name] = st
-		installs = append(installs, attempt{reason: ReasonClusterNotEngaged, message: message, requeue: retryTarget})
+		installs = append(installs, attempt{reason: ReasonClusterUnavailable, message: message, requeue: retryTarget})
 	}
 	pending := left.pending(previous, next)
 	setClusters(obj, next)
 	all := append(installs, left.attempts...)
+	// A release in the local cluster from before the placement goes once the
+	// composition runs somewhere else: a placement that selects nothing, or a target
+	// that fails, does not take the application down.
+	if hasLocalRelease(obj) && slices.ContainsFunc(installs, func(a attempt) bool { return a.ready }) {
+		if err := r.uninstallLocal(ctx, obj, def); err != nil {
+			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
+			return ctrl.Result{}, err
+		}
+		for _, field := range localStatusFields {
+			unstructured.RemoveNestedField(obj.Object, "status", field)
+		}
+	}
 	var closed string
 	if len(selection.Closed) > 0 {
 		closed = fmt.Sprintf("; placement %q also matches %s, not open to namespace %s (their kubeconfig Secret's %s)",
@@ -398,12 +474,44 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	default:
 		r.setConditions(obj, false, notReadyReason(next), notReadyMessage(next)+closed)
 	}
-	return later(all), nil
+	return later(all)
+}
+
+// recordClusters writes an entry for each selected cluster that has none yet, before
+// anything is installed there: status.clusters is the record of where the composition
+// has releases, which deletion and a change of placement uninstall from, and a release
+// must never exist that it does not list (a process that stops after an install and
+// before the status is written).
+func (r *Reconciler) recordClusters(ctx context.Context, obj *unstructured.Unstructured, previous map[string]ClusterStatus, selected []multicluster.Cluster) error {
+	recorded := maps.Clone(previous)
+	for _, cl := range selected {
+		if _, ok := recorded[cl.Name]; !ok {
+			recorded[cl.Name] = ClusterStatus{Name: cl.Name, Reason: ReasonInstalling, Message: "the release is being installed"}
+		}
+	}
+	if len(recorded) == len(previous) {
+		return nil
+	}
+	before := obj.DeepCopy()
+	setClusters(obj, recorded)
+	patched := obj.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, patched, client.MergeFrom(before)); err != nil {
+		setClusters(obj, previous)
+		return fmt.Errorf("nothing was installed: recording the clusters about to get the release in status.clusters: %w", err)
+	}
+	// The reconcile's last status patch carries the resourceVersion it read when that
+	// differs from what it started from (the finalizer was just added): it must be
+	// this write's, not the one before it.
+	obj.SetResourceVersion(patched.GetResourceVersion())
+	return nil
 }
 
 // installOnTarget is installOn for one target cluster, with its Helm and the check of
 // its rights.
 func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster, w work, installed string) attempt {
+	if a, held := r.Targets.held(cl, ReasonInstallFailed); held {
+		return a
+	}
 	h, err := r.Targets.helm(cl)
 	if err != nil {
 		return failed(ReasonInstallFailed, err)
@@ -411,7 +519,7 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
 		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
 	}}
-	return r.installOn(ctx, obj, def, s, w, installed)
+	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w, installed))
 }
 
 // departures is what uninstalling from clusters came to: the attempts, and the
@@ -461,13 +569,22 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 	namespace, name := obj.GetNamespace(), releaseName(obj)
 	cl, ok := r.Targets.Clusters.Get(ctx, cluster)
 	if !ok && r.Targets.Clusters.Registered(ctx, cluster) {
-		return attempt{reason: ReasonClusterNotEngaged, message: notEngaged, requeue: retryTarget}
+		return attempt{reason: ReasonClusterUnavailable, message: r.Targets.notEngaged(ctx, cluster), requeue: retryTarget}
 	}
 	if !ok {
 		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
 			"release %s/%s is left on cluster %s: the cluster is no longer registered (its kubeconfig Secret is gone), so nothing can uninstall it", namespace, name, cluster)
 		return attempt{ready: true}
 	}
+	if a, held := r.Targets.held(cl, ReasonUninstallFailed); held {
+		return a
+	}
+	return r.Targets.observe(cl, r.uninstallWith(obj, def, cl))
+}
+
+// uninstallWith uninstalls the composition's release from the engaged cluster cl.
+func (r *Reconciler) uninstallWith(obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster) attempt {
+	namespace, name, cluster := obj.GetNamespace(), releaseName(obj), cl.Name
 	h, err := r.Targets.helm(cl)
 	if err != nil {
 		return failed(ReasonUninstallFailed, err)
@@ -496,10 +613,10 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 // some cluster still has it; the conditions and status.clusters then say which and
 // why. Without Targets nothing can reach those clusters: each release is left behind,
 // with an event.
-func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, bool) {
+func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, bool, error) {
 	previous := Clusters(obj)
 	if len(previous) == 0 {
-		return ctrl.Result{}, true
+		return ctrl.Result{}, true, nil
 	}
 	if r.Targets == nil {
 		for name := range previous {
@@ -507,17 +624,18 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 				"release %s/%s is left on cluster %s: this controller runs without target clusters (--multicluster)", obj.GetNamespace(), releaseName(obj), name)
 		}
 		setClusters(obj, nil)
-		return ctrl.Result{}, true
+		return ctrl.Result{}, true, nil
 	}
 	left := r.uninstallFromTargets(ctx, obj, def, slices.Sorted(maps.Keys(previous)))
 	next := map[string]ClusterStatus{}
 	if pending := left.pending(previous, next); len(pending) > 0 {
 		setClusters(obj, next)
 		r.setConditions(obj, false, ReasonUninstalling, notReadyMessage(next))
-		return ctrl.Result{RequeueAfter: retryTarget}, false
+		result, err := later(left.attempts)
+		return result, false, err
 	}
 	setClusters(obj, nil)
-	return ctrl.Result{}, true
+	return ctrl.Result{}, true, nil
 }
 
 // notReadyReason is the reason of the first cluster, by name, that is not Ready.
@@ -542,20 +660,27 @@ func notReadyMessage(clusters map[string]ClusterStatus) string {
 	return strings.Join(parts, "; ")
 }
 
-// later is when to reconcile again after attempts on several clusters: the soonest
-// requeue any asks for, retryTarget when any failed.
-func later(attempts []attempt) ctrl.Result {
+// later is when to reconcile again after attempts on several clusters: with the
+// queue's backoff when one failed, else the soonest requeue any asks for (a refusal,
+// a cluster that does not answer).
+func later(attempts []attempt) (ctrl.Result, error) {
 	var after time.Duration
+	var errs []error
 	for _, a := range attempts {
-		d := a.requeue
-		if a.err != nil {
-			d = retryTarget
+		if a.err != nil && a.requeue == 0 {
+			errs = append(errs, a.err)
+			continue
 		}
-		if d > 0 && (after == 0 || d < after) {
+		if d := a.requeue; d > 0 && (after == 0 || d < after) {
 			after = d
 		}
 	}
-	return ctrl.Result{RequeueAfter: after}
+	if len(errs) > 0 {
+		// The queue's backoff: a failure that is not a cluster not answering (a chart
+		// that does not install there, say) is not tried every few seconds forever.
+		return ctrl.Result{}, errors.Join(errs...)
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 func names(clusters []multicluster.Cluster) []string {

@@ -1,14 +1,23 @@
 package composition
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/multicluster"
 )
 
 func TestClusterStatusesRoundTripThroughTheStatus(t *testing.T) {
@@ -49,12 +58,52 @@ func TestClustersReadsAMangledStatus(t *testing.T) {
 	assert.Equal(t, map[string]ClusterStatus{"ok": {Name: "ok", Revision: 2}}, got)
 }
 
-func TestLaterIsTheSoonestRetry(t *testing.T) {
-	assert.Zero(t, later([]attempt{{ready: true}, {ready: true}}).RequeueAfter, "all well: no retry")
-	assert.Equal(t, retryRefused, later([]attempt{{ready: true}, {requeue: retryRefused}}).RequeueAfter)
-	assert.Equal(t, retryTarget, later([]attempt{{requeue: retryRefused}, {err: errors.New("connection refused")}}).RequeueAfter,
-		"a failure is retried after retryTarget, not the queue's backoff")
-	assert.Equal(t, 3*time.Second, later([]attempt{{requeue: 3 * time.Second}, {err: errors.New("x")}}).RequeueAfter)
+func TestLaterIsTheSoonestRetryOrTheBackoff(t *testing.T) {
+	result, err := later([]attempt{{ready: true}, {ready: true}})
+	assert.NoError(t, err)
+	assert.Zero(t, result.RequeueAfter, "all well: no retry")
+
+	result, err = later([]attempt{{ready: true}, {requeue: retryRefused}, {err: errors.New("dial tcp: connection refused"), requeue: 20 * time.Second}})
+	assert.NoError(t, err, "a cluster held for not answering is retried when the hold ends, not with the queue's backoff")
+	assert.Equal(t, 20*time.Second, result.RequeueAfter, "the soonest")
+
+	_, err = later([]attempt{{requeue: retryRefused}, {err: errors.New("chart does not install there")}})
+	assert.ErrorContains(t, err, "chart does not install there", "any other failure goes to the queue's backoff")
+}
+
+// A cluster that does not answer is held, for longer each time, and answers end the
+// hold; what is not a silence (an answer that refuses) never holds it.
+func TestTargetsHoldAClusterThatDoesNotAnswer(t *testing.T) {
+	targets := &Targets{}
+	cl := multicluster.Cluster{Name: "eu-1"}
+	_, held := targets.held(cl, ReasonInstallFailed)
+	assert.False(t, held)
+
+	refused := &url.Error{Op: "Get", URL: "https://eu-1:6443/api", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	a := targets.observe(cl, failed(ReasonInstallFailed, fmt.Errorf("reading the history: %w", refused)))
+	assert.Equal(t, retryTarget, a.requeue)
+	fast, held := targets.held(cl, ReasonInstallFailed)
+	require.True(t, held)
+	assert.Contains(t, fast.message, "the cluster did not answer (reading the history: Get \"https://eu-1:6443/api\": dial tcp: connection refused); it is asked again after ")
+	assert.Error(t, fast.err)
+	assert.Equal(t, 2*retryTarget, targets.observe(cl, fast).requeue, "the hold doubles")
+	for range 10 {
+		a = targets.observe(cl, fast)
+	}
+	assert.Equal(t, maxHold, a.requeue, "up to maxHold")
+
+	targets.observe(cl, attempt{ready: true})
+	_, held = targets.held(cl, ReasonInstallFailed)
+	assert.False(t, held, "an answer ends the hold")
+
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "x", errors.New("no"))
+	a = targets.observe(cl, failed(ReasonInstallFailed, forbidden))
+	assert.Zero(t, a.requeue)
+	_, held = targets.held(cl, ReasonInstallFailed)
+	assert.False(t, held, "a refusal is an answer")
+	for _, err := range []error{apierrors.NewServiceUnavailable("down"), apierrors.NewTimeoutError("slow", 1), context.DeadlineExceeded} {
+		assert.True(t, unanswered(fmt.Errorf("wrapped: %w", err)), "%v", err)
+	}
 }
 
 func TestNotReadyNamesEveryClusterThatIsNot(t *testing.T) {

@@ -109,7 +109,8 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 
 	team := map[string]string{"kubernetes.io/metadata.name": "team"}
 	selection := clusters.Select(ctx, labels.SelectorFromSet(labels.Set{"env": "b"}), team)
-	assert.Contains(t, clusters.Unusable(ctx, "plugin"), "the kubeconfig would have Compositor use an exec credential plugin (/bin/sh)")
+	assert.Equal(t, "Secret compositor-system/plugin: the kubeconfig is refused: user u runs an exec credential plugin; Compositor never runs a program or reads a file a kubeconfig names: "+
+		"put the credentials in the kubeconfig itself (token, client-certificate-data and client-key-data, certificate-authority-data)", clusters.Unusable(ctx, "plugin"))
 	assert.Empty(t, clusters.Unusable(ctx, "target-a"))
 	_, err = os.Stat(ran)
 	assert.True(t, os.IsNotExist(err), "the exec plugin ran")

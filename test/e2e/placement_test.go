@@ -441,6 +441,24 @@ subjects: [{kind: User, name: deliverer}]
 	}, time.Minute, 100*time.Millisecond)
 	assertOnTargets(t, map[string]*controlplane.ControlPlane{"narrow": target}, "hello", map[string]string{"narrow": "one"})
 
+	// A typo in the Secret's namespace selector does not close the cluster, which would
+	// uninstall every release there: the release stays, the composition says what is
+	// wrong, and the fix brings it back.
+	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, `False ClusterUnavailable cluster narrow: the cluster cannot be used: Secret compositor-system/narrow: annotation compositor.dev/namespace-selector: `+
+			`"kubernetes.io/metadata.name in (shop" is not a valid label selector: unable to parse requirement: found '', expected: ',' or ')'`,
+			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+	assertOnTargets(t, map[string]*controlplane.ControlPlane{"narrow": target}, "hello", map[string]string{"narrow": "one"})
+	require.NoError(t, target.Helm(ctx, "status", "hello", "-n", placedNamespace).Err)
+	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop)")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, "True Available release hello is installed on narrow", readyCondition(c, hub, placedResource, placedNamespace, "hello"))
+	}, time.Minute, 100*time.Millisecond)
+
 	// And uninstalled with the same rights.
 	res = hub.Kubectl(ctx, "", "delete", placedResource, "hello", "-n", placedNamespace, "--wait", "--timeout", "1m")
 	require.NoError(t, res.Err, res.Stderr)
