@@ -13,8 +13,6 @@ import (
 )
 
 const (
-	// cert-manager's namespace, for the Secrets of ClusterIssuers (none here).
-	certManagerNS = "cert-manager"
 	// The chart's names with release compositor: the Certificate, its Secret, the
 	// Deployment.
 	certName   = release + "-webhook"
@@ -75,7 +73,7 @@ spec:
 // strip the bundle cainjector wrote (checked again after admission).
 //
 // What it adds to the cluster goes at the end: the release, cert-manager's processes,
-// its namespace and CRDs (deleted even when the cluster is torn down after, so that a
+// its CRDs (deleted even when the cluster is torn down after, so that a
 // kept or reused cluster is left as TestLifecycle left it), and Compositor's namespace
 // when this test made it (run alone: -run TestCertManager).
 func certManagerMode(t *testing.T) {
@@ -97,13 +95,16 @@ func certManagerMode(t *testing.T) {
 	}
 
 	// cert-manager: the CRDs (server-side: the largest are over client-side apply's
-	// 256 KiB annotation), its namespace, then the controller and cainjector. The
-	// cleanups run in reverse: the processes stop before their namespace and CRDs go.
-	// The namespace goes first, while the kinds it may hold are still served: the
-	// namespace controller walks every namespaced kind in discovery, and CRDs that
-	// have just gone can fail that walk and put it in backoff (up to a minute a try).
+	// 256 KiB annotation), then the controller and cainjector. The cleanups run in
+	// reverse: the processes stop before their CRDs go.
+	//
+	// cert-manager gets no namespace of its own: deleting one at the end would not
+	// finish. Once Compositor is uninstalled, the seed flow's FireworksApps stay with
+	// a conversion webhook nobody serves, so the API server cannot list them, and the
+	// namespace controller, which lists every namespaced kind in a namespace it
+	// deletes, retries forever (the README says so under "On a cluster"). Its
+	// --cluster-resource-namespace is Compositor's, which this test leaves as it was.
 	t.Cleanup(func() {
-		deleteNamespace(t, certManagerNS)
 		args := []string{"delete", "--ignore-not-found", "--wait", "--timeout", "2m", "-f", crds}
 		if out, err := command(t, 3*time.Minute, "", "kubectl", args...); err != nil {
 			t.Errorf("cleanup: kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -114,9 +115,8 @@ func certManagerMode(t *testing.T) {
 	kubectl(t, "wait", "--for=condition=Established", "--timeout=90s",
 		"crd/certificates.cert-manager.io", "crd/certificaterequests.cert-manager.io",
 		"crd/issuers.cert-manager.io", "crd/clusterissuers.cert-manager.io")
-	kubectlApply(t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+certManagerNS+"\n")
 	hostProcess(t, filepath.Join(bin, "controller"), "--kubeconfig="+env.kubeconfig, "--leader-elect=false",
-		"--cluster-resource-namespace="+certManagerNS, "--enable-certificate-owner-ref", "-v=2")
+		"--cluster-resource-namespace="+releaseNS, "--enable-certificate-owner-ref", "-v=2")
 	hostProcess(t, filepath.Join(bin, "cainjector"), "--kubeconfig="+env.kubeconfig, "--leader-elect=false", "-v=2")
 	t.Logf("cert-manager's CRDs applied, controller and cainjector started: %s", time.Since(started).Round(100*time.Millisecond))
 
