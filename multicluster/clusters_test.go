@@ -84,3 +84,32 @@ func TestCheckKubeconfigRefusesParsedPluginsAndFiles(t *testing.T) {
 	}
 	assert.NoError(t, CheckKubeconfig(&rest.Config{Host: "https://127.0.0.1:1", BearerToken: "abc"}))
 }
+
+// FuzzCheckRawKubeconfig: whatever bytes a Secret holds, the screen does not panic,
+// and a kubeconfig it lets through parses (when it parses) into a REST config that
+// names no program and no file: nothing the screen passes makes clientcmd read a file
+// or client-go run a program.
+func FuzzCheckRawKubeconfig(f *testing.F) {
+	f.Add([]byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: Zm9v}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+users: [{name: u, user: {token: abc}}]
+`))
+	f.Add([]byte(`{"apiVersion":"v1","kind":"Config","clusters":[{"name":"c","cluster":{"server":"https://x","certificate-authority":"/etc/ca"}}],"users":[{"name":"u","user":{"exec":{"command":"sh","apiVersion":"client.authentication.k8s.io/v1"}}}],"contexts":[{"name":"c","context":{"cluster":"c","user":"u"}}],"current-context":"c"}`))
+	f.Add([]byte("users: [{name: u, user: {tokenFile: /dev/zero}}]\ncurrent-context: c\ncontexts: [{name: c, context: {user: u, cluster: c}}]\nclusters: [{name: c, cluster: {server: https://x}}]\n"))
+	f.Add([]byte("{{{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if CheckRawKubeconfig(data) != nil {
+			return
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+		if err != nil {
+			return
+		}
+		if err := CheckKubeconfig(cfg); err != nil {
+			t.Fatalf("the screen let through a kubeconfig the provider's check refuses: %v\n%s", err, data)
+		}
+	})
+}
