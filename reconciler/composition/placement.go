@@ -57,12 +57,11 @@ const (
 )
 
 const (
-	// retryTarget is how soon a target cluster that failed (did not answer, say) is
-	// tried again: a fixed delay rather than the queue's backoff, so that a cluster
-	// that returns converges within it, and the others are not held meanwhile.
+	// retryTarget is how soon a cluster that cannot be used yet (not engaged) is
+	// looked at again, and the first hold of one that does not answer (observe).
 	retryTarget = 10 * time.Second
 	// targetTimeout bounds each request to a target cluster, so that one that does
-	// not answer cannot hold a worker.
+	// not answer holds a worker at most that long, once per hold.
 	targetTimeout = 30 * time.Second
 	// rightsFresh is how long a target's rights, once found sufficient for a chart in
 	// a namespace, are not asked again.
@@ -382,11 +381,13 @@ func hasLocalRelease(obj *unstructured.Unstructured) bool {
 }
 
 // installPlaced installs the composition's release on every engaged cluster its
-// placement selects, at once, and uninstalls it from those it selected before and no
-// longer does; a release in the local cluster from before the placement goes too. Each
-// cluster's outcome is an entry of status.clusters; the composition is Ready when every
-// selected cluster is and none is left to uninstall. A cluster that fails is tried
-// again after retryTarget without holding the others.
+// placement selects that is open to its namespace, at once, and uninstalls it from
+// those it selected before and no longer does; a release in the local cluster from
+// before the placement goes once a target has it. Each cluster's outcome is an entry
+// of status.clusters, recorded before anything is installed there; the composition is
+// Ready when every selected cluster is and none is left to uninstall. A cluster that
+// does not answer is held (Targets.observe) without holding the others; other failures
+// are retried with the queue's backoff.
 func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement) (ctrl.Result, error) {
 	if r.Targets == nil {
 		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
