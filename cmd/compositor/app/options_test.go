@@ -104,6 +104,11 @@ func TestServeOptionsRejectBadValues(t *testing.T) {
 			wantErr: []string{`--certs must be builtin or cert-manager, got "vault"`, "--webhook-timeout must be between 1s and 30s"},
 		},
 		{
+			name:    "multicluster needs the controllers in process",
+			args:    []string{"--multicluster"},
+			wantErr: []string{"--multicluster needs --controllers in-process: the generated Deployments install in their own cluster only"},
+		},
+		{
 			name:    "out of range environment is validated too",
 			env:     map[string]string{"CORE_PROVIDER_POLL_INTERVAL": "-5m"},
 			wantErr: []string{"--poll must be positive"},
