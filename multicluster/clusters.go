@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded"
+	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded/peers"
 	mc "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	"sigs.k8s.io/multicluster-runtime/providers/kubeconfig"
 )
@@ -48,6 +51,20 @@ type Options struct {
 	// is disengaged and when its kubeconfig Secret changes, outside any lock. It must
 	// not block for long.
 	Notify func(name string)
+	// Shard, when set, shares the clusters among the replicas that run Clusters with
+	// the same Namespace: multicluster-runtime's sharded coordinator, with a Lease per
+	// replica and one per cluster in Namespace, engages each cluster on one replica
+	// only, and moves a replica's clusters to the others when its Lease lapses. ID
+	// names this replica (the pod's name); it must be unique among them.
+	Shard *ShardOptions
+}
+
+// ShardOptions configure the sharing of clusters among replicas.
+type ShardOptions struct {
+	ID string
+	// LeaseDuration is how long a replica's Leases last unrenewed; 0 is
+	// multicluster-runtime's default (20 s).
+	LeaseDuration time.Duration
 }
 
 // Clusters are the target clusters engaged from kubeconfig Secrets. Start runs them.
@@ -116,6 +133,14 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 		}},
 	})
 	labelled := labels.SelectorFromSet(labels.Set{SecretLabel: "true"})
+	var mcOpts []mcmanager.Option
+	if opts.Shard != nil {
+		coordinator, err := shardedCoordinator(cfg, opts.Namespace, *opts.Shard, log)
+		if err != nil {
+			return nil, err
+		}
+		mcOpts = append(mcOpts, mcmanager.WithCoordinator(coordinator))
+	}
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -126,7 +151,7 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 			DefaultNamespaces: map[string]cache.Config{opts.Namespace: {}},
 			ByObject:          map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: labelled, Transform: screenKubeconfig}},
 		},
-	})
+	}, mcOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("multicluster: creating the manager: %w", err)
 	}
@@ -144,6 +169,28 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 		return nil, fmt.Errorf("multicluster: adding the engagement tracker: %w", err)
 	}
 	return c, nil
+}
+
+// shardedCoordinator is multicluster-runtime's sharded coordinator with its Leases in
+// namespace: compositor-peer-<id> per replica, compositor-shard-<cluster> per cluster.
+func shardedCoordinator(cfg *rest.Config, namespace string, opts ShardOptions, log logr.Logger) (*sharded.Coordinator, error) {
+	if opts.ID == "" {
+		return nil, errors.New("multicluster: sharding needs the replica's ID")
+	}
+	kube, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("multicluster: creating the coordinator's client: %w", err)
+	}
+	log = log.WithName("shards")
+	options := []sharded.Option{
+		sharded.WithShardLease(namespace, "compositor-shard"),
+		sharded.WithPerClusterLease(true),
+		sharded.WithPeerRegistry(peers.NewLeaseRegistry(kube, namespace, "compositor-peer", opts.ID, 1, log)),
+	}
+	if d := opts.LeaseDuration; d > 0 {
+		options = append(options, sharded.WithLeaseTimings(d, d/2, 750*time.Millisecond), sharded.WithSynchronizationIntervals(d/4, d/2))
+	}
+	return sharded.New(kube, log, options...), nil
 }
 
 // Start runs the manager and the provider until ctx ends; it returns then, or on an

@@ -43,6 +43,17 @@
 // not: a cluster whose kubeconfig was just rotated is registered but, for a moment,
 // not engaged, and that is not the same as leaving.
 //
+// # Sharing the clusters among replicas
+//
+// With Options.Shard, multicluster-runtime's sharded coordinator engages each cluster
+// on one of the replicas that run Clusters in the same namespace (rendezvous hashing
+// over the replicas' Leases, fenced by a Lease per cluster); List, Get and Select then
+// return only this replica's share as engaged. A replica that stops moves its clusters
+// to the others once its Leases lapse (test/e2e's TestReplicasShareTheClusters: six
+// clusters shared three and three, all on the survivor about 28 s after the other
+// stopped). Compositor's serve does not use it yet: its composition controllers run
+// on the leader only.
+//
 // # Who may deliver where
 //
 // A cluster takes compositions only from the namespaces its Secret's
