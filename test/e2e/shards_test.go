@@ -28,8 +28,8 @@ func TestReplicasShareTheClusters(t *testing.T) {
 	defer cancel()
 	const ns = "compositor-system"
 	require.NoError(t, hub.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	names := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
-	for _, name := range names {
+	registered := []string{"c1", "c2", "c3", "c4", "c5", "c6"}
+	for _, name := range registered {
 		require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{multicluster.SecretLabel: "true"}},
 			Data:       map[string][]byte{multicluster.SecretKey: kubeconfigOf(t, target)},
@@ -60,13 +60,13 @@ func TestReplicasShareTheClusters(t *testing.T) {
 		t.Cleanup(stops[id])
 		replicas[id] = clusters
 	}
-	engaged := func(id string) []string { return clusterNamesOf(replicas[id].List(ctx)) }
+	engaged := func(id string) []string { return names(replicas[id].List(ctx)) }
 
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		a, b := engaged("replica-a"), engaged("replica-b")
 		all := slices.Sorted(slices.Values(append(slices.Clone(a), b...)))
-		assert.Equal(c, names, all, "every cluster engaged once: a %v, b %v", a, b)
+		assert.Equal(c, registered, all, "every cluster engaged once: a %v, b %v", a, b)
 		assert.NotEmpty(c, a, "replica-a has a share")
 		assert.NotEmpty(c, b, "replica-b has a share")
 	}, 2*time.Minute, 200*time.Millisecond)
@@ -85,9 +85,9 @@ func TestReplicasShareTheClusters(t *testing.T) {
 	stops["replica-a"]()
 	moved := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, names, engaged("replica-b"))
+		assert.Equal(c, registered, engaged("replica-b"))
 	}, 2*time.Minute, 200*time.Millisecond)
-	t.Logf("replica-a stopped: replica-b engaged all %d clusters %v later", len(names), time.Since(moved).Round(10*time.Millisecond))
+	t.Logf("replica-a stopped: replica-b engaged all %d clusters %v later", len(registered), time.Since(moved).Round(10*time.Millisecond))
 	leases := &metav1.PartialObjectMetadataList{}
 	leases.SetGroupVersionKind(schema.GroupVersionKind{Group: "coordination.k8s.io", Version: "v1", Kind: "LeaseList"})
 	require.NoError(t, hub.Client.List(ctx, leases))
@@ -96,12 +96,4 @@ func TestReplicasShareTheClusters(t *testing.T) {
 		found = append(found, fmt.Sprintf("%s/%s", l.Namespace, l.Name))
 	}
 	t.Logf("leases: %v", found)
-}
-
-func clusterNamesOf(clusters []multicluster.Cluster) []string {
-	out := make([]string, 0, len(clusters))
-	for _, c := range clusters {
-		out = append(out, c.Name)
-	}
-	return out
 }
