@@ -103,7 +103,15 @@ type Reconciler struct {
 	// compositor.dev/placement is installed on (placement.go); without them such a
 	// composition is not installed anywhere, and says so.
 	Targets *Targets
+	// Leads, when set, says whether this replica leads. With Targets shared among
+	// replicas (Targets.Sharded), the controller runs on every replica: one that does
+	// not lead only installs on, and uninstalls from, the target clusters engaged here,
+	// and writes their entries of status.clusters (follow). nil leads.
+	Leads func() bool
 }
+
+// leads reports whether this replica does all of a composition's work (see Leads).
+func (r *Reconciler) leads() bool { return r.Leads == nil || r.Leads() }
 
 // NewComposition returns an empty object of the controller's kind.
 func (r *Reconciler) NewComposition() *unstructured.Unstructured {
@@ -163,6 +171,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if def != nil && r.DefinitionNamespace != "" && def.Namespace != r.DefinitionNamespace {
 		return ctrl.Result{}, nil // the controller of that definition's namespace owns it
 	}
+	if !r.leads() {
+		return r.follow(ctx, obj, def)
+	}
 	before := obj.DeepCopy()
 	var result ctrl.Result
 	switch {
@@ -181,7 +192,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		case placement.Local():
 			result, err = r.install(ctx, obj, def)
 		default:
-			result, err = r.installPlaced(ctx, obj, def, placement)
+			result, err = r.installPlaced(ctx, obj, def, placement, true)
 		}
 	}
 	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, Finalizer) {
@@ -199,7 +210,7 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 		return ctrl.Result{}, err
 	}
 	// A composition placed on target clusters before is no longer: its releases there go.
-	if result, done, err := r.leaveTargets(ctx, obj, def); !done {
+	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
 		return result, err
 	}
 	w, err := r.prepare(ctx, obj, def)
@@ -285,6 +296,8 @@ type attempt struct {
 	// that did not answer); err is retried with backoff.
 	requeue time.Duration
 	err     error
+	// elsewhere: nothing was tried, the cluster is another replica's.
+	elsewhere bool
 }
 
 func (a attempt) result() (ctrl.Result, error) {
@@ -427,7 +440,7 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if result, done, err := r.leaveTargets(ctx, obj, def); !done {
+	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
 		return result, err
 	}
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
@@ -543,7 +556,22 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, obj *unstructured.
 	}
 	// The status is replaced as a whole, so that a merge patch never mixes condition lists.
 	patch := obj.DeepCopy()
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, patch, client.MergeFrom(before)))
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, patch, r.statusPatch(before, obj)))
+}
+
+// statusPatch is the patch of obj's status from before. When replicas share the
+// target clusters, each writes the entries of status.clusters of its own, and a merge
+// patch replaces the list as a whole: a patch that changes it holds only if obj is
+// still what the reconcile last read or wrote (its resourceVersion), and a conflict is
+// reconciled again, from the newer object. Otherwise the patch carries obj's
+// resourceVersion only when an earlier write of this reconcile moved it.
+func (r *Reconciler) statusPatch(before, obj *unstructured.Unstructured) client.Patch {
+	if r.Targets == nil || !r.Targets.Sharded || equality.Semantic.DeepEqual(clustersField(before), clustersField(obj)) {
+		return client.MergeFrom(before)
+	}
+	from := before.DeepCopy()
+	from.SetResourceVersion(obj.GetResourceVersion())
+	return client.MergeFromWithOptions(from, client.MergeFromWithOptimisticLock{})
 }
 
 // spec returns a copy of the composition's spec: the release values.

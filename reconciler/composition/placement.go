@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/rbac"
@@ -74,6 +78,11 @@ const (
 type Targets struct {
 	Clusters *multicluster.Clusters
 	Log      logr.Logger
+	// Sharded: the replicas of Compositor share the clusters (multicluster.Options.Shard),
+	// each engaging its own. A registered cluster not engaged here, whose kubeconfig is
+	// usable, is another replica's: that replica installs there and writes its entry of
+	// status.clusters.
+	Sharded bool
 
 	mu      sync.Mutex
 	helms   map[string]targetHelm
@@ -350,6 +359,12 @@ func Clusters(obj *unstructured.Unstructured) map[string]ClusterStatus {
 	return out
 }
 
+// clustersField is status.clusters as it is stored.
+func clustersField(obj *unstructured.Unstructured) interface{} {
+	field, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "clusters")
+	return field
+}
+
 // setClusters writes status.clusters, by name; none removes the field.
 func setClusters(obj *unstructured.Unstructured, clusters map[string]ClusterStatus) {
 	if len(clusters) == 0 {
@@ -388,15 +403,22 @@ func hasLocalRelease(obj *unstructured.Unstructured) bool {
 // Ready when every selected cluster is and none is left to uninstall. A cluster that
 // does not answer is held (Targets.observe) without holding the others; other failures
 // are retried with the queue's backoff.
-func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement) (ctrl.Result, error) {
+//
+// lead is false on a replica that does not lead (follow): it works only on the
+// clusters engaged here, and its conditions are not written. With Targets.Sharded, a
+// cluster engaged on another replica is that replica's to install on and to record:
+// the leader counts it Ready when its entry is, with this fingerprint.
+func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement, lead bool) (ctrl.Result, error) {
 	if r.Targets == nil {
 		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
 			"the composition is placed (%s %q), but this controller installs in its own cluster only: run Compositor with --multicluster and its controllers in process",
 			multicluster.PlacementAnnotation, placement))
 		return ctrl.Result{}, nil
 	}
-	if err := r.addFinalizer(ctx, obj); err != nil {
-		return ctrl.Result{}, err
+	if lead {
+		if err := r.addFinalizer(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	w, err := r.prepare(ctx, obj, def)
 	if err != nil {
@@ -412,7 +434,9 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
 	selected, waiting := selection.Engaged, selection.Waiting
 	if err := r.recordClusters(ctx, obj, previous, selected); err != nil {
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		if !apierrors.IsConflict(err) { // another replica wrote first: read it again
+			r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		}
 		return ctrl.Result{}, err
 	}
 	installs := make([]attempt, len(selected))
@@ -426,34 +450,59 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 			leaving = append(leaving, name)
 		}
 	}
-	left := r.uninstallFromTargets(ctx, obj, def, leaving)
+	left := r.uninstallFromTargets(ctx, obj, def, leaving, lead)
 	wg.Wait()
 
 	next := map[string]ClusterStatus{}
 	for i, cl := range selected {
 		a, st := installs[i], previous[cl.Name]
 		st.Name, st.Ready, st.Reason, st.Message = cl.Name, a.ready, a.reason, a.message
-		if a.changed || (a.ready && st.Fingerprint == "") {
+		if a.ready {
+			// What is there is what w asks for, installed now or before.
 			st.ChartVersion, st.Fingerprint, st.Revision = w.chart.Metadata.Version, w.fingerprint, int64(a.revision)
 		}
 		next[cl.Name] = st
 	}
-	// A cluster registered but not engaged keeps its entry and what is installed there:
-	// its kubeconfig was just written or rotated, or cannot be read.
+	// A cluster registered but not engaged here keeps its entry and what is installed
+	// there. Shared among replicas, a usable one is another replica's; otherwise its
+	// kubeconfig was just written or rotated, or cannot be used, and the leader says so.
+	var elsewhere []string
 	for _, name := range waiting {
+		st, recorded := previous[name]
+		why := ""
+		if r.Targets.Sharded {
+			why = r.Targets.Clusters.Unusable(ctx, name)
+		}
+		if r.Targets.Sharded && why == "" {
+			if recorded {
+				next[name] = st
+			}
+			if !recorded || !st.Ready || st.Fingerprint != w.fingerprint {
+				elsewhere = append(elsewhere, name)
+			}
+			continue
+		}
+		if !lead {
+			if recorded {
+				next[name] = st
+			}
+			continue
+		}
 		message := r.Targets.notEngaged(ctx, name)
-		st := previous[name]
 		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterUnavailable, message
 		next[name] = st
 		installs = append(installs, attempt{reason: ReasonClusterUnavailable, message: message, requeue: retryTarget})
 	}
 	pending := left.pending(previous, next)
 	setClusters(obj, next)
+	if !lead {
+		return later(append(installs, left.attempts...))
+	}
 	all := append(installs, left.attempts...)
 	// A release in the local cluster from before the placement goes once the
 	// composition runs somewhere else: a placement that selects nothing, or a target
 	// that fails, does not take the application down.
-	if hasLocalRelease(obj) && slices.ContainsFunc(installs, func(a attempt) bool { return a.ready }) {
+	if hasLocalRelease(obj) && readySomewhere(next, w.fingerprint) {
 		if err := r.uninstallLocal(ctx, obj, def); err != nil {
 			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
 			return ctrl.Result{}, err
@@ -468,14 +517,41 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 			placement, strings.Join(selection.Closed, ", "), obj.GetNamespace(), multicluster.NamespaceSelectorAnnotation)
 	}
 	switch {
-	case len(installs) == 0 && len(pending) == 0:
+	case len(installs) == 0 && len(pending) == 0 && len(waiting) == 0:
 		r.setConditions(obj, false, ReasonNoClusterSelected, fmt.Sprintf("placement %q selects no registered cluster open to namespace %s", placement, obj.GetNamespace())+closed)
-	case len(pending) == 0 && !slices.ContainsFunc(installs, func(a attempt) bool { return !a.ready }):
-		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(names(selected), ", "))+closed)
+	case len(pending) == 0 && len(elsewhere) == 0 && !slices.ContainsFunc(installs, func(a attempt) bool { return !a.ready }):
+		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(slices.Sorted(maps.Keys(next)), ", "))+closed)
 	default:
-		r.setConditions(obj, false, notReadyReason(next), notReadyMessage(next)+closed)
+		reason, message := notReadyReason(next), notReadyMessage(next)
+		if len(elsewhere) > 0 {
+			if message == "" {
+				reason = ReasonInstalling
+			}
+			message = strings.Join(slices.DeleteFunc([]string{message, heldElsewhere(elsewhere)}, func(s string) bool { return s == "" }), "; ")
+		}
+		r.setConditions(obj, false, reason, message+closed)
 	}
 	return later(all)
+}
+
+// heldElsewhere says that the clusters, engaged on other replicas, do not have the
+// release as the composition asks for it yet.
+func heldElsewhere(clusters []string) string {
+	parts := make([]string, 0, len(clusters))
+	for _, name := range clusters {
+		parts = append(parts, fmt.Sprintf("cluster %s: the replica of Compositor that holds the cluster has not installed this revision of the composition yet", name))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// readySomewhere reports whether some cluster has the release with fingerprint.
+func readySomewhere(clusters map[string]ClusterStatus, fingerprint string) bool {
+	for _, st := range clusters {
+		if st.Ready && st.Fingerprint == fingerprint {
+			return true
+		}
+	}
+	return false
 }
 
 // recordClusters writes an entry for each selected cluster that has none yet, before
@@ -496,7 +572,7 @@ func (r *Reconciler) recordClusters(ctx context.Context, obj *unstructured.Unstr
 	before := obj.DeepCopy()
 	setClusters(obj, recorded)
 	patched := obj.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, patched, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, patched, r.statusPatch(before, obj)); err != nil {
 		setClusters(obj, previous)
 		return fmt.Errorf("nothing was installed: recording the clusters about to get the release in status.clusters: %w", err)
 	}
@@ -523,15 +599,17 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w, installed))
 }
 
-// departures is what uninstalling from clusters came to: the attempts, and the
-// clusters whose release could not be uninstalled yet.
+// departures is what uninstalling from clusters came to: the attempts, the clusters
+// whose release could not be uninstalled yet, and those another replica holds.
 type departures struct {
-	attempts []attempt
-	failed   map[string]attempt
+	attempts  []attempt
+	failed    map[string]attempt
+	elsewhere []string
 }
 
 // pending adds to next an entry for each cluster still to uninstall from (its previous
-// entry, not Ready, saying why) and returns their names.
+// entry, not Ready, saying why; as it is, for one another replica holds) and returns
+// their names.
 func (d departures) pending(previous, next map[string]ClusterStatus) []string {
 	var out []string
 	for name, a := range d.failed {
@@ -540,22 +618,33 @@ func (d departures) pending(previous, next map[string]ClusterStatus) []string {
 		next[name] = st
 		out = append(out, name)
 	}
+	for _, name := range d.elsewhere {
+		st := previous[name]
+		if st.Reason != ReasonUninstalling {
+			st.Ready, st.Reason, st.Message = false, ReasonUninstalling, "the release there is still to uninstall: the replica of Compositor that holds the cluster uninstalls it"
+		}
+		next[name] = st
+		out = append(out, name)
+	}
 	slices.Sort(out)
 	return out
 }
 
 // uninstallFromTargets uninstalls the composition's release from the named clusters,
-// at once.
-func (r *Reconciler) uninstallFromTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, clusters []string) departures {
+// at once. lead is whether this replica leads (uninstallFromTarget).
+func (r *Reconciler) uninstallFromTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, clusters []string, lead bool) departures {
 	attempts := make([]attempt, len(clusters))
 	var wg sync.WaitGroup
 	for i, name := range clusters {
-		wg.Go(func() { attempts[i] = r.uninstallFromTarget(ctx, obj, def, name) })
+		wg.Go(func() { attempts[i] = r.uninstallFromTarget(ctx, obj, def, name, lead) })
 	}
 	wg.Wait()
 	d := departures{attempts: attempts, failed: map[string]attempt{}}
 	for i, a := range attempts {
-		if !a.ready {
+		switch {
+		case a.elsewhere:
+			d.elsewhere = append(d.elsewhere, clusters[i])
+		case !a.ready:
 			d.failed[clusters[i]] = a
 		}
 	}
@@ -564,18 +653,26 @@ func (r *Reconciler) uninstallFromTargets(ctx context.Context, obj *unstructured
 
 // uninstallFromTarget uninstalls the composition's release from one cluster. A
 // cluster no longer registered cannot be reached: its release is left behind, with an
-// event saying so, and the attempt succeeds. A release there that is not the
-// composition's is left alone.
-func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cluster string) attempt {
+// event saying so (by the leader), and the attempt succeeds. A release there that is
+// not the composition's is left alone. A cluster registered and usable but engaged on
+// another replica (Targets.Sharded), or any this replica does not engage when it does
+// not lead, is left to the replica that holds it.
+func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cluster string, lead bool) attempt {
 	namespace, name := obj.GetNamespace(), releaseName(obj)
 	cl, ok := r.Targets.Clusters.Get(ctx, cluster)
-	if !ok && r.Targets.Clusters.Registered(ctx, cluster) {
-		return attempt{reason: ReasonClusterUnavailable, message: r.Targets.notEngaged(ctx, cluster), requeue: retryTarget}
-	}
-	if !ok {
+	switch {
+	case ok:
+	case !r.Targets.Clusters.Registered(ctx, cluster):
+		if !lead {
+			return attempt{elsewhere: true}
+		}
 		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
 			"release %s/%s is left on cluster %s: the cluster is no longer registered (its kubeconfig Secret is gone), so nothing can uninstall it", namespace, name, cluster)
 		return attempt{ready: true}
+	case !lead, r.Targets.Sharded && r.Targets.Clusters.Unusable(ctx, cluster) == "":
+		return attempt{elsewhere: true}
+	default:
+		return attempt{reason: ReasonClusterUnavailable, message: r.Targets.notEngaged(ctx, cluster), requeue: retryTarget}
 	}
 	if a, held := r.Targets.held(cl, ReasonUninstallFailed); held {
 		return a
@@ -613,8 +710,8 @@ func (r *Reconciler) uninstallWith(obj *unstructured.Unstructured, def *corev1al
 // lists: the composition is no longer placed, or is being deleted. done is false while
 // some cluster still has it; the conditions and status.clusters then say which and
 // why. Without Targets nothing can reach those clusters: each release is left behind,
-// with an event.
-func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, bool, error) {
+// with an event. lead is whether this replica leads (uninstallFromTarget).
+func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, lead bool) (ctrl.Result, bool, error) {
 	previous := Clusters(obj)
 	if len(previous) == 0 {
 		return ctrl.Result{}, true, nil
@@ -627,7 +724,7 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 		setClusters(obj, nil)
 		return ctrl.Result{}, true, nil
 	}
-	left := r.uninstallFromTargets(ctx, obj, def, slices.Sorted(maps.Keys(previous)))
+	left := r.uninstallFromTargets(ctx, obj, def, slices.Sorted(maps.Keys(previous)), lead)
 	next := map[string]ClusterStatus{}
 	if pending := left.pending(previous, next); len(pending) > 0 {
 		setClusters(obj, next)
@@ -637,6 +734,33 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 	}
 	setClusters(obj, nil)
 	return ctrl.Result{}, true, nil
+}
+
+// follow is a composition's reconcile on a replica that does not lead, when replicas
+// share the target clusters: it installs on, and uninstalls from, the clusters engaged
+// here, and writes their entries of status.clusters, nothing else. The leader adds the
+// finalizer before anything is installed and removes it once status.clusters is
+// empty, installs in the local cluster and writes the conditions.
+func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if r.Targets == nil || def == nil || isPaused(obj) || isPaused(def) || !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	before := obj.DeepCopy()
+	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
+	var result ctrl.Result
+	if err == nil && !placement.Local() && obj.GetDeletionTimestamp().IsZero() {
+		result, err = r.installPlaced(ctx, obj, def, placement, false)
+	} else {
+		result, _, err = r.leaveTargets(ctx, obj, def, false)
+	}
+	// Only status.clusters is this replica's to write.
+	ours := before.DeepCopy()
+	ours.SetResourceVersion(obj.GetResourceVersion())
+	setClusters(ours, Clusters(obj))
+	if patchErr := r.patchStatus(ctx, before, ours); patchErr != nil {
+		err = errors.Join(err, patchErr)
+	}
+	return result, err
 }
 
 // notReadyReason is the reason of the first cluster, by name, that is not Ready.
@@ -684,10 +808,18 @@ func later(attempts []attempt) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: after}, nil
 }
 
-func names(clusters []multicluster.Cluster) []string {
-	out := make([]string, 0, len(clusters))
-	for _, cl := range clusters {
-		out = append(out, cl.Name)
+// PlacementProgressed passes the updates that change a composition's status.clusters
+// or finalizers: with the target clusters shared among replicas, what one replica did
+// on its clusters is for the leader to count, and the finalizer the leader adds lets
+// the others install.
+type PlacementProgressed struct{ predicate.Funcs }
+
+func (PlacementProgressed) Update(e event.UpdateEvent) bool {
+	before, okOld := e.ObjectOld.(*unstructured.Unstructured)
+	after, okNew := e.ObjectNew.(*unstructured.Unstructured)
+	if !okOld || !okNew {
+		return false
 	}
-	return out
+	return !slices.Equal(before.GetFinalizers(), after.GetFinalizers()) ||
+		!equality.Semantic.DeepEqual(clustersField(before), clustersField(after))
 }

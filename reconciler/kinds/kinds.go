@@ -6,6 +6,7 @@ package kinds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -67,7 +69,12 @@ type VersionKey struct{ Namespace, Plural, Version string }
 // generated RBAC. Without it, generated Deployments run them, and Runtime keeps only
 // the release bindings, from a metadata-only informer per version.
 //
-// Runtime is leader-elected: add it to the manager with SetupWithManager.
+// Runtime is leader-elected: add it to the manager with SetupWithManager. With
+// Targets shared among replicas (Targets.Sharded), it runs on every replica: each
+// installs placed compositions on the target clusters engaged there (package
+// composition, Reconciler.Leads), and one that does not lead serves the versions the
+// definitions in the cache serve (followDefinitions); the release bindings and
+// everything else stay with the leader.
 type Runtime struct {
 	// Config is Compositor's own; each version's client impersonates from it.
 	Config *rest.Config
@@ -96,6 +103,7 @@ type Runtime struct {
 	metadata  metadata.Interface // otherwise only their metadata
 	recorders recorder.Provider
 	helm      *composition.Helm
+	elected   <-chan struct{} // closed once this replica leads
 
 	controller controller.TypedController[request]
 	rates      *perVersionRate
@@ -133,7 +141,7 @@ type servedVersion struct {
 func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
-	k.recorders = mgr
+	k.recorders, k.elected = mgr, mgr.Elected()
 	k.started, k.queued = make(chan struct{}), make(chan struct{})
 	k.versions = map[VersionKey]*servedVersion{}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
@@ -152,6 +160,7 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.controller, err = controller.NewTyped("generated-kinds", mgr, controller.TypedOptions[request]{
 		Reconciler:              reconcile.TypedFunc[request](k.reconcile),
 		MaxConcurrentReconciles: k.workers(),
+		NeedLeaderElection:      ptr.To(!k.shared()),
 		RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[request](time.Second, 5*time.Minute),
 			workqueue.TypedRateLimiter[request](requestRate{k.rates}),
@@ -193,6 +202,19 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	return mgr.Add(k)
 }
 
+// shared reports whether Runtime runs on every replica (see Runtime).
+func (k *Runtime) shared() bool { return k.Targets != nil && k.Targets.Sharded }
+
+// leading reports whether this replica leads.
+func (k *Runtime) leading() bool {
+	select {
+	case <-k.elected:
+		return true
+	default:
+		return false
+	}
+}
+
 func (k *Runtime) workers() int {
 	if k.Workers > 0 {
 		return k.Workers
@@ -212,6 +234,22 @@ func (k *Runtime) Start(ctx context.Context) error {
 	k.base = ctx
 	k.mu.Unlock()
 	close(k.started)
+	if k.shared() {
+		k.wg.Add(2)
+		go func() {
+			defer k.wg.Done()
+			k.followDefinitions(ctx)
+		}()
+		go func() {
+			defer k.wg.Done()
+			select {
+			case <-k.elected:
+				// What a replica that does not lead leaves alone is the leader's now.
+				k.enqueueAll()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	<-ctx.Done()
 	k.mu.Lock()
 	for key, v := range k.versions {
@@ -223,8 +261,103 @@ func (k *Runtime) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection is true: only the leader runs controllers.
-func (k *Runtime) NeedLeaderElection() bool { return true }
+// NeedLeaderElection is true unless Runtime runs on every replica (see Runtime).
+func (k *Runtime) NeedLeaderElection() bool { return !k.shared() }
+
+// followDefinitions serves, until this replica leads or ctx ends, the versions that
+// the definitions in the cache serve (status.apiVersion, which a definition being
+// deleted keeps until its compositions are gone), and stops the others. On the
+// leader, the definition reconciler does.
+func (k *Runtime) followDefinitions(ctx context.Context) {
+	logger := log.FromContext(ctx)
+	informer, err := k.cache.GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
+	if err != nil {
+		logger.Error(err, "Watching the definitions, to serve their versions on this replica")
+		return
+	}
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	registration, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, obj any) { poke(obj) }, DeleteFunc: poke,
+	})
+	if err != nil {
+		logger.Error(err, "Watching the definitions, to serve their versions on this replica")
+		return
+	}
+	defer func() { _ = informer.RemoveEventHandler(registration) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.elected:
+			return
+		case <-kick:
+		}
+		if k.leading() {
+			return
+		}
+		if err := k.serveDefined(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Serving the versions of the definitions on this replica")
+			time.AfterFunc(time.Second, func() { poke(nil) })
+		}
+	}
+}
+
+// serveDefined serves every version a definition in the cache serves, and stops
+// serving the others.
+func (k *Runtime) serveDefined(ctx context.Context) error {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := k.cache.List(ctx, list); err != nil {
+		return err
+	}
+	served := map[VersionKey]bool{}
+	var errs []error
+	for i := range list.Items {
+		def := &list.Items[i]
+		gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
+		if err != nil || gv.Group != crd.Group || gv.Version == "" || def.Status.Kind == "" || def.Status.Resource == "" {
+			continue
+		}
+		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version}
+		served[key] = true
+		if err := k.Ensure(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	k.mu.RLock()
+	var retired []VersionKey
+	for key := range k.versions {
+		if !served[key] {
+			retired = append(retired, key)
+		}
+	}
+	k.mu.RUnlock()
+	for _, key := range retired {
+		k.Stop(key.Namespace, key.Plural, key.Version)
+	}
+	return errors.Join(errs...)
+}
+
+// enqueueAll reconciles every composition and release binding of every served
+// version.
+func (k *Runtime) enqueueAll() {
+	k.mu.RLock()
+	versions := maps.Clone(k.versions)
+	k.mu.RUnlock()
+	for key, v := range versions {
+		for _, item := range v.informer.Store().List() {
+			if obj, err := meta.Accessor(item); err == nil {
+				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
+				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
+			}
+		}
+	}
+}
 
 // Ensure starts serving the version of def's kind, unless it is served: its informer,
 // its release bindings and, InProcess, its composition controller. It waits for Runtime
@@ -355,6 +488,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		MaxReconcileRate: k.MaxReconcileRate,
 		Checker:          k.Checker,
 		Targets:          k.Targets,
+		Leads:            k.leading,
 	}
 	if v.compositions.Checker == nil {
 		v.compositions.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
@@ -377,6 +511,11 @@ func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.Resource
 	}
 	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 		predicate.LabelChangedPredicate{}, composition.DeletionStarted{}, composition.Resynced{})
+	if k.shared() {
+		// Each replica's work on a composition shows in the others' entries of
+		// status.clusters, and the leader's finalizer lets the others install.
+		changed = predicate.Or(changed, composition.PlacementProgressed{})
+	}
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if o, ok := obj.(client.Object); ok {
@@ -431,6 +570,9 @@ func (k *Runtime) reconcile(ctx context.Context, req request) (reconcile.Result,
 	logger := log.FromContext(ctx).WithValues("kind", v.gvk.Kind, "version", v.gvk.Version,
 		"definitionNamespace", req.Version.Namespace, "namespace", req.Namespace)
 	if req.Binding {
+		if !k.leading() {
+			return reconcile.Result{}, nil // the leader's
+		}
 		ctx = log.IntoContext(ctx, logger.WithValues("binding", true))
 		return v.binder.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: req.Namespace}})
 	}

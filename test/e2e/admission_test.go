@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +25,8 @@ import (
 
 // startCompositor runs `compositor serve` in this process against cp, with its
 // webhooks on loopback and the options changed by each of tweaks, and waits until the
-// API server has its webhooks.
-func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func(*app.ServeOptions)) {
+// API server has its webhooks. stop stops it, as the test's end does.
+func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func(*app.ServeOptions)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := app.NewServeOptions()
@@ -46,11 +47,12 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 		defer close(stopped)
 		serveErr = app.RunServe(ctx, cp.Config, opts)
 	}()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
 		<-stopped
-		require.NoError(t, serveErr)
+		assert.NoError(t, serveErr, "compositor serve")
 	})
+	t.Cleanup(stop)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		select {
@@ -63,6 +65,7 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: webhooks.ConfigurationName}, obj))
 		}
 	}, time.Minute, 100*time.Millisecond)
+	return stop
 }
 
 func fixture(name string) string {

@@ -90,6 +90,13 @@ type ServeOptions struct {
 	// target clusters registered by kubeconfig Secrets in Namespace. It needs
 	// ControllersInProcess.
 	Multicluster bool
+	// ReplicaID names this replica among those of LeaderElection: with Multicluster,
+	// they share the target clusters, each engaging its own (a Lease per replica and
+	// per cluster in Namespace). It must be unique among them: the pod's name.
+	ReplicaID string
+	// ShardLeaseDuration is how long a replica's hold on its target clusters lasts
+	// unrenewed: how soon the others take over the clusters of a replica that is gone.
+	ShardLeaseDuration time.Duration
 }
 
 // Where composition controllers run.
@@ -120,6 +127,7 @@ var envFlags = map[string]string{
 	"namespace":                 "POD_NAMESPACE",
 	"service-account":           "POD_SERVICE_ACCOUNT",
 	"chart-archive-namespace":   "COMPOSITOR_CHART_ARCHIVE_NAMESPACE",
+	"replica-id":                "POD_NAME",
 }
 
 // NewServeOptions returns the defaults of `compositor serve`.
@@ -144,7 +152,18 @@ func NewServeOptions() *ServeOptions {
 		ControllerImage:        controller.DefaultImage,
 		AuditInterval:          time.Minute,
 		Controllers:            ControllersDeployments,
+		ReplicaID:              hostname(),
+		ShardLeaseDuration:     20 * time.Second,
 	}
+}
+
+// hostname is the default --replica-id: a pod's host name is its name.
+func hostname() string {
+	name, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return name
 }
 
 // AddFlags registers the serve flags on fs, with the current values of o as defaults.
@@ -176,6 +195,8 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
 	fs.StringVar(&o.Controllers, "controllers", o.Controllers, "Where composition controllers run: deployments (one generated Deployment per served version) or in-process (inside serve, impersonating the generated ServiceAccounts)")
+	fs.StringVar(&o.ReplicaID, "replica-id", o.ReplicaID, "Unique name of this replica, with --leader-election and --multicluster, which share the target clusters among replicas (env POD_NAME; default: the host name)")
+	fs.DurationVar(&o.ShardLeaseDuration, "shard-lease-duration", o.ShardLeaseDuration, "With --leader-election and --multicluster, how long a replica's hold on its target clusters lasts unrenewed: how soon the other replicas take over the clusters of one that is gone")
 	fs.BoolVar(&o.Multicluster, "multicluster", o.Multicluster, "Install compositions annotated compositor.dev/placement on the target clusters it selects, registered by kubeconfig Secrets in --namespace labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true (needs --controllers in-process)")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
 }
@@ -227,6 +248,12 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.Multicluster && o.Controllers != ControllersInProcess {
 		errs = append(errs, fmt.Errorf("--multicluster needs --controllers %s: the generated Deployments install in their own cluster only", ControllersInProcess))
+	}
+	if o.ShardLeaseDuration < 4*time.Second {
+		errs = append(errs, fmt.Errorf("--shard-lease-duration must be at least 4s, got %s", o.ShardLeaseDuration))
+	}
+	if o.Multicluster && o.LeaderElection && o.ReplicaID == "" {
+		errs = append(errs, errors.New("--replica-id must not be empty with --leader-election and --multicluster: the replicas share the target clusters by it"))
 	}
 	if o.AuditInterval < 0 {
 		errs = append(errs, fmt.Errorf("--audit-interval must not be negative (0 turns the audit off), got %s", o.AuditInterval))

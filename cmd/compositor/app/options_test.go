@@ -51,8 +51,10 @@ func TestServeOptionsFromEnvironment(t *testing.T) {
 		"CORE_PROVIDER_MAX_RECONCILE_RATE": "7",
 		"CORE_PROVIDER_LEADER_ELECTION":    "true",
 		"HELM_REGISTRY_CONFIG_PATH":        "/etc/helm/registry.json",
+		"POD_NAME":                         "compositor-7d9f-abcde",
 	})
 	require.NoError(t, err)
+	assert.Equal(t, "compositor-7d9f-abcde", opts.ReplicaID)
 	assert.True(t, opts.Debug)
 	assert.Equal(t, 30*time.Minute, opts.Sync)
 	assert.Equal(t, 90*time.Second, opts.Poll)
@@ -107,6 +109,11 @@ func TestServeOptionsRejectBadValues(t *testing.T) {
 			name:    "multicluster needs the controllers in process",
 			args:    []string{"--multicluster"},
 			wantErr: []string{"--multicluster needs --controllers in-process: the generated Deployments install in their own cluster only"},
+		},
+		{
+			name:    "replicas sharing clusters need a name and a lease that can be renewed",
+			args:    []string{"--multicluster", "--controllers=in-process", "-l", "--replica-id=", "--shard-lease-duration=1s"},
+			wantErr: []string{"--replica-id must not be empty with --leader-election and --multicluster", "--shard-lease-duration must be at least 4s, got 1s"},
 		},
 		{
 			name:    "out of range environment is validated too",

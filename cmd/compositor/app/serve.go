@@ -319,23 +319,32 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 	}))
 }
 
-// setupTargets engages the target clusters registered in Compositor's namespace, on the
-// leader (which runs the composition controllers), and has every placed composition
-// reconciled when they change.
+// setupTargets engages the target clusters registered in Compositor's namespace and
+// has every placed composition reconciled when they change. One replica runs alone
+// and engages them all; replicas that elect a leader share them (--replica-id), each
+// engaging and installing on its own, on every replica, leader or not.
 func setupTargets(mgr manager.Manager, kinds *kinds.Runtime, opts *ServeOptions) (*compositionctl.Targets, error) {
 	log := mgr.GetLogger().WithName("multicluster")
-	clusters, err := multicluster.New(mgr.GetConfig(), multicluster.Options{
+	clusterOpts := multicluster.Options{
 		Namespace: opts.Namespace,
 		Log:       log,
 		Notify:    func(string) { kinds.ClustersChanged() },
-	})
+	}
+	if opts.LeaderElection {
+		clusterOpts.Shard = &multicluster.ShardOptions{ID: opts.ReplicaID, LeaseDuration: opts.ShardLeaseDuration}
+	}
+	clusters, err := multicluster.New(mgr.GetConfig(), clusterOpts)
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(manager.RunnableFunc(clusters.Start)); err != nil {
+	var run manager.Runnable = manager.RunnableFunc(clusters.Start)
+	if opts.LeaderElection {
+		run = everyReplica(clusters.Start)
+	}
+	if err := mgr.Add(run); err != nil {
 		return nil, err
 	}
-	return &compositionctl.Targets{Clusters: clusters, Log: log}, nil
+	return &compositionctl.Targets{Clusters: clusters, Log: log, Sharded: opts.LeaderElection}, nil
 }
 
 // watchPolicyDir loads the policies of dir now, so that a broken directory stops the
