@@ -86,7 +86,17 @@ $(CODEGEN_STAMP):
 .PHONY: test
 test: control-plane ## Vet, run every test with the race detector, then fuzz each target briefly
 	go vet ./...
-	KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./...
+	@# The e2e tests log Compositor's JSON lines as they run; a failure's own lines are
+	@# printed again at the end, without them, where a log's tail shows them.
+	@log=$$(mktemp); trap 'rm -f "$$log" "$$log.rc"' EXIT; \
+	echo "KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./..."; \
+	{ KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./... 2>&1; echo $$? > "$$log.rc"; } | tee "$$log"; \
+	status=$$(cat "$$log.rc"); \
+	if [ "$$status" != 0 ]; then \
+	  echo "=== what failed (Compositor's log lines left out)"; \
+	  grep -v '^{' "$$log" | grep -E -A40 -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL' | head -400; \
+	fi; \
+	exit $$status
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(SMOKE_FUZZTIME)
 
 SMOKE_FUZZTIME ?= 3s

@@ -523,25 +523,42 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(slices.Sorted(maps.Keys(next)), ", "))+closed)
 	default:
 		reason, message := notReadyReason(next), notReadyMessage(next)
-		if len(elsewhere) > 0 {
-			if message == "" {
-				reason = ReasonInstalling
-			}
-			message = strings.Join(slices.DeleteFunc([]string{message, heldElsewhere(elsewhere)}, func(s string) bool { return s == "" }), "; ")
+		if message == "" && len(elsewhere) > 0 {
+			reason = ReasonInstalling
+		} else if message == "" {
+			reason = ReasonUninstalling
 		}
+		// The entries not Ready say why already.
+		message = joinMessages(message,
+			heldElsewhere(unlisted(next, elsewhere), "has not installed this revision of the composition there yet"),
+			heldElsewhere(unlisted(next, left.elsewhere), "has not uninstalled the release there yet"))
 		r.setConditions(obj, false, reason, message+closed)
 	}
 	return later(all)
 }
 
-// heldElsewhere says that the clusters, engaged on other replicas, do not have the
-// release as the composition asks for it yet.
-func heldElsewhere(clusters []string) string {
+// heldElsewhere says, of each of the clusters, engaged on other replicas, that the
+// replica holding it has not done something yet.
+func heldElsewhere(clusters []string, notYet string) string {
 	parts := make([]string, 0, len(clusters))
 	for _, name := range clusters {
-		parts = append(parts, fmt.Sprintf("cluster %s: the replica of Compositor that holds the cluster has not installed this revision of the composition yet", name))
+		parts = append(parts, fmt.Sprintf("cluster %s: the replica of Compositor that holds the cluster %s", name, notYet))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// unlisted are the clusters among names that notReadyMessage(clusters) leaves out:
+// those without an entry, or with one that is Ready.
+func unlisted(clusters map[string]ClusterStatus, names []string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(name string) bool {
+		st, ok := clusters[name]
+		return ok && !st.Ready
+	})
+}
+
+// joinMessages joins the messages that are not empty.
+func joinMessages(messages ...string) string {
+	return strings.Join(slices.DeleteFunc(messages, func(m string) bool { return m == "" }), "; ")
 }
 
 // readySomewhere reports whether some cluster has the release with fingerprint.
@@ -608,8 +625,8 @@ type departures struct {
 }
 
 // pending adds to next an entry for each cluster still to uninstall from (its previous
-// entry, not Ready, saying why; as it is, for one another replica holds) and returns
-// their names.
+// entry, not Ready, saying why; as it is, for one another replica holds, whose entry is
+// that replica's to write) and returns their names.
 func (d departures) pending(previous, next map[string]ClusterStatus) []string {
 	var out []string
 	for name, a := range d.failed {
@@ -619,11 +636,7 @@ func (d departures) pending(previous, next map[string]ClusterStatus) []string {
 		out = append(out, name)
 	}
 	for _, name := range d.elsewhere {
-		st := previous[name]
-		if st.Reason != ReasonUninstalling {
-			st.Ready, st.Reason, st.Message = false, ReasonUninstalling, "the release there is still to uninstall: the replica of Compositor that holds the cluster uninstalls it"
-		}
-		next[name] = st
+		next[name] = previous[name]
 		out = append(out, name)
 	}
 	slices.Sort(out)
@@ -728,7 +741,8 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 	next := map[string]ClusterStatus{}
 	if pending := left.pending(previous, next); len(pending) > 0 {
 		setClusters(obj, next)
-		r.setConditions(obj, false, ReasonUninstalling, notReadyMessage(next))
+		r.setConditions(obj, false, ReasonUninstalling, joinMessages(notReadyMessage(next),
+			heldElsewhere(unlisted(next, left.elsewhere), "has not uninstalled the release there yet")))
 		result, err := later(left.attempts)
 		return result, false, err
 	}

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/multicluster"
@@ -114,4 +115,68 @@ func TestNotReadyNamesEveryClusterThatIsNot(t *testing.T) {
 	}
 	assert.Equal(t, "cluster b: dial tcp: connection refused; cluster c: nothing was installed", notReadyMessage(clusters))
 	assert.Equal(t, ReasonInstallFailed, notReadyReason(clusters), "the first, by name")
+}
+
+// A cluster another replica holds keeps the entry that replica wrote; the leader names
+// it in the message only when that entry does not say why already.
+func TestClustersHeldElsewhereKeepTheirEntries(t *testing.T) {
+	previous := map[string]ClusterStatus{
+		"mine":  {Name: "mine", Ready: true, Fingerprint: "old"},
+		"ready": {Name: "ready", Ready: true, Fingerprint: "old", Revision: 3},
+		"sick":  {Name: "sick", Reason: ReasonInstallFailed, Message: "dial tcp: connection refused"},
+	}
+	d := departures{failed: map[string]attempt{"mine": {message: "forbidden"}}, elsewhere: []string{"ready", "sick"}}
+	next := map[string]ClusterStatus{}
+	assert.Equal(t, []string{"mine", "ready", "sick"}, d.pending(previous, next))
+	assert.Equal(t, previous["ready"], next["ready"], "another replica's entry is that replica's to write")
+	assert.Equal(t, previous["sick"], next["sick"])
+	assert.Equal(t, ReasonUninstalling, next["mine"].Reason)
+	assert.Equal(t, "the release there is still to uninstall: forbidden", next["mine"].Message)
+
+	assert.Equal(t, []string{"ready", "absent"}, unlisted(next, []string{"ready", "sick", "absent"}))
+	assert.Equal(t, "cluster ready: the replica of Compositor that holds the cluster has not uninstalled the release there yet",
+		heldElsewhere(unlisted(next, []string{"ready", "sick"}), "has not uninstalled the release there yet"))
+	assert.Equal(t, "a; b", joinMessages("", "a", "", "b"))
+}
+
+// Shared among replicas, a write that changes status.clusters holds only on the
+// resourceVersion the reconcile last saw; any other write, and every write of a
+// controller alone, is a plain merge patch.
+func TestStatusPatchLocksWhatReplicasShare(t *testing.T) {
+	before := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "x", "resourceVersion": "7"}}}
+	after := before.DeepCopy()
+	after.SetResourceVersion("9") // an earlier write of the reconcile moved it
+	setClusters(after, map[string]ClusterStatus{"eu-1": {Name: "eu-1", Ready: true}})
+
+	shared := &Reconciler{Targets: &Targets{Sharded: true}}
+	data, err := shared.statusPatch(before, after).Data(after)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"metadata":{"resourceVersion":"9"},"status":{"clusters":[{"name":"eu-1","ready":true}]}}`, string(data))
+
+	conditionsOnly := before.DeepCopy()
+	_ = unstructured.SetNestedField(conditionsOnly.Object, int64(2), "status", "observedGeneration")
+	data, err = shared.statusPatch(before, conditionsOnly).Data(conditionsOnly)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"status":{"observedGeneration":2}}`, string(data), "no lock: status.clusters is left as it is")
+
+	alone := &Reconciler{Targets: &Targets{}}
+	unchanged := after.DeepCopy()
+	unchanged.SetResourceVersion("7")
+	data, err = alone.statusPatch(before, unchanged).Data(unchanged)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"status":{"clusters":[{"name":"eu-1","ready":true}]}}`, string(data))
+}
+
+func TestPlacementProgressedPassesEntriesAndFinalizers(t *testing.T) {
+	old := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": map[string]interface{}{"name": "x"}}}
+	entry := old.DeepCopy()
+	setClusters(entry, map[string]ClusterStatus{"eu-1": {Name: "eu-1"}})
+	finalized := old.DeepCopy()
+	finalized.SetFinalizers([]string{Finalizer})
+	conditions := old.DeepCopy()
+	_ = unstructured.SetNestedField(conditions.Object, int64(2), "status", "observedGeneration")
+	p := PlacementProgressed{}
+	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: entry}))
+	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: finalized}))
+	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: conditions}), "the leader's own conditions wake nobody")
 }

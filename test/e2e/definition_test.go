@@ -253,8 +253,7 @@ func TestPrivateChartCredentials(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp)
 	ctx := context.Background()
-	public := sampleRepository(t)
-	applyPrivateDefinition(t, cp, "team-p")
+	charts := applyPrivateDefinition(t, cp, "team-p")
 
 	const roleName = "compositor:team-p:fireworksapps-v1-1-5:credentials"
 	role := &rbacv1.Role{}
@@ -264,7 +263,10 @@ func TestPrivateChartCredentials(t *testing.T) {
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, binding))
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "team-p"}}, binding.Subjects)
 
-	// The same chart from a public repository needs no credentials: the Role goes.
+	// The same chart from a public repository needs no credentials: the Role goes. The
+	// same archives: packaged again, an archive has other bytes (the time is in it),
+	// which the definition refuses as changed content (ChartChanged) until accepted.
+	public := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: charts})
 	res := cp.Kubectl(ctx, "", "patch", "compositiondefinition", "fireworks", "-n", "team-p", "--type", "json", "-p",
 		`[{"op":"remove","path":"/spec/chart/credentials"},{"op":"replace","path":"/spec/chart/url","value":"`+public.URL+`"}]`)
 	require.NoError(t, res.Err, res.Stderr)
@@ -278,8 +280,9 @@ func TestPrivateChartCredentials(t *testing.T) {
 
 // applyPrivateDefinition serves the sample charts behind basic auth and applies, in a new
 // namespace, the definition "fireworks" of 1.1.5 that reads the password from the Secret
-// repo-password there, and waits until it is Ready.
-func applyPrivateDefinition(t *testing.T, cp *controlplane.ControlPlane, namespace string) {
+// repo-password there, and waits until it is Ready. It returns the directory of the
+// chart archives served.
+func applyPrivateDefinition(t *testing.T, cp *controlplane.ControlPlane, namespace string) (charts string) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -299,4 +302,5 @@ func applyPrivateDefinition(t *testing.T, cp *controlplane.ControlPlane, namespa
 		res := cp.Kubectl(ctx, step.stdin, step.args...)
 		require.NoError(t, res.Err, "kubectl %v: %s", step.args, res.Stderr)
 	}
+	return dir
 }
