@@ -86,6 +86,17 @@ type engagement struct {
 	done    <-chan struct{}
 }
 
+// ended reports whether the engagement is over: its entry in Clusters goes a moment
+// later, and another replica may hold the cluster already.
+func (e *engagement) ended() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Cluster is an engaged target cluster, as it was when List, Get or Select returned it.
 type Cluster struct {
 	// Name is the name of the cluster's kubeconfig Secret.
@@ -103,14 +114,18 @@ func (c Cluster) Config() *rest.Config { return rest.CopyConfig(c.e.cluster.GetC
 func (c Cluster) Client() client.Client { return c.e.client }
 
 // Done is closed when this engagement ends: the Secret was deleted or unlabelled, its
-// kubeconfig changed (the cluster is engaged again, with a new Done), or Clusters
-// stopped. The zero Cluster's is nil.
+// kubeconfig changed (the cluster is engaged again, with a new Done), another replica
+// holds the cluster now (Options.Shard), or Clusters stopped. The zero Cluster's is
+// nil.
 func (c Cluster) Done() <-chan struct{} {
 	if c.e == nil {
 		return nil
 	}
 	return c.e.done
 }
+
+// Ended reports whether this engagement has ended (Done); false for the zero Cluster.
+func (c Cluster) Ended() bool { return c.e != nil && c.e.ended() }
 
 // New returns the clusters engaged from the kubeconfig Secrets in opts.Namespace of the
 // cluster cfg reaches. It asks that API server's discovery about Secrets; nothing is
@@ -338,6 +353,9 @@ func (c *Clusters) List(ctx context.Context) []Cluster {
 	slices.SortFunc(es, func(a, b *engagement) int { return cmp.Compare(a.name, b.name) })
 	out := make([]Cluster, 0, len(es))
 	for _, e := range es {
+		if e.ended() {
+			continue
+		}
 		if cl, ok := c.withLabels(ctx, e); ok {
 			out = append(out, cl)
 		}
@@ -350,7 +368,7 @@ func (c *Clusters) Get(ctx context.Context, name string) (Cluster, bool) {
 	c.mu.RLock()
 	e, ok := c.engaged[name]
 	c.mu.RUnlock()
-	if !ok {
+	if !ok || e.ended() {
 		return Cluster{}, false
 	}
 	return c.withLabels(ctx, e)
@@ -401,7 +419,7 @@ func (c *Clusters) Select(ctx context.Context, selector labels.Selector, namespa
 			out.Closed = append(out.Closed, secret.Name)
 			continue
 		}
-		if e, ok := c.engaged[secret.Name]; ok {
+		if e, ok := c.engaged[secret.Name]; ok && !e.ended() {
 			out.Engaged = append(out.Engaged, Cluster{Name: secret.Name, Labels: maps.Clone(secret.Labels), e: e})
 		} else {
 			out.Waiting = append(out.Waiting, secret.Name)

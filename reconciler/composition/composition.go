@@ -12,6 +12,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -196,11 +197,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, Finalizer) {
-		if patchErr := r.patchStatus(ctx, before, obj); patchErr != nil {
-			err = errors.Join(err, patchErr)
-		}
+		return r.settle(ctx, before, obj, result, err)
 	}
 	return result, err
+}
+
+// conflictRetry is how soon a reconcile whose write met a newer object runs again.
+const conflictRetry = time.Second
+
+// settle writes the status the reconcile came to and returns what it came to. A write
+// refused for a stale resourceVersion is tried again soon, and is no error: with the
+// target clusters shared, another replica wrote first, and the newer object is in the
+// cache within moments.
+func (r *Reconciler) settle(ctx context.Context, before, obj *unstructured.Unstructured, result ctrl.Result, err error) (ctrl.Result, error) {
+	patchErr := r.patchStatus(ctx, before, obj)
+	switch {
+	case patchErr == nil:
+		return result, err
+	case apierrors.IsConflict(patchErr) && err == nil:
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	default:
+		return result, errors.Join(err, patchErr)
+	}
 }
 
 // install runs helm upgrade --install in the local cluster unless the release already
@@ -275,6 +293,23 @@ type site struct {
 	// check, targets only, reports what the kubeconfig's identity may not do that the
 	// install needs (Targets.checkRights).
 	check func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error
+	// gone, targets only, is closed when this replica no longer engages the cluster:
+	// nothing more is started there (handedOver).
+	gone <-chan struct{}
+	// handover, targets shared among replicas only, is how long a pending revision
+	// there is taken for an operation the replica that held the cluster before may
+	// still be running, rather than for one that was interrupted.
+	handover time.Duration
+}
+
+// handedOver reports whether this replica no longer engages s's cluster.
+func (s site) handedOver() bool {
+	select {
+	case <-s.gone:
+		return true
+	default:
+		return false
+	}
 }
 
 // on is " on cluster <name>" for a target, "" for the local cluster: it ends messages.
@@ -334,6 +369,12 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
 		return r.refused(obj, s, err)
 	}
+	if a, running := stillRunning(s, last); running {
+		return a
+	}
+	if s.handedOver() {
+		return attempt{elsewhere: true}
+	}
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
@@ -354,6 +395,9 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 		}
 	}
 	gate := r.gate(ctx, namespace, request, clusterKinds, s.helm.mapper)
+	if s.handedOver() {
+		return attempt{elsewhere: true}
+	}
 	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, name, w.chart, w.values, InstallOptions{
 		Last:             last,
 		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID()), LabelFingerprint: releaseFingerprint(w.fingerprint)},
@@ -563,8 +607,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, obj *unstructured.
 // target clusters, each writes the entries of status.clusters of its own, and a merge
 // patch replaces the list as a whole: a patch that changes it holds only if obj is
 // still what the reconcile last read or wrote (its resourceVersion), and a conflict is
-// reconciled again, from the newer object. Otherwise the patch carries obj's
-// resourceVersion only when an earlier write of this reconcile moved it.
+// reconciled again, from the newer object. Any other patch carries obj's
+// resourceVersion, and so holds only on it, when an earlier write of this reconcile
+// (the finalizer, the entries recorded before installing) moved it.
 func (r *Reconciler) statusPatch(before, obj *unstructured.Unstructured) client.Patch {
 	if r.Targets == nil || !r.Targets.Sharded || equality.Semantic.DeepEqual(clustersField(before), clustersField(obj)) {
 		return client.MergeFrom(before)

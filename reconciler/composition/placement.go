@@ -16,7 +16,6 @@ import (
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -434,9 +433,10 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
 	selected, waiting := selection.Engaged, selection.Waiting
 	if err := r.recordClusters(ctx, obj, previous, selected); err != nil {
-		if !apierrors.IsConflict(err) { // another replica wrote first: read it again
-			r.setConditions(obj, false, ReasonInstallFailed, err.Error())
+		if apierrors.IsConflict(err) { // another replica wrote first: read it again
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
+		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	installs := make([]attempt, len(selected))
@@ -454,8 +454,17 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	wg.Wait()
 
 	next := map[string]ClusterStatus{}
+	var elsewhere []string
 	for i, cl := range selected {
 		a, st := installs[i], previous[cl.Name]
+		if a.elsewhere {
+			// Handed over to another replica half-way: the entry is the new holder's.
+			if _, recorded := previous[cl.Name]; recorded {
+				next[cl.Name] = st
+			}
+			elsewhere = append(elsewhere, cl.Name)
+			continue
+		}
 		st.Name, st.Ready, st.Reason, st.Message = cl.Name, a.ready, a.reason, a.message
 		if a.ready {
 			// What is there is what w asks for, installed now or before.
@@ -466,7 +475,6 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	// A cluster registered but not engaged here keeps its entry and what is installed
 	// there. Shared among replicas, a usable one is another replica's; otherwise its
 	// kubeconfig was just written or rotated, or cannot be used, and the leader says so.
-	var elsewhere []string
 	for _, name := range waiting {
 		st, recorded := previous[name]
 		why := ""
@@ -530,7 +538,7 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 		}
 		// The entries not Ready say why already.
 		message = joinMessages(message,
-			heldElsewhere(unlisted(next, elsewhere), "has not installed this revision of the composition there yet"),
+			heldElsewhere(unlisted(next, elsewhere), "has not installed this revision of the composition there yet (or, its kubeconfig just written or rotated, no replica engages the cluster yet)"),
 			heldElsewhere(unlisted(next, left.elsewhere), "has not uninstalled the release there yet"))
 		r.setConditions(obj, false, reason, message+closed)
 	}
@@ -610,11 +618,20 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	if err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
-	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
+	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), gone: cl.Done(), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
 		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
 	}}
+	if r.Targets.Sharded {
+		s.handover = handoverGrace
+	}
 	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w, installed))
 }
+
+// handoverGrace is how long, with the target clusters shared among replicas, a
+// pending revision on a target is taken for an operation that the replica which held
+// the cluster before may still be running (stillRunning): longer than a Helm
+// operation takes.
+const handoverGrace = 2 * time.Minute
 
 // departures is what uninstalling from clusters came to: the attempts, the clusters
 // whose release could not be uninstalled yet, and those another replica holds.
@@ -709,6 +726,9 @@ func (r *Reconciler) uninstallWith(obj *unstructured.Unstructured, def *corev1al
 		return attempt{ready: true}
 	}
 	_, clusterResources := allowedClusterScoped(def, h.mapper)
+	if cl.Ended() { // another replica may hold the cluster now
+		return attempt{elsewhere: true}
+	}
 	removed, err := h.Uninstall(namespace, name, clusterResources...)
 	if err != nil {
 		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
@@ -754,27 +774,48 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 // share the target clusters: it installs on, and uninstalls from, the clusters engaged
 // here, and writes their entries of status.clusters, nothing else. The leader adds the
 // finalizer before anything is installed and removes it once status.clusters is
-// empty, installs in the local cluster and writes the conditions.
+// empty, installs in the local cluster and writes the conditions, and says why when
+// there is nothing to do: a paused composition, a placement that is no selector (the
+// releases stay), no definition to install from.
 func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if r.Targets == nil || def == nil || isPaused(obj) || isPaused(def) || !controllerutil.ContainsFinalizer(obj, Finalizer) {
+	if r.Targets == nil || !controllerutil.ContainsFinalizer(obj, Finalizer) || isPaused(obj) || (def != nil && isPaused(def)) {
+		return ctrl.Result{}, nil
+	}
+	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err == nil && placement.Local() && len(Clusters(obj)) == 0 {
+		return ctrl.Result{}, nil // the leader's alone
+	}
+	if obj.GetDeletionTimestamp().IsZero() {
+		// The cache may lag behind a deletion that has finished: what is installed
+		// follows the composition as it is.
+		if err := r.Live.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if !controllerutil.ContainsFinalizer(obj, Finalizer) || isPaused(obj) {
+			return ctrl.Result{}, nil
+		}
+	}
+	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
+	if err != nil {
+		return ctrl.Result{}, nil
+	}
+	installing := !placement.Local() && obj.GetDeletionTimestamp().IsZero()
+	if installing && def == nil {
 		return ctrl.Result{}, nil
 	}
 	before := obj.DeepCopy()
-	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
 	var result ctrl.Result
-	if err == nil && !placement.Local() && obj.GetDeletionTimestamp().IsZero() {
+	if installing {
 		result, err = r.installPlaced(ctx, obj, def, placement, false)
 	} else {
+		// Being deleted, or no longer placed: a definition being deleted serves no more,
+		// and what it installed is uninstalled all the same.
 		result, _, err = r.leaveTargets(ctx, obj, def, false)
 	}
 	// Only status.clusters is this replica's to write.
 	ours := before.DeepCopy()
 	ours.SetResourceVersion(obj.GetResourceVersion())
 	setClusters(ours, Clusters(obj))
-	if patchErr := r.patchStatus(ctx, before, ours); patchErr != nil {
-		err = errors.Join(err, patchErr)
-	}
-	return result, err
+	return r.settle(ctx, before, ours, result, err)
 }
 
 // notReadyReason is the reason of the first cluster, by name, that is not Ready.
@@ -822,10 +863,13 @@ func later(attempts []attempt) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: after}, nil
 }
 
-// PlacementProgressed passes the updates that change a composition's status.clusters
-// or finalizers: with the target clusters shared among replicas, what one replica did
-// on its clusters is for the leader to count, and the finalizer the leader adds lets
-// the others install.
+// PlacementProgressed passes the updates that change a composition's finalizers, or
+// where its status.clusters says a release is (which clusters, Ready, reason, chart
+// version, fingerprint, revision): with the target clusters shared among replicas,
+// what one replica did on its clusters is for the leader to count, and the finalizer
+// the leader adds lets the others install. A message that changes alone wakes
+// nobody: a failure whose text changes on every attempt is not tried again at once,
+// forever.
 type PlacementProgressed struct{ predicate.Funcs }
 
 func (PlacementProgressed) Update(e event.UpdateEvent) bool {
@@ -834,6 +878,15 @@ func (PlacementProgressed) Update(e event.UpdateEvent) bool {
 	if !okOld || !okNew {
 		return false
 	}
-	return !slices.Equal(before.GetFinalizers(), after.GetFinalizers()) ||
-		!equality.Semantic.DeepEqual(clustersField(before), clustersField(after))
+	return !slices.Equal(before.GetFinalizers(), after.GetFinalizers()) || !maps.Equal(whereReleasesAre(before), whereReleasesAre(after))
+}
+
+// whereReleasesAre is status.clusters without the messages.
+func whereReleasesAre(obj *unstructured.Unstructured) map[string]ClusterStatus {
+	clusters := Clusters(obj)
+	for name, st := range clusters {
+		st.Message = ""
+		clusters[name] = st
+	}
+	return clusters
 }

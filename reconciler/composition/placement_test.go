@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"helm.sh/helm/v3/pkg/release"
+	helmtime "helm.sh/helm/v3/pkg/time"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -175,8 +177,33 @@ func TestPlacementProgressedPassesEntriesAndFinalizers(t *testing.T) {
 	finalized.SetFinalizers([]string{Finalizer})
 	conditions := old.DeepCopy()
 	_ = unstructured.SetNestedField(conditions.Object, int64(2), "status", "observedGeneration")
+	reworded := entry.DeepCopy()
+	setClusters(reworded, map[string]ClusterStatus{"eu-1": {Name: "eu-1", Message: "dial tcp 10.0.0.1:6443: i/o timeout"}})
 	p := PlacementProgressed{}
 	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: entry}))
 	assert.True(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: finalized}))
 	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: conditions}), "the leader's own conditions wake nobody")
+	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: entry, ObjectNew: reworded}), "a message alone wakes nobody")
+}
+
+// On a target cluster shared among replicas, a young pending revision may be the
+// previous holder's operation, still running: it is waited for, not taken over.
+func TestAPendingRevisionIsGivenTimeAfterAHandover(t *testing.T) {
+	pending := &release.Release{Name: "shop", Version: 3, Info: &release.Info{Status: release.StatusPendingUpgrade, LastDeployed: helmtime.Now()}}
+	shared := site{cluster: "eu-1", handover: handoverGrace}
+	a, running := stillRunning(shared, pending)
+	require.True(t, running)
+	assert.Equal(t, ReasonInstalling, a.reason)
+	assert.Contains(t, a.message, "release shop on cluster eu-1 has been pending-upgrade since ")
+	assert.InDelta(t, handoverGrace.Seconds(), a.requeue.Seconds(), 5)
+	assert.NoError(t, a.err)
+
+	old := &release.Release{Name: "shop", Info: &release.Info{Status: release.StatusPendingInstall, LastDeployed: helmtime.Time{Time: time.Now().Add(-handoverGrace - time.Second)}}}
+	_, running = stillRunning(shared, old)
+	assert.False(t, running, "older than the grace: interrupted")
+	_, running = stillRunning(site{}, pending)
+	assert.False(t, running, "a cluster no other replica acts on")
+	deployed := &release.Release{Name: "shop", Info: &release.Info{Status: release.StatusDeployed, LastDeployed: helmtime.Now()}}
+	_, running = stillRunning(shared, deployed)
+	assert.False(t, running)
 }

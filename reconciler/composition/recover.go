@@ -2,6 +2,7 @@ package composition
 
 import (
 	"fmt"
+	"time"
 
 	"helm.sh/helm/v3/pkg/release"
 	helmtime "helm.sh/helm/v3/pkg/time"
@@ -18,10 +19,13 @@ const interruptedDescription = "Interrupted while %s: the process running the op
 // recoverInterrupted marks last failed when Helm left it pending (pending-install,
 // pending-upgrade or pending-rollback), and returns the status it had; "" when it was
 // not pending. Only the caller's process acts on the release: the work queue never
-// runs one composition twice at once, and only the leader runs controllers; a pending
+// runs one composition twice at once, only the leader runs controllers in the local
+// cluster, and only the replica that engages a target cluster acts there; a pending
 // revision seen before this process has started an operation was therefore left by a
-// process that ended in the middle of one. Helm itself would refuse every later
-// operation on the release ("another operation is in progress"), forever.
+// process that ended in the middle of one, but for a target cluster that just moved
+// from another replica, which may still be running its last operation there
+// (stillRunning waits for that). Helm itself would refuse every later operation on
+// the release ("another operation is in progress"), forever.
 func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (release.Status, error) {
 	if last == nil || last.Info == nil || !last.Info.Status.IsPending() {
 		return "", nil
@@ -42,6 +46,25 @@ func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (rele
 	}
 	*last = marked
 	return stuck, nil
+}
+
+// stillRunning holds an attempt on s, a target cluster shared among replicas, while
+// the last revision there is pending and younger than s.handover: the replica that
+// held the cluster before this one may still be running that operation (Helm runs it
+// to its end once started), and two at once would leave the release in a state
+// neither meant.
+func stillRunning(s site, last *release.Release) (attempt, bool) {
+	if s.handover <= 0 || last == nil || last.Info == nil || !last.Info.Status.IsPending() {
+		return attempt{}, false
+	}
+	age := time.Since(last.Info.LastDeployed.Time)
+	if age >= s.handover {
+		return attempt{}, false
+	}
+	wait := s.handover - age
+	message := fmt.Sprintf("release %s%s has been %s since %s, perhaps still by the replica of Compositor that held the cluster before this one: it is looked at again in %s",
+		last.Name, s.on(), last.Info.Status, last.Info.LastDeployed.UTC().Format(time.RFC3339), wait.Round(time.Second))
+	return attempt{reason: ReasonInstalling, message: message, requeue: wait}, true
 }
 
 // hasInstallHooks reports whether rel's chart runs hooks on install, which an upgrade

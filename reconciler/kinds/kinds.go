@@ -114,7 +114,10 @@ type Runtime struct {
 	started  chan struct{}
 	base     context.Context
 	versions map[VersionKey]*servedVersion
-	wg       sync.WaitGroup
+	// led: the definition reconciler, which runs on the leader, has served or stopped
+	// a version; from then on it alone does (followDefinitions stops).
+	led bool
+	wg  sync.WaitGroup
 }
 
 // request is one piece of work of a served version: a composition to reconcile, or,
@@ -298,7 +301,7 @@ func (k *Runtime) followDefinitions(ctx context.Context) {
 			return
 		case <-kick:
 		}
-		if k.leading() {
+		if k.leading() || k.hasLed() {
 			return
 		}
 		if err := k.serveDefined(ctx); err != nil && ctx.Err() == nil {
@@ -306,6 +309,12 @@ func (k *Runtime) followDefinitions(ctx context.Context) {
 			time.AfterFunc(time.Second, func() { poke(nil) })
 		}
 	}
+}
+
+func (k *Runtime) hasLed() bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.led
 }
 
 // serveDefined serves every version a definition in the cache serves, and stops
@@ -325,7 +334,7 @@ func (k *Runtime) serveDefined(ctx context.Context) error {
 		}
 		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version}
 		served[key] = true
-		if err := k.Ensure(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
+		if err := k.ensure(ctx, def, def.Status.Kind, key.Plural, key.Version, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -338,7 +347,7 @@ func (k *Runtime) serveDefined(ctx context.Context) error {
 	}
 	k.mu.RUnlock()
 	for _, key := range retired {
-		k.Stop(key.Namespace, key.Plural, key.Version)
+		k.stop(key, false)
 	}
 	return errors.Join(errs...)
 }
@@ -364,6 +373,12 @@ func (k *Runtime) enqueueAll() {
 // to start first. An error leaves nothing running; the caller tries again. A kind the
 // API server does not serve yet is no error: its informer retries until it does.
 func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
+	return k.ensure(ctx, def, kind, plural, version, true)
+}
+
+// ensure is Ensure, called by the definition reconciler (byLeader) or by
+// followDefinitions, which then does nothing once the former has begun.
+func (k *Runtime) ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string, byLeader bool) error {
 	select {
 	case <-k.started:
 	case <-ctx.Done():
@@ -374,6 +389,11 @@ func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefin
 	defer k.mu.Unlock()
 	if k.base.Err() != nil {
 		return k.base.Err()
+	}
+	if byLeader {
+		k.led = true
+	} else if k.led {
+		return nil
 	}
 	if _, ok := k.versions[key]; ok {
 		return nil
@@ -400,8 +420,19 @@ func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefin
 // definition reconciler deletes its RBAC and bindings. Requests of the version still
 // queued are dropped when they come up.
 func (k *Runtime) Stop(namespace, plural, version string) {
-	key := VersionKey{Namespace: namespace, Plural: plural, Version: version}
+	k.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version}, true)
+}
+
+// stop is Stop, called by the definition reconciler (byLeader) or by
+// followDefinitions, which then does nothing once the former has begun.
+func (k *Runtime) stop(key VersionKey, byLeader bool) {
 	k.mu.Lock()
+	if byLeader {
+		k.led = true
+	} else if k.led {
+		k.mu.Unlock()
+		return
+	}
 	v, ok := k.versions[key]
 	delete(k.versions, key)
 	k.mu.Unlock()
@@ -488,7 +519,9 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		MaxReconcileRate: k.MaxReconcileRate,
 		Checker:          k.Checker,
 		Targets:          k.Targets,
-		Leads:            k.leading,
+	}
+	if k.shared() {
+		v.compositions.Leads = k.leading
 	}
 	if v.compositions.Checker == nil {
 		v.compositions.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
@@ -570,8 +603,8 @@ func (k *Runtime) reconcile(ctx context.Context, req request) (reconcile.Result,
 	logger := log.FromContext(ctx).WithValues("kind", v.gvk.Kind, "version", v.gvk.Version,
 		"definitionNamespace", req.Version.Namespace, "namespace", req.Namespace)
 	if req.Binding {
-		if !k.leading() {
-			return reconcile.Result{}, nil // the leader's
+		if k.shared() && !k.leading() {
+			return reconcile.Result{}, nil // the leader's (enqueueAll)
 		}
 		ctx = log.IntoContext(ctx, logger.WithValues("binding", true))
 		return v.binder.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: req.Namespace}})

@@ -26,8 +26,9 @@ import (
 // target clusters. Each cluster is held by one replica (its shard Lease names it),
 // which alone installs there and writes its entry of status.clusters; a composition
 // placed on all three is Ready with revision 1 on each. When the replica holding
-// clusters goes, the other takes them over: an update then reaches all three, and
-// deletion uninstalls from all three.
+// clusters goes, the other takes them over, and an update reaches all three. A third
+// replica joins and takes a share; deleting the composition uninstalls it from all
+// three, each cluster by the replica that holds it.
 func TestReplicasShareTheDelivery(t *testing.T) {
 	hub := controlplane.Start(t)
 	targets := map[string]*controlplane.ControlPlane{}
@@ -85,7 +86,15 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 		assert.Len(c, held, len(clusters), "every cluster held by a replica")
 		assert.ElementsMatch(c, replicas, slices.Compact(slices.Sorted(maps.Values(held))), "each replica holds a share")
 	}, 2*time.Minute, 200*time.Millisecond)
-	t.Logf("clusters held: %v", held)
+	// leader is the replica the leader election Lease names.
+	leader := func() string {
+		lease := &coordinationv1.Lease{}
+		if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: "compositor.compositor.dev"}, lease); err != nil || lease.Spec.HolderIdentity == nil {
+			return "none"
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	t.Logf("clusters held: %v; the leader: %s", held, leader())
 
 	start := time.Now()
 	res := hub.Kubectl(ctx, placedApp("hello", "env=prod", "one"), "apply", "-f", "-")
@@ -120,7 +129,7 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 			assert.Equal(c, survivor, holders(c)[name], name)
 		}
 	}, 2*time.Minute, 200*time.Millisecond)
-	t.Logf("%s (held %d clusters) stopped: %s held all three %v later", victim, counts[victim], survivor, time.Since(stopped).Round(10*time.Millisecond))
+	t.Logf("%s (held %d clusters) stopped: %s held all three %v later; the leader: %s", victim, counts[victim], survivor, time.Since(stopped).Round(10*time.Millisecond), leader())
 
 	res = hub.Kubectl(ctx, placedApp("hello", "env=prod", "two"), "apply", "-f", "-")
 	require.NoError(t, res.Err, res.Stderr)
@@ -134,12 +143,33 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 		assert.Equal(t, int64(2), st.Revision, name)
 	}
 
+	// A third replica joins and takes a share. Deleting the composition uninstalls it
+	// from every cluster, each by the replica that holds it; then the definition goes.
+	stops["replica-3"] = startCompositor(t, hub, func(o *app.ServeOptions) {
+		o.Controllers = app.ControllersInProcess
+		o.Multicluster = true
+		o.LeaderElection = true
+		o.ReplicaID = "replica-3"
+		o.ShardLeaseDuration = 4 * time.Second
+		front.add(o.WebhookAddr)
+		o.WebhookURL = front.URL
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		held = holders(c)
+		assert.Len(c, held, len(clusters))
+		assert.ElementsMatch(c, []string{survivor, "replica-3"}, slices.Compact(slices.Sorted(maps.Values(held))), "each replica holds a share")
+	}, 2*time.Minute, 200*time.Millisecond)
+	t.Logf("clusters held: %v", held)
+	deleting := time.Now()
 	res = hub.Kubectl(ctx, "", "delete", placedResource, "hello", "-n", placedNamespace, "--timeout=2m")
 	require.NoError(t, res.Err, res.Stderr)
+	t.Logf("deleted, uninstalled from three clusters by two replicas, in %v", time.Since(deleting).Round(10*time.Millisecond))
 	assertOnTargets(t, targets, "hello", nil)
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(placedGVK)
 	assert.True(t, apierrors.IsNotFound(hub.Client.Get(ctx, client.ObjectKey{Namespace: placedNamespace, Name: "hello"}, obj)))
+	res = hub.Kubectl(ctx, "", "delete", "compositiondefinition", "placed-app", "-n", placedNamespace, "--timeout=2m")
+	require.NoError(t, res.Err, res.Stderr)
 }
 
 // releaseRecords counts the revisions Helm keeps of release on target.

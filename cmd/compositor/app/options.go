@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/policies"
@@ -94,8 +95,9 @@ type ServeOptions struct {
 	// they share the target clusters, each engaging its own (a Lease per replica and
 	// per cluster in Namespace). It must be unique among them: the pod's name.
 	ReplicaID string
-	// ShardLeaseDuration is how long a replica's hold on its target clusters lasts
-	// unrenewed: how soon the others take over the clusters of a replica that is gone.
+	// ShardLeaseDuration is how long a replica's Lease on one target cluster lasts
+	// unrenewed. The clusters of a replica that is gone move once its peer Lease
+	// lapses, which multicluster-runtime keeps for 30 s.
 	ShardLeaseDuration time.Duration
 }
 
@@ -152,18 +154,20 @@ func NewServeOptions() *ServeOptions {
 		ControllerImage:        controller.DefaultImage,
 		AuditInterval:          time.Minute,
 		Controllers:            ControllersDeployments,
-		ReplicaID:              hostname(),
+		ReplicaID:              defaultReplicaID(),
 		ShardLeaseDuration:     20 * time.Second,
 	}
 }
 
-// hostname is the default --replica-id: a pod's host name is its name.
-func hostname() string {
+// defaultReplicaID is the default --replica-id, without POD_NAME: the host name (a
+// pod's, unless its spec sets one) and a random suffix, so that two replicas never
+// share one, as controller-runtime's leader election does.
+func defaultReplicaID() string {
 	name, err := os.Hostname()
-	if err != nil {
-		return ""
+	if err != nil || name == "" {
+		name = "compositor"
 	}
-	return name
+	return name + "-" + utilrand.String(5)
 }
 
 // AddFlags registers the serve flags on fs, with the current values of o as defaults.
@@ -195,8 +199,8 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
 	fs.StringVar(&o.Controllers, "controllers", o.Controllers, "Where composition controllers run: deployments (one generated Deployment per served version) or in-process (inside serve, impersonating the generated ServiceAccounts)")
-	fs.StringVar(&o.ReplicaID, "replica-id", o.ReplicaID, "Unique name of this replica, with --leader-election and --multicluster, which share the target clusters among replicas (env POD_NAME; default: the host name)")
-	fs.DurationVar(&o.ShardLeaseDuration, "shard-lease-duration", o.ShardLeaseDuration, "With --leader-election and --multicluster, how long a replica's hold on its target clusters lasts unrenewed: how soon the other replicas take over the clusters of one that is gone")
+	fs.StringVar(&o.ReplicaID, "replica-id", o.ReplicaID, "Unique name of this replica, with --leader-election and --multicluster, which share the target clusters among replicas (env POD_NAME; default: the host name and a random suffix)")
+	fs.DurationVar(&o.ShardLeaseDuration, "shard-lease-duration", o.ShardLeaseDuration, "With --leader-election and --multicluster, how long a replica's Lease on one target cluster lasts unrenewed (a replica that is gone loses its clusters once its peer Lease, kept 30 s, lapses)")
 	fs.BoolVar(&o.Multicluster, "multicluster", o.Multicluster, "Install compositions annotated compositor.dev/placement on the target clusters it selects, registered by kubeconfig Secrets in --namespace labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true (needs --controllers in-process)")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
 }
