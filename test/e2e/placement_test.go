@@ -120,14 +120,7 @@ func TestPlacedCompositionReachesEveryTarget(t *testing.T) {
 	assert.Equal(t, statuses["target-a"].Fingerprint, statuses["target-b"].Fingerprint, "the same values and chart on both")
 
 	// An update reaches both; a reconcile with nothing new skips Helm on each.
-	res = hub.Kubectl(ctx, placedApp("hello", "env=prod", "two"), "apply", "-f", "-")
-	require.NoError(t, res.Err, res.Stderr)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for name, target := range targets {
-			assert.Equal(c, "two", greeting(c, target, "hello"), name)
-		}
-		assert.Contains(c, readyCondition(c, hub, placedResource, placedNamespace, "hello"), "True Available")
-	}, 2*time.Minute, 100*time.Millisecond)
+	updateEverywhere(t, hub, targets, "hello", "two")
 	updated := clusterStatuses(t, hub, "hello")
 	for _, name := range []string{"target-a", "target-b"} {
 		assert.Equal(t, int64(2), updated[name].Revision, name)
@@ -255,6 +248,20 @@ func TestPlacedCompositionReachesEveryTarget(t *testing.T) {
 		"release shop/stray is left on cluster target-b: the cluster is no longer registered (its kubeconfig Secret is gone), so nothing can uninstall it")
 	require.NoError(t, restartable.start())
 	assert.Equal(t, "bye", greeting(t, targetB, "stray"), "left behind on target-b")
+}
+
+// updateEverywhere applies composition name, placed on env=prod, with greeting, and
+// waits until every target has it and the composition is Ready.
+func updateEverywhere(t *testing.T, hub *controlplane.ControlPlane, targets map[string]*controlplane.ControlPlane, name, want string) {
+	t.Helper()
+	res := hub.Kubectl(context.Background(), placedApp(name, "env=prod", want), "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for cluster, target := range targets {
+			assert.Equal(c, want, greeting(c, target, name), cluster)
+		}
+		assert.Contains(c, readyCondition(c, hub, placedResource, placedNamespace, name), "True Available")
+	}, 2*time.Minute, 100*time.Millisecond)
 }
 
 // withToken is kubeconfig with its credentials replaced by token.

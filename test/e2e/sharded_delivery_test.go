@@ -42,8 +42,9 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 	front := startWebhookFront(t)
 	stops := map[string]func(){}
 	replicas := []string{"replica-1", "replica-2"}
-	for _, id := range replicas {
-		stops[id] = startCompositor(t, hub, func(o *app.ServeOptions) {
+	// replica runs a replica of Compositor that shares the clusters, behind front.
+	replica := func(id string) func(*app.ServeOptions) {
+		return func(o *app.ServeOptions) {
 			o.Controllers = app.ControllersInProcess
 			o.Multicluster = true
 			o.LeaderElection = true
@@ -51,7 +52,10 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 			o.ShardLeaseDuration = 4 * time.Second
 			front.add(o.WebhookAddr)
 			o.WebhookURL = front.URL
-		})
+		}
+	}
+	for _, id := range replicas {
+		stops[id] = startCompositor(t, hub, replica(id))
 	}
 	for name, target := range targets {
 		require.NoError(t, hub.Client.Create(ctx, kubeconfigSecret(t, name, target, map[string]string{"env": "prod"})))
@@ -131,29 +135,14 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 	}, 2*time.Minute, 200*time.Millisecond)
 	t.Logf("%s (held %d clusters) stopped: %s held all three %v later; the leader: %s", victim, counts[victim], survivor, time.Since(stopped).Round(10*time.Millisecond), leader())
 
-	res = hub.Kubectl(ctx, placedApp("hello", "env=prod", "two"), "apply", "-f", "-")
-	require.NoError(t, res.Err, res.Stderr)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for name, target := range targets {
-			assert.Equal(c, "two", greeting(c, target, "hello"), name)
-		}
-		assert.Contains(c, readyCondition(c, hub, placedResource, placedNamespace, "hello"), "True Available")
-	}, 2*time.Minute, 100*time.Millisecond)
+	updateEverywhere(t, hub, targets, "hello", "two")
 	for name, st := range clusterStatuses(t, hub, "hello") {
 		assert.Equal(t, int64(2), st.Revision, name)
 	}
 
 	// A third replica joins and takes a share. Deleting the composition uninstalls it
 	// from every cluster, each by the replica that holds it; then the definition goes.
-	stops["replica-3"] = startCompositor(t, hub, func(o *app.ServeOptions) {
-		o.Controllers = app.ControllersInProcess
-		o.Multicluster = true
-		o.LeaderElection = true
-		o.ReplicaID = "replica-3"
-		o.ShardLeaseDuration = 4 * time.Second
-		front.add(o.WebhookAddr)
-		o.WebhookURL = front.URL
-	})
+	stops["replica-3"] = startCompositor(t, hub, replica("replica-3"))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		held = holders(c)
 		assert.Len(c, held, len(clusters))
