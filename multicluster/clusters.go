@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded"
 	"sigs.k8s.io/multicluster-runtime/pkg/manager/coordinator/sharded/peers"
 	mc "sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	"sigs.k8s.io/multicluster-runtime/pkg/util/sanitize"
 	"sigs.k8s.io/multicluster-runtime/providers/kubeconfig"
 )
 
@@ -73,6 +75,10 @@ type Clusters struct {
 	notify    func(string)
 	mgr       mcmanager.Manager
 	secrets   client.Reader
+	// replica is this replica's ID as its peer Lease names it, and leases reads the
+	// peer Leases, uncached; both only with Options.Shard.
+	replica string
+	leases  client.Reader
 
 	mu      sync.RWMutex
 	engaged map[string]*engagement
@@ -149,12 +155,15 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 	})
 	labelled := labels.SelectorFromSet(labels.Set{SecretLabel: "true"})
 	var mcOpts []mcmanager.Option
+	var replica string
+	var leases client.Reader
 	if opts.Shard != nil {
-		coordinator, err := shardedCoordinator(cfg, opts.Namespace, *opts.Shard, log)
+		coordinator, kube, err := shardedCoordinator(cfg, opts.Namespace, *opts.Shard, log)
 		if err != nil {
 			return nil, err
 		}
 		mcOpts = append(mcOpts, mcmanager.WithCoordinator(coordinator))
+		replica, leases = sanitize.DNS1123(opts.Shard.ID), kube
 	}
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Logger:                 log,
@@ -179,6 +188,8 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 		mgr:       mgr,
 		secrets:   mgr.GetLocalManager().GetClient(),
 		engaged:   map[string]*engagement{},
+		replica:   replica,
+		leases:    leases,
 	}
 	if err := mgr.Add(tracker{c}); err != nil {
 		return nil, fmt.Errorf("multicluster: adding the engagement tracker: %w", err)
@@ -188,24 +199,50 @@ func New(cfg *rest.Config, opts Options) (*Clusters, error) {
 
 // shardedCoordinator is multicluster-runtime's sharded coordinator with its Leases in
 // namespace: compositor-peer-<id> per replica, compositor-shard-<cluster> per cluster.
-func shardedCoordinator(cfg *rest.Config, namespace string, opts ShardOptions, log logr.Logger) (*sharded.Coordinator, error) {
+func shardedCoordinator(cfg *rest.Config, namespace string, opts ShardOptions, log logr.Logger) (*sharded.Coordinator, client.Client, error) {
 	if opts.ID == "" {
-		return nil, errors.New("multicluster: sharding needs the replica's ID")
+		return nil, nil, errors.New("multicluster: sharding needs the replica's ID")
 	}
 	kube, err := client.New(cfg, client.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("multicluster: creating the coordinator's client: %w", err)
+		return nil, nil, fmt.Errorf("multicluster: creating the coordinator's client: %w", err)
 	}
 	log = log.WithName("shards")
 	options := []sharded.Option{
 		sharded.WithShardLease(namespace, "compositor-shard"),
 		sharded.WithPerClusterLease(true),
-		sharded.WithPeerRegistry(peers.NewLeaseRegistry(kube, namespace, "compositor-peer", opts.ID, 1, log)),
+		sharded.WithPeerRegistry(peers.NewLeaseRegistry(kube, namespace, peerLeasePrefix, opts.ID, 1, log)),
 	}
 	if d := opts.LeaseDuration; d > 0 {
 		options = append(options, sharded.WithLeaseTimings(d, d/2, 750*time.Millisecond), sharded.WithSynchronizationIntervals(d/4, d/2))
 	}
-	return sharded.New(kube, log, options...), nil
+	return sharded.New(kube, log, options...), kube, nil
+}
+
+// peerLeasePrefix names the Lease each replica renews while it runs:
+// <peerLeasePrefix>-<replica>.
+const peerLeasePrefix = "compositor-peer"
+
+// Replica is this replica's ID among those sharing the clusters (Options.Shard), as
+// its peer Lease names it; "" when the clusters are not shared.
+func (c *Clusters) Replica() string { return c.replica }
+
+// ReplicaAlive reports whether the replica with ID id still renews its peer Lease:
+// false when it lapsed, or when there is none (or it cannot be read, or the
+// clusters are not shared).
+func (c *Clusters) ReplicaAlive(ctx context.Context, id string) bool {
+	if c.leases == nil || id == "" {
+		return false
+	}
+	lease := &coordinationv1.Lease{}
+	if err := c.leases.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: peerLeasePrefix + "-" + sanitize.DNS1123(id)}, lease); err != nil {
+		return false
+	}
+	spec := lease.Spec
+	if spec.RenewTime == nil || spec.LeaseDurationSeconds == nil {
+		return false
+	}
+	return time.Since(spec.RenewTime.Time) < time.Duration(*spec.LeaseDurationSeconds)*time.Second
 }
 
 // Start runs the manager and the provider until ctx ends; it returns then, or on an

@@ -296,10 +296,15 @@ type site struct {
 	// gone, targets only, is closed when this replica no longer engages the cluster:
 	// nothing more is started there (handedOver).
 	gone <-chan struct{}
-	// handover, targets shared among replicas only, is how long a pending revision
-	// there is taken for an operation the replica that held the cluster before may
-	// still be running, rather than for one that was interrupted.
-	handover time.Duration
+	// shared, targets shared among replicas only: this replica's ID, recorded on the
+	// releases it installs or upgrades, and whether a replica runs still.
+	shared *replicas
+}
+
+// replicas are those of Compositor sharing the target clusters.
+type replicas struct {
+	self  string
+	alive func(ctx context.Context, id string) bool
 }
 
 // handedOver reports whether this replica no longer engages s's cluster.
@@ -369,11 +374,11 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
 		return r.refused(obj, s, err)
 	}
-	if a, running := stillRunning(s, last); running {
-		return a
-	}
 	if s.handedOver() {
 		return attempt{elsewhere: true}
+	}
+	if a, running := stillRunning(ctx, s, last); running {
+		return a
 	}
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return failed(ReasonInstallFailed, err)
@@ -400,7 +405,7 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	}
 	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, name, w.chart, w.values, InstallOptions{
 		Last:             last,
-		Labels:           map[string]string{LabelCompositionUID: string(obj.GetUID()), LabelFingerprint: releaseFingerprint(w.fingerprint)},
+		Labels:           releaseLabels(obj, w, s),
 		ClusterResources: clusterResources,
 		Gate:             gate,
 	})
@@ -418,6 +423,17 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	}
 	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", name, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
 	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), changed: true, revision: rel.Version}
+}
+
+// releaseLabels are the labels of the revision about to be installed on s: whose it is,
+// what it installs and, on a target shared among replicas, the replica that runs the
+// operation (stillRunning).
+func releaseLabels(obj client.Object, w work, s site) map[string]string {
+	labels := map[string]string{LabelCompositionUID: string(obj.GetUID()), LabelFingerprint: releaseFingerprint(w.fingerprint)}
+	if s.shared != nil {
+		labels[LabelReplica] = s.shared.self
+	}
+	return labels
 }
 
 // recoverInterrupted marks the release's last revision failed when a process that

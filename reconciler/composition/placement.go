@@ -507,6 +507,11 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 		return later(append(installs, left.attempts...))
 	}
 	all := append(installs, left.attempts...)
+	if len(elsewhere) > 0 || len(left.elsewhere) > 0 {
+		// Another replica's entry that changes only its message wakes nobody
+		// (PlacementProgressed): the conditions read it again in a while.
+		all = append(all, attempt{requeue: elsewhereRefresh})
+	}
 	// A release in the local cluster from before the placement goes once the
 	// composition runs somewhere else: a placement that selects nothing, or a target
 	// that fails, does not take the application down.
@@ -544,6 +549,10 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	}
 	return later(all)
 }
+
+// elsewhereRefresh is how often the leader reads again the entries of clusters other
+// replicas have not installed on, or uninstalled from, yet.
+const elsewhereRefresh = 30 * time.Second
 
 // heldElsewhere says, of each of the clusters, engaged on other replicas, that the
 // replica holding it has not done something yet.
@@ -621,17 +630,17 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), gone: cl.Done(), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
 		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
 	}}
-	if r.Targets.Sharded {
-		s.handover = handoverGrace
-	}
+	s.shared = r.Targets.replicas()
 	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w, installed))
 }
 
-// handoverGrace is how long, with the target clusters shared among replicas, a
-// pending revision on a target is taken for an operation that the replica which held
-// the cluster before may still be running (stillRunning): longer than a Helm
-// operation takes.
-const handoverGrace = 2 * time.Minute
+// replicas are those sharing the clusters, nil when they are not shared.
+func (t *Targets) replicas() *replicas {
+	if !t.Sharded {
+		return nil
+	}
+	return &replicas{self: t.Clusters.Replica(), alive: t.Clusters.ReplicaAlive}
+}
 
 // departures is what uninstalling from clusters came to: the attempts, the clusters
 // whose release could not be uninstalled yet, and those another replica holds.
@@ -707,11 +716,11 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 	if a, held := r.Targets.held(cl, ReasonUninstallFailed); held {
 		return a
 	}
-	return r.Targets.observe(cl, r.uninstallWith(obj, def, cl))
+	return r.Targets.observe(cl, r.uninstallWith(ctx, obj, def, cl))
 }
 
 // uninstallWith uninstalls the composition's release from the engaged cluster cl.
-func (r *Reconciler) uninstallWith(obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster) attempt {
+func (r *Reconciler) uninstallWith(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster) attempt {
 	namespace, name, cluster := obj.GetNamespace(), releaseName(obj), cl.Name
 	h, err := r.Targets.helm(cl)
 	if err != nil {
@@ -728,6 +737,9 @@ func (r *Reconciler) uninstallWith(obj *unstructured.Unstructured, def *corev1al
 	_, clusterResources := allowedClusterScoped(def, h.mapper)
 	if cl.Ended() { // another replica may hold the cluster now
 		return attempt{elsewhere: true}
+	}
+	if a, running := stillRunning(ctx, site{cluster: cluster, shared: r.Targets.replicas()}, last); running {
+		return a // what it installs would be left with no release to uninstall
 	}
 	removed, err := h.Uninstall(namespace, name, clusterResources...)
 	if err != nil {
@@ -763,7 +775,11 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 		setClusters(obj, next)
 		r.setConditions(obj, false, ReasonUninstalling, joinMessages(notReadyMessage(next),
 			heldElsewhere(unlisted(next, left.elsewhere), "has not uninstalled the release there yet")))
-		result, err := later(left.attempts)
+		attempts := left.attempts
+		if lead && len(left.elsewhere) > 0 {
+			attempts = append(attempts, attempt{requeue: elsewhereRefresh})
+		}
+		result, err := later(attempts)
 		return result, false, err
 	}
 	setClusters(obj, nil)
@@ -795,10 +811,10 @@ func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured,
 		}
 	}
 	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
-	if err != nil {
-		return ctrl.Result{}, nil
+	if err != nil && obj.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, nil // the releases stay; being deleted, they go
 	}
-	installing := !placement.Local() && obj.GetDeletionTimestamp().IsZero()
+	installing := err == nil && !placement.Local() && obj.GetDeletionTimestamp().IsZero()
 	if installing && def == nil {
 		return ctrl.Result{}, nil
 	}

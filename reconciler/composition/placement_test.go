@@ -186,24 +186,35 @@ func TestPlacementProgressedPassesEntriesAndFinalizers(t *testing.T) {
 	assert.False(t, p.Update(event.UpdateEvent{ObjectOld: entry, ObjectNew: reworded}), "a message alone wakes nobody")
 }
 
-// On a target cluster shared among replicas, a young pending revision may be the
-// previous holder's operation, still running: it is waited for, not taken over.
-func TestAPendingRevisionIsGivenTimeAfterAHandover(t *testing.T) {
-	pending := &release.Release{Name: "shop", Version: 3, Info: &release.Info{Status: release.StatusPendingUpgrade, LastDeployed: helmtime.Now()}}
-	shared := site{cluster: "eu-1", handover: handoverGrace}
-	a, running := stillRunning(shared, pending)
+// On a target cluster shared among replicas, a pending revision started by another
+// replica that runs still may be its operation, still running: it is waited for, not
+// taken over. One of this replica's, one whose replica is gone, or one too old, was
+// interrupted.
+func TestAPendingRevisionOfAnotherReplicaIsWaitedFor(t *testing.T) {
+	alive := map[string]bool{"r2": true}
+	shared := site{cluster: "eu-1", shared: &replicas{self: "r1", alive: func(_ context.Context, id string) bool { return alive[id] }}}
+	pending := func(by string, since time.Time) *release.Release {
+		return &release.Release{Name: "shop", Version: 3, Labels: map[string]string{LabelReplica: by},
+			Info: &release.Info{Status: release.StatusPendingUpgrade, LastDeployed: helmtime.Time{Time: since}}}
+	}
+	a, running := stillRunning(context.Background(), shared, pending("r2", time.Now()))
 	require.True(t, running)
 	assert.Equal(t, ReasonInstalling, a.reason)
 	assert.Contains(t, a.message, "release shop on cluster eu-1 has been pending-upgrade since ")
-	assert.InDelta(t, handoverGrace.Seconds(), a.requeue.Seconds(), 5)
+	assert.Contains(t, a.message, "by replica r2 of Compositor, which held the cluster before this one and runs still")
+	assert.Equal(t, retryTarget, a.requeue)
 	assert.NoError(t, a.err)
 
-	old := &release.Release{Name: "shop", Info: &release.Info{Status: release.StatusPendingInstall, LastDeployed: helmtime.Time{Time: time.Now().Add(-handoverGrace - time.Second)}}}
-	_, running = stillRunning(shared, old)
-	assert.False(t, running, "older than the grace: interrupted")
-	_, running = stillRunning(site{}, pending)
+	for name, rel := range map[string]*release.Release{
+		"this replica's own":     pending("r1", time.Now()),
+		"a replica that is gone": pending("r3", time.Now()),
+		"no replica recorded":    pending("", time.Now()),
+		"pending for too long":   pending("r2", time.Now().Add(-maxPending-time.Minute)),
+		"not pending":            {Name: "shop", Labels: map[string]string{LabelReplica: "r2"}, Info: &release.Info{Status: release.StatusDeployed}},
+	} {
+		_, running := stillRunning(context.Background(), shared, rel)
+		assert.False(t, running, name)
+	}
+	_, running = stillRunning(context.Background(), site{}, pending("r2", time.Now()))
 	assert.False(t, running, "a cluster no other replica acts on")
-	deployed := &release.Release{Name: "shop", Info: &release.Info{Status: release.StatusDeployed, LastDeployed: helmtime.Now()}}
-	_, running = stillRunning(shared, deployed)
-	assert.False(t, running)
 }

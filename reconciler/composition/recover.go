@@ -1,6 +1,7 @@
 package composition
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -24,7 +25,7 @@ const interruptedDescription = "Interrupted while %s: the process running the op
 // revision seen before this process has started an operation was therefore left by a
 // process that ended in the middle of one, but for a target cluster that just moved
 // from another replica, which may still be running its last operation there
-// (stillRunning waits for that). Helm itself would refuse every later operation on
+// (stillRunning waits for it). Helm itself would refuse every later operation on
 // the release ("another operation is in progress"), forever.
 func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (release.Status, error) {
 	if last == nil || last.Info == nil || !last.Info.Status.IsPending() {
@@ -48,23 +49,32 @@ func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (rele
 	return stuck, nil
 }
 
+// LabelReplica is the release label naming the replica of Compositor that ran the
+// operation of a revision, on a target cluster shared among replicas.
+const LabelReplica = "compositor.dev/replica"
+
+// maxPending is how long a revision may stay pending on a shared target while the
+// replica that started it runs still; past that it is taken for interrupted.
+const maxPending = 30 * time.Minute
+
 // stillRunning holds an attempt on s, a target cluster shared among replicas, while
-// the last revision there is pending and younger than s.handover: the replica that
-// held the cluster before this one may still be running that operation (Helm runs it
-// to its end once started), and two at once would leave the release in a state
-// neither meant.
-func stillRunning(s site, last *release.Release) (attempt, bool) {
-	if s.handover <= 0 || last == nil || last.Info == nil || !last.Info.Status.IsPending() {
+// its last revision is pending and may still be running: the cluster moved here from
+// the replica that started the operation (LabelReplica), which runs it to its end,
+// and that replica still renews its Lease. Two operations at once would leave the
+// release in a state neither meant. A revision this replica started, or one whose
+// replica is gone, was interrupted.
+func stillRunning(ctx context.Context, s site, last *release.Release) (attempt, bool) {
+	if s.shared == nil || last == nil || last.Info == nil || !last.Info.Status.IsPending() {
 		return attempt{}, false
 	}
-	age := time.Since(last.Info.LastDeployed.Time)
-	if age >= s.handover {
+	by := last.Labels[LabelReplica]
+	since := last.Info.LastDeployed.Time
+	if by == "" || by == s.shared.self || time.Since(since) > maxPending || !s.shared.alive(ctx, by) {
 		return attempt{}, false
 	}
-	wait := s.handover - age
-	message := fmt.Sprintf("release %s%s has been %s since %s, perhaps still by the replica of Compositor that held the cluster before this one: it is looked at again in %s",
-		last.Name, s.on(), last.Info.Status, last.Info.LastDeployed.UTC().Format(time.RFC3339), wait.Round(time.Second))
-	return attempt{reason: ReasonInstalling, message: message, requeue: wait}, true
+	message := fmt.Sprintf("release %s%s has been %s since %s by replica %s of Compositor, which held the cluster before this one and runs still: it is looked at again in %s",
+		last.Name, s.on(), last.Info.Status, since.UTC().Format(time.RFC3339), by, retryTarget)
+	return attempt{reason: ReasonInstalling, message: message, requeue: retryTarget}, true
 }
 
 // hasInstallHooks reports whether rel's chart runs hooks on install, which an upgrade
