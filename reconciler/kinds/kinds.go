@@ -311,6 +311,8 @@ func (k *Runtime) followDefinitions(ctx context.Context) {
 	}
 }
 
+// hasLed reports whether the definition reconciler has served or stopped a version
+// here (led).
 func (k *Runtime) hasLed() bool {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
