@@ -477,22 +477,13 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	// kubeconfig was just written or rotated, or cannot be used, and the leader says so.
 	for _, name := range waiting {
 		st, recorded := previous[name]
-		why := ""
-		if r.Targets.Sharded {
-			why = r.Targets.Clusters.Unusable(ctx, name)
-		}
-		if r.Targets.Sharded && why == "" {
+		another := r.Targets.Sharded && r.Targets.Clusters.Unusable(ctx, name) == ""
+		if another || !lead {
 			if recorded {
 				next[name] = st
 			}
-			if !recorded || !st.Ready || st.Fingerprint != w.fingerprint {
+			if another && (!recorded || !st.Ready || st.Fingerprint != w.fingerprint) {
 				elsewhere = append(elsewhere, name)
-			}
-			continue
-		}
-		if !lead {
-			if recorded {
-				next[name] = st
 			}
 			continue
 		}
