@@ -47,16 +47,25 @@ type ConfigurationOptions struct {
 	Annotations map[string]string
 }
 
+// StatusWebhookName names the validating webhook of compositions' status writes.
+const StatusWebhookName = "status.compositor.dev"
+
 // Configurations returns the mutating and validating webhook configurations. Their
 // rules cover Compositor's own groups only, so an outage of Compositor can never block
 // core Kubernetes objects; the mutating webhook covers only compositions, the one
-// kind it changes.
+// kind it changes. The validating configuration has a second webhook, for the status
+// subresource of compositions alone (StatusPath), so that the writes of objects are
+// not sent to it nor status writes to theirs.
 func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	mutateClient, err := opts.clientConfig(MutatePath)
 	if err != nil {
 		return nil, nil, err
 	}
 	validateClient, err := opts.clientConfig(ValidatePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	statusClient, err := opts.clientConfig(StatusPath)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,6 +99,25 @@ func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.Mutatin
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
 			AdmissionReviewVersions: []string{"v1"},
+		}, {
+			// Writes of a composition's status, by anyone but Compositor, are refused
+			// (StatusGuard); a patch is an update at admission.
+			Name:         StatusWebhookName,
+			ClientConfig: statusClient,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups:   []string{CompositionGroup},
+					APIVersions: []string{"*"},
+					Resources:   []string{"*/status"},
+					Scope:       ptr.To(admissionregistrationv1.AllScopes),
+				},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
 	return mutating, validating, nil
@@ -101,8 +129,8 @@ func rules(ops []admissionregistrationv1.OperationType, groups ...string) []admi
 		Rule: admissionregistrationv1.Rule{
 			APIGroups:   groups,
 			APIVersions: []string{"*"},
-			// "*" is every resource but no subresource: status writes by controllers
-			// are not admitted here.
+			// "*" is every resource but no subresource: status writes go to the
+			// status webhook alone.
 			Resources: []string{"*"},
 			Scope:     ptr.To(admissionregistrationv1.AllScopes),
 		},

@@ -57,6 +57,10 @@ type Options struct {
 	// ReleaseNames knows the release names of compositions; without it, a release name
 	// is checked only against Helm's records.
 	ReleaseNames *ReleaseNames
+	// Users are the user names Compositor runs as (a SelfSubjectReview at start): with
+	// the ServiceAccounts of the composition controllers it runs, the only users whose
+	// writes of a composition's status are admitted (see StatusGuard).
+	Users []string
 }
 
 // Register mounts the admission handlers on srv.
@@ -64,6 +68,7 @@ func Register(srv webhook.Server, opts Options) {
 	mutator, validator := newHandlers(opts)
 	srv.Register(MutatePath, guard(mutator))
 	srv.Register(ValidatePath, guard(validator))
+	srv.Register(StatusPath, guard(validator.status))
 	srv.Register(ConvertPath, NewConverter(validator.schemas))
 }
 
@@ -73,6 +78,7 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		Compositions: compositionChecks(opts.Cached, releaseNames(opts.ReleaseNames)),
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
+		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached},
 	}
 	if opts.Cached != nil {
 		v.schemas = NewCRDSchemas(opts.Cached, opts.Live)
@@ -120,6 +126,11 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	default:
 		return unsupportedKind(req.Kind)
 	}
+	if req.SubResource != "" {
+		// Defaulting is for the object itself; a subresource write (its rules name none)
+		// cannot change the metadata it sets.
+		return admission.Allowed("")
+	}
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allowed("")
 	}
@@ -153,12 +164,17 @@ type Validator struct {
 	decider *policyCheck
 	// schemas are the generated CRDs' schemas, shared with the conversion webhook.
 	schemas *CRDSchemas
+	// status judges writes of a composition's status (StatusPath); nil refuses them.
+	status *StatusGuard
 }
 
 var _ admission.Handler = &Validator{}
 
 // Handle implements admission.Handler.
 func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.Response {
+	if ar.SubResource != "" {
+		return v.subresource(ctx, ar)
+	}
 	req, bad := decode(ar)
 	if bad != nil {
 		return *bad
@@ -166,6 +182,24 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	resp, decision := v.review(ctx, req, nil)
 	countViolations(decision)
 	return resp
+}
+
+// subresource answers a write of a subresource, which the rules of ValidatePath never
+// send (StatusPath has the status of compositions): the checks, the schema and the
+// policies judge an object's spec and metadata, which such a write cannot change, so
+// none of them runs. A composition's status is judged as on StatusPath; other
+// subresources are left to the API server's authorization.
+func (v *Validator) subresource(ctx context.Context, ar admission.Request) admission.Response {
+	switch {
+	case ar.Kind.Group != CompositionGroup && ar.Kind.Group != corev1alpha1.GroupVersion.Group && ar.Kind.Group != policyGroup:
+		return unsupportedKind(ar.Kind)
+	case ar.Kind.Group != CompositionGroup || ar.SubResource != "status":
+		return admission.Allowed("")
+	case v.status == nil:
+		return statusRefused(ar)
+	default:
+		return v.status.Handle(ctx, ar)
+	}
 }
 
 // review runs the checks of req's kind, then the schema and the policies, and answers

@@ -222,12 +222,21 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	assert.Equal(t, "https://127.0.0.1:9443/mutate", *m.ClientConfig.URL)
 	assert.Equal(t, []string{CompositionGroup}, m.Rules[0].APIGroups)
 
-	require.Len(t, validating.Webhooks, 1)
+	require.Len(t, validating.Webhooks, 2)
 	v := validating.Webhooks[0]
 	assert.Equal(t, "https://127.0.0.1:9443/validate", *v.ClientConfig.URL)
 	assert.ElementsMatch(t, []string{CompositionGroup, "core.krateo.io", "policy.compositor.dev"}, v.Rules[0].APIGroups)
 	assert.Equal(t, []string{"*"}, v.Rules[0].APIVersions)
 	assert.Equal(t, []string{"*"}, v.Rules[0].Resources)
+	// The status of compositions, and nothing else, goes to the status webhook.
+	s := validating.Webhooks[1]
+	assert.Equal(t, StatusWebhookName, s.Name)
+	assert.Equal(t, "https://127.0.0.1:9443"+StatusPath, *s.ClientConfig.URL)
+	require.Len(t, s.Rules, 1)
+	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, s.Rules[0].Operations)
+	assert.Equal(t, []string{CompositionGroup}, s.Rules[0].APIGroups)
+	assert.Equal(t, []string{"*"}, s.Rules[0].APIVersions)
+	assert.Equal(t, []string{"*/status"}, s.Rules[0].Resources)
 	for _, w := range []struct {
 		failure, match, side string
 		timeout              int32
@@ -236,6 +245,7 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	}{
 		{string(*m.FailurePolicy), string(*m.MatchPolicy), string(*m.SideEffects), *m.TimeoutSeconds, m.AdmissionReviewVersions, m.ClientConfig.CABundle},
 		{string(*v.FailurePolicy), string(*v.MatchPolicy), string(*v.SideEffects), *v.TimeoutSeconds, v.AdmissionReviewVersions, v.ClientConfig.CABundle},
+		{string(*s.FailurePolicy), string(*s.MatchPolicy), string(*s.SideEffects), *s.TimeoutSeconds, s.AdmissionReviewVersions, s.ClientConfig.CABundle},
 	} {
 		assert.Equal(t, "Fail", w.failure)
 		assert.Equal(t, "Equivalent", w.match)

@@ -194,6 +194,13 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Sou
 	if err := mgr.Add(releaseNames); err != nil {
 		return nil, err
 	}
+	// Only Compositor writes the status of compositions: as itself, or as the
+	// generated controllers' ServiceAccounts, which the webhook knows from the
+	// definitions.
+	users, err := compositorUsers(ctx, mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
 		ReleaseNames: releaseNames,
 		Cached:       mgr.GetClient(),
@@ -202,6 +209,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Sou
 		Charts:       charts,
 		// Creates SubjectAccessReviews, never cached.
 		Authorizer: authorizer,
+		Users:      users,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err

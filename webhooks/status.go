@@ -1,0 +1,140 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/ownership"
+)
+
+// StatusPath is where the API server sends the writes of a composition's status
+// subresource, which the rules of ValidatePath leave out.
+const StatusPath = "/validate-status"
+
+// StatusGuard answers StatusPath: only Compositor writes the status of compositions.
+// The status says what was installed and where (its conditions, status.clusters); a
+// tenant who may write it could make the controller and everyone reading it believe
+// something that is not so. The writers Compositor knows are:
+//
+//   - the identities Compositor itself runs as (Users: `compositor serve` and `dev`
+//     learn theirs at start; every replica of one installation shares it);
+//   - the composition controllers it runs, in process (impersonating) or as the
+//     generated Deployments: each acts as the ServiceAccount generated for one
+//     definition's version, named rbac.ServiceAccountName in the definition's namespace.
+//     Such a ServiceAccount may write the status of that kind and version only, and only
+//     when a definition in its namespace reports serving that version: a tenant's
+//     ServiceAccount of the same name in a namespace without such a definition is
+//     refused.
+//
+// Any other user, cluster administrators included, is refused with the reason. The
+// check reads nothing but the cached definitions of the request's version, so
+// controllers' status writes stay cheap; writes to compositions themselves never come
+// here.
+type StatusGuard struct {
+	// Users are the user names Compositor runs as.
+	Users []string
+	// Definitions reads CompositionDefinitions from a cache indexed by
+	// ownership.IndexServed; nil knows no definition, so only Users may write.
+	Definitions client.Reader
+}
+
+var _ admission.Handler = &StatusGuard{}
+
+// Handle implements admission.Handler.
+func (g *StatusGuard) Handle(ctx context.Context, ar admission.Request) admission.Response {
+	if ar.UID == "" || ar.Kind.Kind == "" || ar.Operation == "" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview has no request, or its request lacks uid, kind or operation"))
+	}
+	if ar.Kind.Group != CompositionGroup || ar.SubResource != "status" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf(
+			"compositor's status webhook judges only the status of %s kinds, not %s %s.%s/%s",
+			CompositionGroup, subresourceOf(ar.SubResource), ar.Kind.Kind, ar.Kind.Group, ar.Kind.Version))
+	}
+	if ar.Operation != admissionv1.Update {
+		// The status subresource is only ever updated (a patch is an update at
+		// admission); anything else is not a write of the status.
+		return admission.Allowed("")
+	}
+	var servers []corev1alpha1.CompositionDefinition
+	if g.Definitions != nil && !slices.Contains(g.Users, ar.UserInfo.Username) {
+		list := &corev1alpha1.CompositionDefinitionList{}
+		gvk := schema.GroupVersionKind{Group: ar.Kind.Group, Version: ar.Kind.Version, Kind: ar.Kind.Kind}
+		// Read only: the cache need not copy the definitions.
+		if err := g.Definitions.List(ctx, list, ownership.ServingVersion(gvk), client.UnsafeDisableDeepCopy); err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf(
+				"cannot tell whether %q may write the status of %s %s/%s: listing CompositionDefinitions: %w",
+				ar.UserInfo.Username, ar.Kind.Kind, ar.Namespace, ar.Name, err))
+		}
+		servers = list.Items
+	}
+	if mayWriteStatus(ar.UserInfo, g.Users, ar.Kind, ar.Resource, servers) {
+		return admission.Allowed("")
+	}
+	return statusRefused(ar)
+}
+
+// mayWriteStatus tells whether user may write the status of a composition of kind,
+// written through resource: user is one of Compositor's own users, or the ServiceAccount
+// of the composition controller that a definition among servers runs for kind's
+// version (servers are the definitions whose status reports kind; any others are
+// ignored).
+func mayWriteStatus(user authenticationv1.UserInfo, users []string, kind metav1.GroupVersionKind, resource metav1.GroupVersionResource, servers []corev1alpha1.CompositionDefinition) bool {
+	if user.Username == "" {
+		return false
+	}
+	if slices.Contains(users, user.Username) {
+		return true
+	}
+	namespace, name, err := serviceaccount.SplitUsername(user.Username)
+	if err != nil || name != rbac.ServiceAccountName(resource.Resource, resource.Version) {
+		return false
+	}
+	apiVersion := schema.GroupVersion{Group: kind.Group, Version: kind.Version}.String()
+	return slices.ContainsFunc(servers, func(def corev1alpha1.CompositionDefinition) bool {
+		// Being deleted counts: its controller still writes while it uninstalls.
+		return def.Namespace == namespace && def.Status.APIVersion == apiVersion &&
+			def.Status.Kind == kind.Kind && def.Status.Resource == resource.Resource
+	})
+}
+
+// statusRefused is the denial of a status write by someone other than Compositor.
+func statusRefused(ar admission.Request) admission.Response {
+	message := fmt.Sprintf("user %q may not write the status of %s %s: only Compositor writes the status of compositions",
+		ar.UserInfo.Username, ar.Kind.Kind, namespacedName(ar.Namespace, ar.Name))
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusForbidden,
+			Reason:  metav1.StatusReasonForbidden,
+			Message: message,
+			Details: &metav1.StatusDetails{Name: ar.Name, Group: ar.Kind.Group, Kind: ar.Resource.Resource},
+		},
+	}}
+}
+
+func namespacedName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+func subresourceOf(sub string) string {
+	if sub == "" {
+		return "writes of"
+	}
+	return "the " + sub + " of"
+}
