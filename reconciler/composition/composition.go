@@ -236,9 +236,10 @@ func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured
 		return ctrl.Result{}, err
 	}
 	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
-	// status fields, so it is stored as it is.
+	// status fields, so it is stored as it is. It only tells users what is installed:
+	// whether to install rests on the sealed release record alone.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	a := r.installOn(ctx, obj, def, site{helm: r.Helm, bind: r.Bind}, w, installed)
+	a := r.installOn(ctx, obj, def, site{helm: r.Helm, bind: r.Bind}, w)
 	if a.changed || (a.ready && installed != w.fingerprint) {
 		for field, value := range map[string]string{
 			"helmChartUrl":     def.Status.PackageURL,
@@ -349,14 +350,14 @@ func failed(reason string, err error) attempt {
 }
 
 // installOn runs helm upgrade --install on s unless the release there already is what
-// the composition asks for (deployed, with the fingerprint installed, recorded for s,
-// or the one its release label LabelFingerprint records: the status read may be older
-// than the release), and only through the install gate (installgate.go): the
+// the composition asks for (deployed, with the fingerprint its sealed release record's
+// label LabelFingerprint holds: never the composition's status, which others may
+// write), and only through the install gate (installgate.go): the
 // release must be the composition's own, its values must pass the chart's schema, and
 // the manifests Helm is about to apply must stay in the namespace and pass the policies.
 // The policies judge the composition as written in Compositor's cluster, its namespace
 // there included, wherever it is installed.
-func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, installed string) attempt {
+func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work) attempt {
 	namespace, name := obj.GetNamespace(), w.release
 	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
 	if s.check != nil {
@@ -368,6 +369,9 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 		}
 	}
 	last, err := s.helm.lastRelease(namespace, name)
+	if IsTampered(err) {
+		return r.refused(obj, s, &GateError{Reason: ReasonReleaseTampered, Message: err.Error()})
+	}
 	if err != nil {
 		return failed(ReasonInstallFailed, fmt.Errorf("reading the history of release %s/%s%s: %w", namespace, name, s.on(), err))
 	}
@@ -383,11 +387,15 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
-	if last != nil && last.Info.Status == release.StatusDeployed && (installed == w.fingerprint || last.Labels[LabelFingerprint] == releaseFingerprint(w.fingerprint)) {
+	if last != nil && last.Info.Status == release.StatusDeployed && last.Labels[LabelFingerprint] == releaseFingerprint(w.fingerprint) {
 		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", name, s.on(), w.chart.Metadata.Version, last.Version)
 		return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), revision: last.Version}
 	}
-	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, last != nil)
+	operation := "CREATE"
+	if last != nil {
+		operation = "UPDATE"
+	}
+	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
 	if err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
@@ -505,7 +513,11 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	}
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
 		if err := r.uninstallLocal(ctx, obj, def); err != nil {
-			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
+			reason := ReasonUninstallFailed
+			if IsTampered(err) {
+				reason = ReasonReleaseTampered
+			}
+			r.setConditions(obj, false, reason, err.Error())
 			return ctrl.Result{}, err
 		}
 	}
@@ -517,14 +529,22 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 // it is not the composition's (then it is left alone, with an event).
 func (r *Reconciler) uninstallLocal(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) error {
 	name := releaseName(obj)
-	if last, err := r.Helm.lastRelease(obj.GetNamespace(), name); err == nil {
+	last, err := r.Helm.lastRelease(obj.GetNamespace(), name)
+	switch {
+	case IsTampered(err):
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonReleaseTampered, "Uninstall", "%s", err.Error())
+		return err
+	case err == nil:
 		if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
 			return nil
 		}
 	}
-	_, clusterResources := allowedClusterScoped(def, r.Helm.mapper)
-	removed, err := r.Helm.Uninstall(obj.GetNamespace(), name, clusterResources...)
+	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, r.Helm.mapper)
+	removed := false
+	if err == nil {
+		removed, err = r.Helm.Uninstall(obj.GetNamespace(), name, gate, clusterResources...)
+	}
 	switch {
 	case err != nil && r.namespaceTerminating(ctx, obj.GetNamespace()):
 		// The namespace's deletion removes the release with everything else in it,

@@ -65,7 +65,7 @@ func TestCopyChartLeavesTheOriginalAlone(t *testing.T) {
 // Helm's getter hands out the identity it was built with, and the release namespace.
 func TestHelmGetterKeepsIdentityAndNamespace(t *testing.T) {
 	cfg := &rest.Config{Host: "https://127.0.0.1:1", Impersonate: rest.ImpersonationConfig{UserName: "system:serviceaccount:team-a:fireworksapps-v1-1-5-controller"}}
-	helm, err := NewHelm(cfg, logr.Discard())
+	helm, err := NewHelm(cfg, testSeal(t), logr.Discard())
 	require.NoError(t, err)
 	getter := helm.Getter("apps")
 	got, err := getter.ToRESTConfig()

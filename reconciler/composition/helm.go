@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/postrender"
 	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,13 +37,15 @@ const maxReleaseHistory = 10
 // Helm and the controller's client are the same user for the API server.
 type Helm struct {
 	config    *rest.Config
+	seal      *ReleaseSeal
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 	log       logr.Logger
 }
 
-// NewHelm returns Helm acting as the user of cfg.
-func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
+// NewHelm returns Helm acting as the user of cfg, reading and writing release records
+// sealed with seal (releasestore.go); without a seal it acts on no release.
+func NewHelm(cfg *rest.Config, seal *ReleaseSeal, log logr.Logger) (*Helm, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating a discovery client for Helm: %w", err)
@@ -50,6 +53,7 @@ func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
 	cached := memory.NewMemCacheClient(dc)
 	return &Helm{
 		config:    rest.CopyConfig(cfg),
+		seal:      seal,
 		discovery: cached,
 		mapper:    restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil),
 		log:       log,
@@ -60,7 +64,7 @@ func NewHelm(cfg *rest.Config, log logr.Logger) (*Helm, error) {
 // what the API server serves is the same for every user, and each copy of it costs
 // memory in proportion to the number of kinds served.
 func (h *Helm) As(cfg *rest.Config) *Helm {
-	return &Helm{config: rest.CopyConfig(cfg), discovery: h.discovery, mapper: h.mapper, log: h.log}
+	return &Helm{config: rest.CopyConfig(cfg), seal: h.seal, discovery: h.discovery, mapper: h.mapper, log: h.log}
 }
 
 // Getter returns the RESTClientGetter Helm uses for releases in namespace.
@@ -117,16 +121,27 @@ func (c *namespacedConfig) ConfigAccess() clientcmd.ConfigAccess {
 }
 
 // Actions returns Helm's action configuration for releases in namespace, stored in
-// Secrets there.
+// sealed Secrets there (releasestore.go).
 func (h *Helm) Actions(namespace string, clusterResources ...schema.GroupResource) (*action.Configuration, error) {
+	if h.seal == nil {
+		return nil, errNoSeal
+	}
 	cfg := &action.Configuration{}
 	debug := func(format string, v ...interface{}) { h.log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
 	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret", debug); err != nil {
 		return nil, fmt.Errorf("initialising Helm for namespace %s: %w", namespace, err)
 	}
-	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-		kc.Namespace = namespace
+	kc, ok := cfg.KubeClient.(*kube.Client)
+	if !ok {
+		return nil, fmt.Errorf("initialising Helm for namespace %s: its Kubernetes client is a %T", namespace, cfg.KubeClient)
 	}
+	kc.Namespace = namespace
+	clients, err := kc.Factory.KubernetesClientSet()
+	if err != nil {
+		return nil, fmt.Errorf("initialising Helm's release records for namespace %s: %w", namespace, err)
+	}
+	cfg.Releases = storage.Init(&sealedSecrets{secrets: clients.CoreV1().Secrets(namespace), namespace: namespace, seal: h.seal})
+	cfg.Releases.Log = debug
 	return cfg, nil
 }
 
@@ -192,6 +207,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	// only an install runs: then the release is installed again.
 	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed && hasInstallHooks(last)) {
 		if last != nil {
+			gated(cfg, opts.Gate)
 			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
 			}
@@ -231,18 +247,20 @@ func gated(cfg *action.Configuration, gate *installGate) postrender.PostRenderer
 		return nil
 	}
 	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
-		cfg.KubeClient = &gatedKubeClient{Client: kc, gate: gate}
+		cfg.KubeClient = &gatedKubeClient{inner: kc, gate: gate}
 	}
 	return gate
 }
 
 // Uninstall removes the release and what it created; a release that does not exist is
-// not an error.
-func (h *Helm) Uninstall(namespace, name string, clusterResources ...schema.GroupResource) (bool, error) {
+// not an error. gate, when set, judges what the uninstall creates (its hooks) and
+// checks what it deletes, as for an install.
+func (h *Helm) Uninstall(namespace, name string, gate *installGate, clusterResources ...schema.GroupResource) (bool, error) {
 	cfg, err := h.Actions(namespace, clusterResources...)
 	if err != nil {
 		return false, err
 	}
+	gated(cfg, gate)
 	if _, err := action.NewUninstall(cfg).Run(name); err != nil {
 		if errors.Is(err, driver.ErrReleaseNotFound) {
 			return false, nil

@@ -84,7 +84,7 @@ func TestHelmNeverLoadsSchemaReferences(t *testing.T) {
 	file, read := watchedFile(t)
 	ch := refChart(listener.URL+"/a.json", file)
 
-	helm, err := NewHelm(cp.Config, logr.Discard())
+	helm, err := NewHelm(cp.Config, testSeal(t), logr.Discard())
 	require.NoError(t, err)
 	_, rel, err := helm.UpgradeInstall(ctx, "refs", "r", ch, map[string]any{"a": "one"}, InstallOptions{})
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestTheAPIServerRefusesUnknownFieldsOfTemplates(t *testing.T) {
 				"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-cm'}\n" + field + ": {a: b}\n")}},
 		}
 	}
-	helm, err := NewHelm(cp.Config, logr.Discard())
+	helm, err := NewHelm(cp.Config, testSeal(t), logr.Discard())
 	require.NoError(t, err)
 
 	_, _, err = helm.UpgradeInstall(ctx, "strict", "typo", manifest("dataa"), nil, InstallOptions{})

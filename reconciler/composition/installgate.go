@@ -3,11 +3,17 @@ package composition
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/kube"
@@ -17,8 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -96,10 +104,14 @@ var neverInstalled = map[schema.GroupKind]bool{
 // the ServiceAccount the Secret names.
 const serviceAccountTokenType = "kubernetes.io/service-account-token"
 
-// installGate is the Helm post-renderer that sees the exact manifests Helm is about to
-// apply and refuses them, before anything is applied, when one of them leaves the
-// composition's namespace, is a kind compositions never create, or a rendered policy
-// denies them.
+// installGate judges what Helm sends to the cluster for one install or upgrade of a
+// composition: as Helm's post-renderer, it judges the rendered manifests — every
+// object stays in the composition's namespace, is a kind compositions may create, and
+// passes the rendered policies — and, in Helm's Kubernetes client (gatedKubeClient),
+// it makes sure that every object Helm creates or updates is one it judged, decoded by
+// the very parse Helm creates objects from: an object that parse yields and the
+// judged manifests do not show is refused, and the hooks, which Helm never
+// post-renders, are judged there before Helm creates them.
 type installGate struct {
 	// ctx bounds the policies' evaluation: a PostRenderer's Run takes no context.
 	ctx context.Context
@@ -116,6 +128,13 @@ type installGate struct {
 	// refusal is the gate's last refusal: Helm reports some errors (those of hooks) as
 	// text only, so the reconciler reads the refusal here.
 	refusal *GateError
+
+	// manifest is the post-rendered manifest, which Helm stores as the release's and
+	// builds its objects from; judged are those objects, as the policies saw them, and
+	// approved their keys (policies.ObjectKey): what Helm may create or update.
+	manifest string
+	judged   []policies.RenderedObject
+	approved map[string]bool
 }
 
 var _ postrender.PostRenderer = (*installGate)(nil)
@@ -124,13 +143,20 @@ var _ postrender.PostRenderer = (*installGate)(nil)
 func (g *installGate) Run(manifests *bytes.Buffer) (*bytes.Buffer, error) {
 	objs, err := policies.ParseManifests(manifests.String())
 	if err != nil {
-		return nil, fmt.Errorf("reading the rendered manifests: %w", err)
+		g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("nothing was installed: reading the rendered manifests: %v", err)}
+		return nil, g.refusal
 	}
+	objs = flatten(objs)
 	if err := g.checkObjects(objs); err != nil {
 		return nil, err
 	}
 	if err := g.checkPolicies(objs); err != nil {
 		return nil, err
+	}
+	g.manifest, g.judged = manifests.String(), objs
+	g.approved = make(map[string]bool, len(objs))
+	for _, obj := range objs {
+		g.approved[objectKey(obj.Object, g.namespace)] = true
 	}
 	return manifests, nil
 }
@@ -279,30 +305,44 @@ func checkOwner(last *release.Release, namespace, name string, uid types.UID) er
 }
 
 // policyRequest describes the composition as the webhook does for the policies: its
-// values and chart, its namespace's labels, its release. upgrade says whether the
-// release exists (UPDATE) or not (CREATE).
-func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, upgrade bool) (*policies.Request, error) {
+// values and chart, its namespace's labels, its release. operation is CREATE when the
+// release does not exist, UPDATE when it does, DELETE for its uninstall (def and ch
+// may then be nil).
+func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest, operation string) (*policies.Request, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s for the policies' namespaceSelector: %w", obj.GetNamespace(), err)
 	}
-	operation := "CREATE"
-	if upgrade {
-		operation = "UPDATE"
-	}
-	return &policies.Request{
+	request := &policies.Request{
 		Operation:       operation,
 		Kind:            metav1.GroupVersionKind(r.GVK),
-		Resource:        metav1.GroupVersionResource{Group: r.GVK.Group, Version: r.GVK.Version, Resource: def.Status.Resource},
+		Resource:        metav1.GroupVersionResource{Group: r.GVK.Group, Version: r.GVK.Version},
 		Namespace:       obj.GetNamespace(),
 		Name:            obj.GetName(),
 		Object:          obj.DeepCopy().Object,
 		NamespaceLabels: ns.Labels,
-		Definition:      &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version},
 		Chart:           ch,
 		ChartDigest:     digest,
 		ReleaseName:     releaseName(obj),
-	}, nil
+	}
+	if def != nil {
+		request.Resource.Resource = def.Status.Resource
+		request.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
+	}
+	return request, nil
+}
+
+// uninstallGate is the gate of an uninstall of obj's release on s: what it creates
+// (the release's delete hooks) is judged as an install's objects are, and what it
+// deletes stays in the namespace.
+func (r *Reconciler) uninstallGate(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, mapper meta.RESTMapper) (*installGate, []schema.GroupResource, error) {
+	request, err := r.policyRequest(ctx, obj, def, nil, "", "DELETE")
+	if err != nil {
+		return nil, nil, err
+	}
+	request.Rendered = []policies.RenderedObject{}
+	clusterKinds, clusterResources := allowedClusterScoped(def, mapper)
+	return r.gate(ctx, obj.GetNamespace(), request, clusterKinds, mapper), clusterResources, nil
 }
 
 // validateValues checks the values about to be installed against the chart's schemas
@@ -330,29 +370,200 @@ func (r *Reconciler) gate(ctx context.Context, namespace string, request *polici
 	return g
 }
 
-// gatedKubeClient is Helm's Kubernetes client, during an install or upgrade, with the
-// install gate's object checks in front of every object Helm builds to act on: the
-// release's manifests, which the post-renderer has checked already, and its hooks,
-// which Helm never post-renders (and deletes by policy before creating them).
+// gatedKubeClient is Helm's Kubernetes client behind the install gate: the boundary
+// where Helm hands objects to the cluster. Every object Helm acts on comes from Build,
+// Helm's one parse of a manifest (the release's, a hook's, or a stored revision's), so
+// Build checks each object's namespace and kind; Create and Update (of any flavour)
+// send only objects the gate judged, and judge there the ones the post-renderer could
+// not see (hooks). Only the methods Helm's actions use are offered: Helm finds no
+// other way to the cluster through it.
 type gatedKubeClient struct {
-	*kube.Client
-	gate *installGate
+	inner *kube.Client
+	gate  *installGate
+
+	mu sync.Mutex
+	// judged are the objects Build returned that the gate has judged.
+	judged map[*resource.Info]bool
 }
 
-// Build checks the objects of reader before Helm acts on them.
+var (
+	_ kube.Interface                    = (*gatedKubeClient)(nil)
+	_ kube.InterfaceExt                 = (*gatedKubeClient)(nil)
+	_ kube.InterfaceThreeWayMerge       = (*gatedKubeClient)(nil)
+	_ kube.InterfaceDeletionPropagation = (*gatedKubeClient)(nil)
+)
+
+// Build is Helm's parse of reader, with every object checked. For the release's own
+// manifest, every object must be one the post-renderer judged: one it did not is an
+// object Helm's parse sees and the policies did not — an ambiguous manifest — and
+// nothing is installed.
 func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceList, error) {
 	data, err := io.ReadAll(reader)
 	if err != nil {
 		return nil, fmt.Errorf("reading the manifests to apply: %w", err)
 	}
-	objs, err := policies.ParseManifests(string(data))
+	infos, err := c.inner.Build(bytes.NewReader(data), validate)
 	if err != nil {
-		return nil, fmt.Errorf("reading the manifests to apply: %w", err)
+		return nil, err
+	}
+	objs := make([]policies.RenderedObject, len(infos))
+	for i, info := range infos {
+		content, err := contentOf(info)
+		if err != nil {
+			return nil, err
+		}
+		objs[i] = policies.RenderedObject{Template: info.Source, Object: content}
 	}
 	if err := c.gate.checkObjects(objs); err != nil {
 		return nil, err
 	}
-	return c.Client.Build(bytes.NewReader(data), validate)
+	manifest := c.gate.manifest != "" && string(data) == c.gate.manifest
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.judged == nil {
+		c.judged = map[*resource.Info]bool{}
+	}
+	for i, info := range infos {
+		switch {
+		case c.gate.approved[objectKey(objs[i].Object, c.gate.namespace)]:
+			c.judged[info] = true
+		case manifest:
+			c.gate.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
+				"nothing was installed: Helm would apply %s, which the rendered manifests as judged do not show: the manifests read two ways, so they are refused",
+				objectRef(objs[i]))}
+			return nil, c.gate.refusal
+		}
+	}
+	return infos, nil
+}
+
+// judge judges the objects of resources the gate has not judged yet — hooks — with
+// the policies, beside the release's manifests; it refuses objects Build did not make.
+func (c *gatedKubeClient) judge(resources kube.ResourceList) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var fresh []*resource.Info
+	var objs []policies.RenderedObject
+	for _, info := range resources {
+		if c.judged[info] {
+			continue
+		}
+		content, err := contentOf(info)
+		if err != nil {
+			return err
+		}
+		obj := policies.RenderedObject{Template: info.Source, Object: content}
+		if refused := c.gate.checkObject(obj); refused != nil {
+			c.gate.refusal = &GateError{Reason: refused.Reason, Message: "nothing more was applied: " + refused.Message}
+			return c.gate.refusal
+		}
+		fresh, objs = append(fresh, info), append(objs, obj)
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := c.gate.checkPolicies(append(slices.Clip(c.gate.judged), objs...)); err != nil {
+		return err
+	}
+	for _, info := range fresh {
+		c.judged[info] = true
+	}
+	return nil
+}
+
+func (c *gatedKubeClient) Create(resources kube.ResourceList) (*kube.Result, error) {
+	if err := c.judge(resources); err != nil {
+		return nil, err
+	}
+	return c.inner.Create(resources)
+}
+
+func (c *gatedKubeClient) Update(original, target kube.ResourceList, force bool) (*kube.Result, error) {
+	if err := c.judge(target); err != nil {
+		return nil, err
+	}
+	return c.inner.Update(original, target, force)
+}
+
+func (c *gatedKubeClient) UpdateThreeWayMerge(original, target kube.ResourceList, force bool) (*kube.Result, error) {
+	if err := c.judge(target); err != nil {
+		return nil, err
+	}
+	return c.inner.UpdateThreeWayMerge(original, target, force)
+}
+
+// Delete and DeleteWithPropagationPolicy delete objects Build checked: from the
+// release's sealed record, or its hooks.
+func (c *gatedKubeClient) Delete(resources kube.ResourceList) (*kube.Result, []error) {
+	return c.inner.Delete(resources)
+}
+
+func (c *gatedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceList, policy metav1.DeletionPropagation) (*kube.Result, []error) {
+	return c.inner.DeleteWithPropagationPolicy(resources, policy)
+}
+
+func (c *gatedKubeClient) Wait(resources kube.ResourceList, timeout time.Duration) error {
+	return c.inner.Wait(resources, timeout)
+}
+
+func (c *gatedKubeClient) WaitWithJobs(resources kube.ResourceList, timeout time.Duration) error {
+	return c.inner.WaitWithJobs(resources, timeout)
+}
+
+func (c *gatedKubeClient) WaitForDelete(resources kube.ResourceList, timeout time.Duration) error {
+	return c.inner.WaitForDelete(resources, timeout)
+}
+
+func (c *gatedKubeClient) WatchUntilReady(resources kube.ResourceList, timeout time.Duration) error {
+	return c.inner.WatchUntilReady(resources, timeout)
+}
+
+func (c *gatedKubeClient) WaitAndGetCompletedPodPhase(name string, timeout time.Duration) (corev1.PodPhase, error) {
+	return c.inner.WaitAndGetCompletedPodPhase(name, timeout)
+}
+
+func (c *gatedKubeClient) IsReachable() error { return c.inner.IsReachable() }
+
+// contentOf is the object of info as a map, as Helm's builder decoded it.
+func contentOf(info *resource.Info) (map[string]any, error) {
+	if u, ok := info.Object.(runtime.Unstructured); ok {
+		return u.UnstructuredContent(), nil
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(info.Object)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", info.Mapping.GroupVersionKind.Kind, info.Name, err)
+	}
+	return content, nil
+}
+
+// objectKey identifies an object by its content: the digest of its canonical JSON,
+// leaving out a namespace that is the release's (Helm's builder sets it on the objects
+// that name none).
+func objectKey(obj map[string]any, namespace string) string {
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		if ns, _ := md["namespace"].(string); ns == namespace || ns == "" {
+			trimmed := maps.Clone(md)
+			delete(trimmed, "namespace")
+			obj = maps.Clone(obj)
+			obj["metadata"] = trimmed
+		}
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// objectRef names an object in a refusal.
+func objectRef(obj policies.RenderedObject) string {
+	apiVersion, _ := obj.Object["apiVersion"].(string)
+	where := obj.Ref()
+	if apiVersion != "" {
+		where = apiVersion + " " + where
+	}
+	return where
 }
 
 // allowedClusterScoped reads the cluster-scoped kinds def lets its compositions create

@@ -67,7 +67,7 @@ func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 		"a ClusterRoleBinding":             {"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: r}", ReasonForbiddenObject, "compositions never create a ClusterRoleBinding"},
 		"a webhook configuration":          {"apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: w}", ReasonForbiddenObject, "compositions never create a MutatingWebhookConfiguration"},
 		"a CRD":                            {"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: w}", ReasonForbiddenObject, "compositions never create a CustomResourceDefinition"},
-		"a Namespace":                      {"apiVersion: v1\nkind: Namespace\nmetadata: {name: n}", ReasonForbiddenObject, "compositions never create a Namespace"},
+		"a Namespace":                      {"apiVersion: v1\nkind: Namespace\nmetadata: {name: ns}", ReasonForbiddenObject, "compositions never create a Namespace"},
 		"a cluster-scoped kind":            {"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}", ReasonForbiddenObject, "Widget is cluster-scoped, and compositions create only namespaced objects"},
 		"a kind the server does not serve": {"apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}", ReasonForbiddenObject, "the API server does not serve this kind"},
 		"a Role inside a List":             {"apiVersion: v1\nkind: List\nitems:\n- apiVersion: rbac.authorization.k8s.io/v1\n  kind: Role\n  metadata: {name: hidden}", ReasonForbiddenObject, "rbac.authorization.k8s.io/v1 Role/hidden"},

@@ -39,6 +39,8 @@ type ManagerOptions struct {
 	Checker *policies.Checker
 	// Sync is the resync period.
 	Sync time.Duration
+	// Seal seals the release records the controller writes and proves those it reads.
+	Seal *ReleaseSeal
 	// HealthProbeAddr and MetricsAddr: "0" turns them off.
 	HealthProbeAddr string
 	MetricsAddr     string
@@ -89,7 +91,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 	if err := ownership.IndexServed(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	helm, err := NewHelm(cfg, mgr.GetLogger().WithName("helm"))
+	helm, err := NewHelm(cfg, opts.Seal, mgr.GetLogger().WithName("helm"))
 	if err != nil {
 		return nil, err
 	}

@@ -82,6 +82,8 @@ type Targets struct {
 	// usable, is another replica's: that replica installs there and writes its entry of
 	// status.clusters.
 	Sharded bool
+	// Seal seals the release records written on the target clusters.
+	Seal *ReleaseSeal
 
 	mu      sync.Mutex
 	helms   map[string]targetHelm
@@ -117,7 +119,7 @@ func (t *Targets) helm(cl multicluster.Cluster) (*Helm, error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	h, err := NewHelm(cfg, log.WithValues("cluster", cl.Name))
+	h, err := NewHelm(cfg, t.Seal, log.WithValues("cluster", cl.Name))
 	if err != nil {
 		return nil, fmt.Errorf("building Helm for cluster %s: %w", cl.Name, err)
 	}
@@ -442,7 +444,7 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	installs := make([]attempt, len(selected))
 	var wg sync.WaitGroup
 	for i, cl := range selected {
-		wg.Go(func() { installs[i] = r.installOnTarget(ctx, obj, def, cl, w, previous[cl.Name].Fingerprint) })
+		wg.Go(func() { installs[i] = r.installOnTarget(ctx, obj, def, cl, w) })
 	}
 	var leaving []string
 	for name := range previous {
@@ -610,7 +612,7 @@ func (r *Reconciler) recordClusters(ctx context.Context, obj *unstructured.Unstr
 
 // installOnTarget is installOn for one target cluster, with its Helm and the check of
 // its rights.
-func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster, w work, installed string) attempt {
+func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster, w work) attempt {
 	if a, held := r.Targets.held(cl, ReasonInstallFailed); held {
 		return a
 	}
@@ -622,7 +624,7 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
 	}}
 	s.shared = r.Targets.replicas()
-	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w, installed))
+	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w))
 }
 
 // replicas are those sharing the clusters, nil when they are not shared.
@@ -725,14 +727,17 @@ func (r *Reconciler) uninstallWith(ctx context.Context, obj *unstructured.Unstru
 		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "cluster %s: %s", cluster, err.Error())
 		return attempt{ready: true}
 	}
-	_, clusterResources := allowedClusterScoped(def, h.mapper)
+	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, h.mapper)
+	if err != nil {
+		return failed(ReasonUninstallFailed, err)
+	}
 	if cl.Ended() { // another replica may hold the cluster now
 		return attempt{elsewhere: true}
 	}
 	if a, running := stillRunning(ctx, site{cluster: cluster, shared: r.Targets.replicas()}, last); running {
 		return a // what it installs would be left with no release to uninstall
 	}
-	removed, err := h.Uninstall(namespace, name, clusterResources...)
+	removed, err := h.Uninstall(namespace, name, gate, clusterResources...)
 	if err != nil {
 		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
 	}

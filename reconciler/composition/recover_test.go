@@ -40,7 +40,7 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 	ctx := context.Background()
 	const namespace = "stuck"
 	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
-	helm, err := NewHelm(cp.Config, logr.Discard())
+	helm, err := NewHelm(cp.Config, testSeal(t), logr.Discard())
 	require.NoError(t, err)
 	storage, err := helm.Actions(namespace)
 	require.NoError(t, err)

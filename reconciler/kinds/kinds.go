@@ -93,6 +93,9 @@ type Runtime struct {
 	// installs every composition in Compositor's cluster, and a placed one reports
 	// that it cannot be delivered. Call ClustersChanged when they change.
 	Targets *composition.Targets
+	// Seal, InProcess only, seals the release records the controllers write and proves
+	// those they read.
+	Seal *composition.ReleaseSeal
 
 	client    client.Client
 	cache     cache.Cache
@@ -154,7 +157,7 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 		if err != nil {
 			return err
 		}
-		if k.helm, err = composition.NewHelm(k.Config, mgr.GetLogger().WithName("helm")); err != nil {
+		if k.helm, err = composition.NewHelm(k.Config, k.Seal, mgr.GetLogger().WithName("helm")); err != nil {
 			return err
 		}
 	} else if k.metadata, err = metadata.NewForConfigAndClient(k.Config, mgr.GetHTTPClient()); err != nil {

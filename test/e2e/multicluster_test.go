@@ -135,7 +135,9 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 	require.NoError(t, targetB.Client.Get(ctx, client.ObjectKey{Name: "team"}, &corev1.Namespace{}))
 	assert.True(t, apierrors.IsNotFound(hub.Client.Get(ctx, client.ObjectKey{Name: "team"}, &corev1.Namespace{})))
 
-	h, err := compositionhelm.NewHelm(b.Config(), testr.New(t))
+	seal, err := compositionhelm.NewReleaseSeal(compositionhelm.NewSealKey())
+	require.NoError(t, err)
+	h, err := compositionhelm.NewHelm(b.Config(), seal, testr.New(t))
 	require.NoError(t, err)
 	outcome, rel, err := h.UpgradeInstall(ctx, "team", "hello", placedChart, map[string]interface{}{"greeting": "from the hub"}, compositionhelm.InstallOptions{})
 	require.NoError(t, err)
