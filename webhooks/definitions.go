@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -35,12 +36,28 @@ type Authorizer interface {
 // passwordRefPath is the field a definition names its credentials' Secret in.
 var passwordRefPath = field.NewPath("spec", "chart", "credentials", "passwordRef")
 
+// Fields of spec.chart that say where a definition's credentials are sent.
+var (
+	chartURLPath      = field.NewPath("spec", "chart", "url")
+	chartRepoPath     = field.NewPath("spec", "chart", "repo")
+	chartInsecurePath = field.NewPath("spec", "chart", "insecureSkipVerifyTLS")
+	usernamePath      = field.NewPath("spec", "chart", "credentials", "username")
+)
+
 // secretAccess refuses a definition whose author may not get the Secret its
 // credentials name. Compositor reads that Secret with its own rights and sends it as
-// Basic auth to the definition's URL; without this check, whoever may write a
+// Basic auth to the definition's chart source; without this check, whoever may write a
 // definition could send any Secret Compositor can read to a server of their choosing.
 // The API server decides, through a SubjectAccessReview with the author's identity.
-// Only a new reference is asked about: a create, or an update that changes it.
+//
+// Credentials stay with the source they were approved for: the check runs on a create
+// with credentials, and on every update of a definition with credentials that changes
+// where they go or what they are, its chart source (sourceChanges): the URL, the
+// repository, the credentials as a whole, or TLS verification turned off. An update
+// that changes none of these (a chart version, labels, annotations) is not asked about:
+// the credentials keep going to the source someone who may read them approved. A
+// version is not a source: a repository's index and an OCI repository are read at the
+// approved URL, and the fetcher sends credentials only to that URL's origin.
 type secretAccess struct {
 	authorizer Authorizer
 }
@@ -50,33 +67,88 @@ func (s secretAccess) Check(ctx context.Context, req *Request) (field.ErrorList,
 		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
-	ref, err := secretRef(req.Object)
-	if err != nil || ref == nil {
-		return nil, nil // a malformed object is the API server's schema's to refuse
+	chart, err := chartOf(req.Object)
+	if err != nil {
+		// The CRD's schema admits nothing that fails here; should it, nobody can tell
+		// where credentials would go, so nothing is admitted.
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "chart"), field.OmitValueType{}, err.Error())}, nil
 	}
+	if chart == nil || chart.Credentials == nil {
+		return nil, nil
+	}
+	ref := chart.Credentials.PasswordRef
+	var changed []*field.Path
 	if req.Operation == admissionv1.Update {
-		if old, err := secretRef(req.OldObject); err == nil && old != nil && *old == *ref {
+		old, err := chartOf(req.OldObject)
+		if err != nil {
+			old = nil // unreadable: everything counts as changed
+		}
+		if changed = sourceChanges(old, chart); len(changed) == 0 {
 			return nil, nil
 		}
 	}
 	if ref.Namespace == "" {
 		ref.Namespace = req.Namespace
 	}
+	at := passwordRefPath
+	if len(changed) > 0 {
+		at = changed[0]
+	}
 	if s.authorizer == nil {
-		return field.ErrorList{field.InternalError(passwordRefPath, errors.New(
+		return field.ErrorList{field.InternalError(at, errors.New(
 			"Compositor was started without a way to ask the API server who may read Secrets, so definitions with credentials are refused"))}, nil
 	}
-	allowed, reason, err := s.mayGet(ctx, req.UserInfo, ref)
+	allowed, reason, err := s.mayGet(ctx, req.UserInfo, &ref)
 	if err != nil {
-		return field.ErrorList{field.InternalError(passwordRefPath, fmt.Errorf(
+		return field.ErrorList{field.InternalError(at, fmt.Errorf(
 			"asking the API server whether %q may get Secret %s/%s: %w", req.UserInfo.Username, ref.Namespace, ref.Name, err))}, nil
 	}
-	if !allowed {
+	if allowed {
+		return nil, nil
+	}
+	if len(changed) == 0 || (len(changed) == 1 && changed[0] == passwordRefPath) {
 		return field.ErrorList{field.Forbidden(passwordRefPath, fmt.Sprintf(
 			"user %q may not get Secret %s/%s (%s): a definition may only name credentials its author can read; ask for get on that Secret, or name one you can read",
 			req.UserInfo.Username, ref.Namespace, ref.Name, reason))}, nil
 	}
-	return nil, nil
+	names := make([]string, len(changed))
+	for i, p := range changed {
+		names[i] = p.String()
+	}
+	return field.ErrorList{field.Forbidden(at, fmt.Sprintf(
+		"user %q may not get Secret %s/%s (%s): changing %s of a definition with credentials changes where Compositor sends that Secret, so only someone who may read it may change it; ask for get on that Secret, have someone who may read it make the change, or remove spec.chart.credentials in the same change",
+		req.UserInfo.Username, ref.Namespace, ref.Name, reason, strings.Join(names, ", ")))}, nil
+}
+
+// sourceChanges lists the fields of spec.chart that decide where the credentials of
+// updated are sent, or which credentials, and differ from old: the URL, the repository,
+// the username, the password's Secret reference (its name, namespace or key), and TLS
+// verification turned off. A nil old (no chart, or credentials added) counts as a
+// change of the credentials.
+func sourceChanges(old, updated *corev1alpha1.ChartInfo) []*field.Path {
+	if updated == nil || updated.Credentials == nil {
+		return nil // nothing is sent
+	}
+	if old == nil || old.Credentials == nil {
+		return []*field.Path{passwordRefPath}
+	}
+	var changed []*field.Path
+	if old.URL != updated.URL {
+		changed = append(changed, chartURLPath)
+	}
+	if old.Repo != updated.Repo {
+		changed = append(changed, chartRepoPath)
+	}
+	if updated.InsecureSkipVerifyTLS && !old.InsecureSkipVerifyTLS {
+		changed = append(changed, chartInsecurePath)
+	}
+	if old.Credentials.Username != updated.Credentials.Username {
+		changed = append(changed, usernamePath)
+	}
+	if old.Credentials.PasswordRef != updated.Credentials.PasswordRef {
+		changed = append(changed, passwordRefPath)
+	}
+	return changed
 }
 
 // mayGet asks the API server whether user may get the Secret ref names, and why not.
@@ -114,20 +186,20 @@ func extraOf(user authenticationv1.UserInfo) map[string]authorizationv1.ExtraVal
 	return extra
 }
 
-// secretRef returns the Secret a definition's credentials name, or nil.
-func secretRef(obj *unstructured.Unstructured) (*corev1alpha1.SecretKeySelector, error) {
+// chartOf returns a definition's spec.chart, or nil when it has none.
+func chartOf(obj *unstructured.Unstructured) (*corev1alpha1.ChartInfo, error) {
 	if obj == nil {
 		return nil, nil
 	}
-	raw, found, err := unstructured.NestedMap(obj.Object, "spec", "chart", "credentials", "passwordRef")
+	raw, found, err := unstructured.NestedMap(obj.Object, "spec", "chart")
 	if err != nil || !found {
 		return nil, err
 	}
-	ref := &corev1alpha1.SecretKeySelector{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, ref); err != nil {
+	chart := &corev1alpha1.ChartInfo{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, chart); err != nil {
 		return nil, err
 	}
-	return ref, nil
+	return chart, nil
 }
 
 // keepServedCompositions refuses to delete a definition while compositions of the

@@ -263,6 +263,7 @@ func (s *session) get(u, authOrigin *url.URL, ref Ref, limit int64, tooLarge err
 
 // classify turns a transport error into one that matches a sentinel and names host.
 func (s *session) classify(host string, err error) error {
+	redactURLError(err)
 	for _, sentinel := range []error{ErrBlockedAddress, ErrUnsupportedURL, ErrTooManyRedirects, ErrArchiveTooLarge} {
 		if errors.Is(err, sentinel) {
 			return err
@@ -292,6 +293,28 @@ func (s *session) classify(host string, err error) error {
 		return fmt.Errorf("%w: cannot connect to %s: %w", ErrUnreachable, host, err)
 	}
 	return err
+}
+
+// redactURLError hides what the URL of a *url.Error in err's chain may hold that is
+// not for everyone who reads the error (it ends up in a definition's status): net/http
+// puts a redirect's Location there as the server sent it, password and signed query
+// included. The password becomes xxxxx, a query "?…".
+func redactURLError(err error) {
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return
+	}
+	u, perr := url.Parse(uerr.URL)
+	if perr != nil {
+		uerr.URL = "(unparsable URL)"
+		return
+	}
+	query := ""
+	if u.RawQuery != "" || u.ForceQuery {
+		query = "?…"
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	uerr.URL = u.Redacted() + query
 }
 
 func unauthorized(host, username, status string) error {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -168,8 +169,12 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 		defer stop()
 		fmt.Fprintf(out, "The sample charts are served at %s\n", url)
 	}
-	printWelcome(out, kubeconfig)
-	return RunServe(ctx, rest.CopyConfig(cfg), &serve)
+	// The ready text comes once the webhooks judge every write: a script that waits
+	// for it may write at once, and nothing it writes is stored unjudged.
+	var welcome sync.Once
+	return runServe(ctx, rest.CopyConfig(cfg), &serve, func() {
+		welcome.Do(func() { printWelcome(out, kubeconfig) })
+	})
 }
 
 // serveSampleCharts serves the sample charts built into the binary as a Helm repository

@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,6 +38,7 @@ import (
 
 	"github.com/compositor-dev/compositor/api"
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -77,6 +81,14 @@ func newServeCommand() *cobra.Command {
 
 // RunServe starts the manager against cfg and blocks until ctx is done.
 func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
+	return runServe(ctx, cfg, opts, nil)
+}
+
+// runServe is RunServe that calls ready, when it is not nil, once the webhook
+// configurations are installed and the API server sends writes to the webhooks
+// (webhooksJudge): from then on no write to Compositor's groups is stored unjudged.
+// `compositor dev` prints its ready text then.
+func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready func()) error {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(opts.Debug)))
 
 	scheme, err := api.NewScheme()
@@ -110,7 +122,7 @@ func RunServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	endpoint, err := setupWebhookConfigurations(ctx, mgr, live, provider, opts)
+	endpoint, err := setupWebhookConfigurations(ctx, mgr, live, provider, opts, ready)
 	if err != nil {
 		return err
 	}
@@ -239,9 +251,10 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Sou
 }
 
 // setupWebhookConfigurations prepares the webhook certificate and, once the webhook
-// server answers, installs the webhook configurations on every replica. It returns
-// where the API server reaches the webhooks.
-func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live client.Client, provider certs.Provider, opts *ServeOptions) (webhooks.Endpoint, error) {
+// server answers, installs the webhook configurations on every replica, then calls
+// ready (when not nil) once the API server sends writes to them. It returns where the
+// API server reaches the webhooks.
+func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live client.Client, provider certs.Provider, opts *ServeOptions, ready func()) (webhooks.Endpoint, error) {
 	if err := provider.Ensure(ctx); err != nil {
 		return webhooks.Endpoint{}, fmt.Errorf("preparing the webhook certificate: %w", err)
 	}
@@ -255,7 +268,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 	}
 	started := mgr.GetWebhookServer().StartedChecker()
 	for _, runnable := range []manager.Runnable{provider, everyReplica(func(ctx context.Context) error {
-		return installWebhooks(ctx, started, live, provider, configOpts)
+		return installWebhooks(ctx, started, live, provider, configOpts, ready)
 	})} {
 		if err := mgr.Add(runnable); err != nil {
 			return webhooks.Endpoint{}, err
@@ -428,8 +441,9 @@ func webhookEndpoint(opts *ServeOptions) (webhooks.Endpoint, error) {
 
 // installWebhooks waits until the webhook server answers, so that no write is sent to
 // a server that is not there, then installs the webhook configurations and keeps their
-// CA bundle current.
-func installWebhooks(ctx context.Context, started healthz.Checker, c client.Client, bundle webhooks.BundleSource, opts webhooks.ConfigurationOptions) error {
+// CA bundle current. With ready set, it then waits until the API server sends writes
+// to the webhooks and calls ready.
+func installWebhooks(ctx context.Context, started healthz.Checker, c client.Client, bundle webhooks.BundleSource, opts webhooks.ConfigurationOptions, ready func()) error {
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return started(nil) == nil, nil
 	})
@@ -440,8 +454,81 @@ func installWebhooks(ctx context.Context, started healthz.Checker, c client.Clie
 		return err
 	}
 	log.FromContext(ctx).Info("Webhook configurations installed", "name", webhooks.ConfigurationName)
+	if ready != nil {
+		if err := waitUntilJudged(ctx, c, opts); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before the API server called the webhooks
+			}
+			return err
+		}
+		ready()
+	}
 	<-ctx.Done()
 	return nil
+}
+
+// probeTimeout bounds one probe of the webhooks through the API server.
+const probeTimeout = 10 * time.Second
+
+// waitUntilJudged probes the webhooks through the API server until they judge the
+// probe (webhooksJudge), logging why not every 10 seconds. It fails when ctx ends, or
+// when the configurations name no webhook to probe.
+func waitUntilJudged(ctx context.Context, c client.Client, opts webhooks.ConfigurationOptions) error {
+	_, validating, err := webhooks.Configurations(opts)
+	if err != nil {
+		return err
+	}
+	// The webhook that judges CompositionPolicies.
+	webhookName := ""
+	for _, w := range validating.Webhooks {
+		for _, rule := range w.Rules {
+			if slices.Contains(rule.APIGroups, policyv1alpha1.GroupVersion.Group) && slices.Contains(rule.Resources, "*") {
+				webhookName = w.Name
+			}
+		}
+	}
+	if webhookName == "" {
+		return errors.New("no validating webhook judges CompositionPolicies")
+	}
+	logger := log.FromContext(ctx)
+	lastLog := time.Now()
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		probeCtx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		err := webhooksJudge(probeCtx, c, webhookName)
+		if err == nil {
+			logger.Info("The API server sends writes to the webhooks", "name", webhooks.ConfigurationName)
+			return true, nil
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			logger.Info("Waiting for the API server to send writes to the webhooks", "probe", err.Error())
+			lastLog = time.Now()
+		}
+		return false, nil
+	})
+}
+
+// webhooksJudge tells whether the API server sends writes of Compositor's groups to
+// its validating webhook, named webhookName: a dry-run create of a CompositionPolicy
+// whose Rego does not compile, which the CRD's schema admits and the webhook alone
+// refuses, must come back refused by that webhook. Admitted, the configuration is not
+// in force yet; refused by the API server because the webhook cannot be reached, it is
+// in force but the webhook does not answer. The dry run stores nothing, and the
+// webhook has no side effects.
+func webhooksJudge(ctx context.Context, c client.Client, webhookName string) error {
+	probe := &policyv1alpha1.CompositionPolicy{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "compositor-readiness-probe-"},
+		Spec:       policyv1alpha1.CompositionPolicySpec{Rego: "package compositor.readiness_probe\n\nthis is not Rego {"},
+	}
+	err := c.Create(ctx, probe, client.DryRunAll)
+	switch {
+	case err == nil:
+		return errors.New("a write the validating webhook refuses was admitted: its configuration is not in force yet")
+	case strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request", webhookName)):
+		return nil
+	default:
+		return err
+	}
 }
 
 // everyReplica is a runnable that runs on every replica, leader or not.
