@@ -1,12 +1,7 @@
 package policies
 
 import (
-	"fmt"
-	"sort"
 	"strings"
-
-	"helm.sh/helm/v3/pkg/releaseutil"
-	"sigs.k8s.io/yaml"
 )
 
 // sourcePrefix starts the comment Helm writes above each rendered document, naming
@@ -15,27 +10,27 @@ const sourcePrefix = "# Source: "
 
 // ParseManifests reads the manifests Helm is about to apply (the buffer a Helm
 // PostRenderer receives: documents separated by "---", each under a "# Source:"
-// comment) into objects, in their order. Empty documents are left out. The template
-// of each object is the one its "# Source:" comment names.
+// comment) into the objects Helm's kube client builds from them to create, in their
+// order: a list's items rather than the list, empty and null documents left out (see
+// decode.go). The template of each object is the one its document's "# Source:" comment
+// names (or the one before it, for a document without one), "" when there is none (a
+// hook's manifest). A document whose reading is ambiguous is refused with an error
+// wrapping ErrRender that names the template, the document and why.
 func ParseManifests(manifests string) ([]RenderedObject, error) {
-	docs := releaseutil.SplitManifests(manifests)
-	keys := make([]string, 0, len(docs))
-	for k := range docs {
-		keys = append(keys, k)
-	}
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
-	var out []RenderedObject
-	for _, k := range keys {
-		obj := map[string]any{}
-		if err := yaml.Unmarshal([]byte(docs[k]), &obj); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrRender, sourceOf(docs[k]), err)
+	d := newManifestDecoder()
+	last := ""
+	templateOf := func(part string) string {
+		// A part without a "# Source:" comment (a document Helm's own split did not
+		// cut) belongs to the template before it.
+		if source := sourceOf(part); source != "" {
+			last = source
 		}
-		if len(obj) == 0 {
-			continue
-		}
-		out = append(out, RenderedObject{Template: sourceOf(docs[k]), Object: obj})
+		return last
 	}
-	return out, nil
+	if err := d.add(manifests, templateOf); err != nil {
+		return nil, err
+	}
+	return d.out, nil
 }
 
 // sourceOf is the template a document's "# Source:" comment names, or "".

@@ -2,7 +2,6 @@ package policies
 
 import (
 	"fmt"
-	"path"
 	"sort"
 	"strings"
 
@@ -10,7 +9,6 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
-	"sigs.k8s.io/yaml"
 )
 
 // RenderOptions name the release a chart is rendered for.
@@ -42,9 +40,12 @@ func (o RenderedObject) Ref() string {
 // Render renders ch with spec as `helm template` would (dependencies processed,
 // values coalesced, the chart's schema not checked — that is the schema validator's
 // job), entirely in memory and without a cluster: lookup finds nothing and the
-// capabilities are Helm's defaults. Objects come in template order, then in their
-// order inside each template; NOTES.txt and empty documents are left out. Errors wrap
-// ErrRender.
+// capabilities are Helm's defaults. The objects are those Helm's kube client would
+// build to create, release manifest and hooks alike (see objectsOf and decode.go):
+// a list's items rather than the list; notes, empty documents and hooks of an event Helm
+// does not know left out. They come in template order, then in their order inside each
+// template. Errors wrap ErrRender; a document whose reading is ambiguous is refused
+// with one naming the template, the document and why.
 func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]RenderedObject, error) {
 	processed, _, err := helmValues(ch, spec)
 	if err != nil {
@@ -64,16 +65,44 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
+	for name := range files {
+		// Helm takes every file ending in NOTES.txt out before sorting the manifests.
+		if strings.HasSuffix(name, notesSuffix) {
+			delete(files, name)
+		}
+	}
+	return objectsOf(files)
+}
+
+// notesSuffix ends the names of the files Helm renders as notes, not manifests.
+const notesSuffix = "NOTES.txt"
+
+// objectsOf gives the objects Helm's kube client builds from rendered template files, in
+// template order, then in their order inside each template. It follows Helm's install:
+// releaseutil.SortManifests splits each file and tells hooks from manifests (a hook of
+// an event Helm does not know is never created, so it is left out); a manifest is
+// decoded as Client.Build decodes it in the release manifest, under its
+// "---\n# Source: <file>" header; a hook alone, as Helm builds it.
+func objectsOf(files map[string]string) ([]RenderedObject, error) {
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	type piece struct{ file, content string }
+	hookPieces := map[piece]int{}
+	for _, h := range hooks {
+		hookPieces[piece{h.Path, h.Manifest}]++
+	}
+	manifestPieces := map[piece]int{}
+	for _, m := range manifests {
+		manifestPieces[piece{m.Name, m.Content}]++
+	}
 	names := make([]string, 0, len(files))
 	for name := range files {
-		base := path.Base(name)
-		if strings.HasPrefix(base, "_") || base == "NOTES.txt" || strings.TrimSpace(files[name]) == "" {
-			continue
-		}
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var out []RenderedObject
+	d := newManifestDecoder()
 	for _, name := range names {
 		docs := releaseutil.SplitManifests(files[name])
 		keys := make([]string, 0, len(docs))
@@ -81,16 +110,24 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 			keys = append(keys, k)
 		}
 		sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+		template := func(string) string { return name }
 		for _, k := range keys {
-			obj := map[string]any{}
-			if err := yaml.Unmarshal([]byte(docs[k]), &obj); err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrRender, name, err)
-			}
-			if len(obj) == 0 {
+			p := piece{name, docs[k]}
+			var stream string
+			switch {
+			case manifestPieces[p] > 0:
+				manifestPieces[p]--
+				stream = "---\n# Source: " + name + "\n" + p.content + "\n"
+			case hookPieces[p] > 0:
+				hookPieces[p]--
+				stream = p.content
+			default:
 				continue
 			}
-			out = append(out, RenderedObject{Template: name, Object: obj})
+			if err := d.add(stream, template); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return out, nil
+	return d.out, nil
 }

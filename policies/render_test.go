@@ -24,9 +24,15 @@ func TestRender(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ConfigMap/x-config", "Deployment/x-fireworks-app", "Service/x-fireworks-app"}, refs(objs))
 
-	objs, err = Render(ch, map[string]any{"exposure": "public", "cache": map[string]any{"enabled": true}}, RenderOptions{ReleaseName: "y", Namespace: "team-a"})
+	objs, err = Render(ch, map[string]any{"exposure": "public", "cache": map[string]any{"enabled": true}}, RenderOptions{ReleaseName: "z", Namespace: "team-a"})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ConfigMap/y-cache", "ConfigMap/y-config", "Deployment/y-fireworks-app", "Ingress/y-fireworks-app", "Service/y-fireworks-app"}, refs(objs))
+	assert.Equal(t, []string{"ConfigMap/z-cache", "ConfigMap/z-config", "Deployment/z-fireworks-app", "Ingress/z-fireworks-app", "Service/z-fireworks-app"}, refs(objs))
+
+	// A release named "y" puts the label value y, YAML 1.1's true, in the cache
+	// subchart's ConfigMap: Helm's kube client cannot build it, and neither can Render.
+	_, err = Render(ch, map[string]any{"cache": map[string]any{"enabled": true}}, RenderOptions{ReleaseName: "y", Namespace: "team-a"})
+	assert.ErrorIs(t, err, ErrRender)
+	assert.ErrorContains(t, err, "template fireworks-app/charts/cache/templates/configmap.yaml")
 	assert.Equal(t, 1, len(ch.Metadata.Dependencies), "the shared chart is untouched")
 
 	_, err = Render(nil, nil, RenderOptions{})
