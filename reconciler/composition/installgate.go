@@ -3,13 +3,9 @@ package composition
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -146,7 +142,6 @@ func (g *installGate) Run(manifests *bytes.Buffer) (*bytes.Buffer, error) {
 		g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("nothing was installed: reading the rendered manifests: %v", err)}
 		return nil, g.refusal
 	}
-	objs = flatten(objs)
 	if err := g.checkObjects(objs); err != nil {
 		return nil, err
 	}
@@ -156,7 +151,7 @@ func (g *installGate) Run(manifests *bytes.Buffer) (*bytes.Buffer, error) {
 	g.manifest, g.judged = manifests.String(), objs
 	g.approved = make(map[string]bool, len(objs))
 	for _, obj := range objs {
-		g.approved[objectKey(obj.Object, g.namespace)] = true
+		g.approved[policies.ObjectKey(obj.Object, g.namespace)] = true
 	}
 	return manifests, nil
 }
@@ -165,7 +160,7 @@ func (g *installGate) Run(manifests *bytes.Buffer) (*bytes.Buffer, error) {
 // create, naming every one of them; the first refusal's reason is the condition's.
 func (g *installGate) checkObjects(objs []policies.RenderedObject) error {
 	var refusals []*GateError
-	for _, obj := range flatten(objs) {
+	for _, obj := range objs {
 		if refused := g.checkObject(obj); refused != nil {
 			refusals = append(refusals, refused)
 		}
@@ -179,24 +174,6 @@ func (g *installGate) checkObjects(objs []policies.RenderedObject) error {
 	}
 	g.refusal = &GateError{Reason: refusals[0].Reason, Message: "nothing was installed: " + strings.Join(messages, "; ")}
 	return g.refusal
-}
-
-// flatten expands List objects into their items: Helm applies the items one by one.
-func flatten(objs []policies.RenderedObject) []policies.RenderedObject {
-	var out []policies.RenderedObject
-	for _, obj := range objs {
-		items, isList := obj.Object["items"].([]any)
-		if kind, _ := obj.Object["kind"].(string); !isList || !strings.HasSuffix(kind, "List") {
-			out = append(out, obj)
-			continue
-		}
-		for _, item := range items {
-			if m, ok := item.(map[string]any); ok {
-				out = append(out, flatten([]policies.RenderedObject{{Template: obj.Template, Object: m}})...)
-			}
-		}
-	}
-	return out
 }
 
 // checkObject returns why obj may not be installed, or nil.
@@ -425,7 +402,7 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 	}
 	for i, info := range infos {
 		switch {
-		case c.gate.approved[objectKey(objs[i].Object, c.gate.namespace)]:
+		case c.gate.approved[policies.ObjectKey(objs[i].Object, c.gate.namespace)]:
 			c.judged[info] = true
 		case manifest:
 			c.gate.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
@@ -534,26 +511,6 @@ func contentOf(info *resource.Info) (map[string]any, error) {
 		return nil, fmt.Errorf("reading %s %s: %w", info.Mapping.GroupVersionKind.Kind, info.Name, err)
 	}
 	return content, nil
-}
-
-// objectKey identifies an object by its content: the digest of its canonical JSON,
-// leaving out a namespace that is the release's (Helm's builder sets it on the objects
-// that name none).
-func objectKey(obj map[string]any, namespace string) string {
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		if ns, _ := md["namespace"].(string); ns == namespace || ns == "" {
-			trimmed := maps.Clone(md)
-			delete(trimmed, "namespace")
-			obj = maps.Clone(obj)
-			obj["metadata"] = trimmed
-		}
-	}
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return "unreadable: " + err.Error()
-	}
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
 }
 
 // objectRef names an object in a refusal.
