@@ -8,6 +8,7 @@ package controller
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,6 +66,11 @@ type Options struct {
 	// when it has none in memory, before going to the chart source. Empty: it always
 	// fetches from the chart source.
 	ChartArchiveNamespace string
+	// ReleaseSealNamespace is Compositor's namespace, where Secret ReleaseSealSecret
+	// keeps the key that seals Helm's release records (--release-seal-namespace): the
+	// controller reads it there at start, with the right rbac.Options.ReleaseSealNamespace
+	// grants, and acts on no release without it.
+	ReleaseSealNamespace string
 	// ImagePullPolicy; empty lets the API server choose (Always for :latest).
 	ImagePullPolicy corev1.PullPolicy
 	// Resources default to DefaultResources().
@@ -72,6 +78,10 @@ type Options struct {
 	// Labels are added to the Deployment and its pods; the identity labels win.
 	Labels map[string]string
 }
+
+// ReleaseSealSecret is the Secret, in Compositor's namespace, that keeps the key
+// sealing Helm's release records (rbac.ReleaseSealSecret).
+const ReleaseSealSecret = rbac.ReleaseSealSecret
 
 // Name returns the name of the controller Deployment of a version; it is also the name
 // of its ServiceAccount (rbac.ServiceAccountName).
@@ -177,14 +187,15 @@ func podSpec(opts Options, def *corev1alpha1.CompositionDefinition, resources co
 			Image:           opts.Image,
 			ImagePullPolicy: opts.ImagePullPolicy,
 			Command:         []string{"compositor"},
-			Args: append([]string{
+			Args: slices.Concat([]string{
 				"controller",
 				"--group", opts.Group,
 				"--version", opts.Version,
 				"--resource", opts.Plural,
 				"--health-probe-bind-address", ":" + strconv.Itoa(HealthPort),
 				"--metrics-bind-address", ":" + strconv.Itoa(MetricsPort),
-			}, append(chartArchiveArgs(opts.ChartArchiveNamespace), allowChartNetworkArgs(opts.AllowChartNetworks)...)...),
+			}, releaseSealArgs(opts.ReleaseSealNamespace), chartArchiveArgs(opts.ChartArchiveNamespace),
+				allowChartNetworkArgs(opts.AllowChartNetworks)),
 			Env: env(def),
 			Ports: []corev1.ContainerPort{
 				{Name: "health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP},
@@ -236,6 +247,14 @@ func probe(path string, initialDelay, period int32) *corev1.Probe {
 		TimeoutSeconds:      1,
 		FailureThreshold:    3,
 	}
+}
+
+// releaseSealArgs passes the namespace of the release seal Secret, if any.
+func releaseSealArgs(namespace string) []string {
+	if namespace == "" {
+		return nil
+	}
+	return []string{"--release-seal-namespace", namespace}
 }
 
 // chartArchiveArgs passes the namespace of the kept chart archives, if any.

@@ -36,6 +36,8 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //     namespace;
 //   - the ChartArchiveRole, if any, only gets one Secret by name, a kept chart archive
 //     (chart-<hex>), in the namespace of its RoleBinding;
+//   - the ReleaseSealRole, if any, only gets Secret ReleaseSealSecret, by name, in the
+//     namespace of its RoleBinding;
 //   - every binding binds its own role to the ServiceAccount only.
 func Check(objs *Objects) error {
 	if objs == nil {
@@ -88,6 +90,7 @@ func Check(objs *Objects) error {
 	checkBinding("RoleBinding", rb.Name, rb.RoleRef, rb.Subjects, objs.ReleaseRole)
 	checkCredentials(objs, add)
 	checkChartArchive(objs, add)
+	checkReleaseSeal(objs, add)
 
 	if len(v) > 0 {
 		return fmt.Errorf("%w: %s", ErrUnsafe, strings.Join(v, "; "))
@@ -112,6 +115,17 @@ func checkCredentials(objs *Objects, add func(string, ...any)) {
 func checkChartArchive(objs *Objects, add func(string, ...any)) {
 	role, binding := objs.ChartArchiveRole, objs.ChartArchiveBinding
 	checkSecretReader("ChartArchive", role, binding, objs.ServiceAccount, add, keptArchiveName.MatchString, "one kept chart archive")
+	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
+		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
+	}
+}
+
+// checkReleaseSeal asserts that the ReleaseSealRole reads Secret ReleaseSealSecret, and
+// no other, bound in its own namespace to the ServiceAccount only.
+func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
+	role, binding := objs.ReleaseSealRole, objs.ReleaseSealBinding
+	checkSecretReader("ReleaseSeal", role, binding, objs.ServiceAccount, add,
+		func(secret string) bool { return secret == ReleaseSealSecret }, "the release seal Secret "+ReleaseSealSecret)
 	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
 		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
 	}

@@ -49,6 +49,11 @@ var HelmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "
 // that hold its releases, in the release namespace.
 var ReleaseStorageVerbs = []string{"create", "delete", "get", "list", "patch", "update"}
 
+// ReleaseSealSecret is the Secret, in Compositor's namespace, that keeps the key
+// sealing Helm's release records (reconciler/composition ReleaseSeal): compositor serve
+// makes it on its first start. A ReleaseSealRole may get it, and no other Secret.
+const ReleaseSealSecret = "compositor-release-seal"
+
 // ErrInvalidOptions means Options cannot give valid object names.
 var ErrInvalidOptions = errors.New("invalid RBAC options")
 
@@ -77,6 +82,11 @@ type Options struct {
 	ChartArchiveNamespace string
 	// ChartDigest is the sha256 digest of the version's chart, "sha256:<64 hex>".
 	ChartDigest string
+	// ReleaseSealNamespace is Compositor's namespace, which keeps Secret
+	// ReleaseSealSecret: the controller may get that Secret there, and no other, to seal
+	// and prove Helm's release records as Compositor does. Empty generates nothing for it
+	// (an in-process controller has the seal from Compositor).
+	ReleaseSealNamespace string
 }
 
 // Names are the names of the objects generated for one definition version. They hold
@@ -101,6 +111,9 @@ type Names struct {
 	// ChartArchive names the Role, in Compositor's namespace, that reads the Secret
 	// keeping the chart archive, and its RoleBinding.
 	ChartArchive string
+	// ReleaseSeal names the Role, in Compositor's namespace, that reads Secret
+	// ReleaseSealSecret, and its RoleBinding.
+	ReleaseSeal string
 }
 
 // ServiceAccountName returns the name of the ServiceAccount (and of the controller
@@ -120,6 +133,7 @@ func NamesFor(namespace, plural, version string) Names {
 		ReleaseBinding:   prefix,
 		Credentials:      prefix + ":credentials",
 		ChartArchive:     prefix + ":chart-archive",
+		ReleaseSeal:      prefix + ":release-seal",
 	}
 }
 
@@ -183,6 +197,13 @@ type Objects struct {
 	// ChartArchiveBinding binds ChartArchiveRole, in Compositor's namespace, to the
 	// ServiceAccount in the definition namespace; nil with it.
 	ChartArchiveBinding *rbacv1.RoleBinding
+	// ReleaseSealRole lets the controller get Secret ReleaseSealSecret, by name, in
+	// Compositor's namespace: the key that seals Helm's release records; nil without
+	// Options.ReleaseSealNamespace.
+	ReleaseSealRole *rbacv1.Role
+	// ReleaseSealBinding binds ReleaseSealRole, in Compositor's namespace, to the
+	// ServiceAccount in the definition namespace; nil with it.
+	ReleaseSealBinding *rbacv1.RoleBinding
 
 	releaseBindingName string
 	labels             map[string]string
@@ -239,6 +260,10 @@ func Generate(opts Options) (*Objects, error) {
 		objs.ChartArchiveRole, objs.ChartArchiveBinding = secretReader(names.ChartArchive, opts.ChartArchiveNamespace,
 			chartsource.KeptArchiveSecretName(opts.ChartDigest), labels, subject)
 	}
+	if opts.ReleaseSealNamespace != "" {
+		objs.ReleaseSealRole, objs.ReleaseSealBinding = secretReader(names.ReleaseSeal, opts.ReleaseSealNamespace,
+			ReleaseSealSecret, labels, subject)
+	}
 	if err := Check(objs); err != nil {
 		return nil, err
 	}
@@ -294,6 +319,11 @@ func (o Options) validate() error {
 			problems = append(problems, fmt.Sprintf("chart digest %q: want sha256: and 64 lowercase hex digits", o.ChartDigest))
 		}
 	}
+	if o.ReleaseSealNamespace != "" {
+		for _, msg := range validation.IsDNS1123Label(o.ReleaseSealNamespace) {
+			problems = append(problems, fmt.Sprintf("release seal namespace %q: %s", o.ReleaseSealNamespace, msg))
+		}
+	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.Group) {
 		problems = append(problems, fmt.Sprintf("group %q: %s", o.Group, msg))
 	}
@@ -334,6 +364,9 @@ func (o *Objects) List() []client.Object {
 	if o.ChartArchiveRole != nil {
 		list = append(list, o.ChartArchiveRole)
 	}
+	if o.ReleaseSealRole != nil {
+		list = append(list, o.ReleaseSealRole)
+	}
 	list = append(list, o.CompositionsBinding)
 	if o.ClusterBinding != nil {
 		list = append(list, o.ClusterBinding)
@@ -343,6 +376,9 @@ func (o *Objects) List() []client.Object {
 	}
 	if o.ChartArchiveBinding != nil {
 		list = append(list, o.ChartArchiveBinding)
+	}
+	if o.ReleaseSealBinding != nil {
+		list = append(list, o.ReleaseSealBinding)
 	}
 	return list
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"helm.sh/helm/v3/pkg/chart"
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,7 +34,10 @@ const (
 // Kinds, as they come and go), and the controller running under it. digest is the
 // chart's: a controller Deployment may get the Secret keeping that archive in
 // Compositor's namespace, and no other. Failing to grant that (archiveErr) costs
-// nothing while the chart source is up: the controller fetches from it.
+// nothing while the chart source is up: the controller fetches from it. A controller
+// Deployment may also get Secret rbac.ReleaseSealSecret there, the key that seals
+// Helm's release records: without it the controller acts on no release, so failing to
+// grant it fails the version.
 func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (archiveErr, err error) {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
@@ -59,16 +63,21 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		opts.CredentialsSecret = c.PasswordRef.Name
 	}
 	inProcess := r.Kinds != nil && r.Kinds.InProcess
-	if archives := r.archiveNamespace(); archives != "" && !inProcess {
-		// In-process controllers read the archives with Compositor's own client.
-		opts.ChartArchiveNamespace, opts.ChartDigest = archives, digest
+	if ns := r.compositorNamespace(); ns != "" && !inProcess {
+		// In-process controllers read the archives with Compositor's own client, and
+		// have the seal from Compositor.
+		opts.ChartArchiveNamespace, opts.ChartDigest = ns, digest
+		opts.ReleaseSealNamespace = ns
 	}
 	objs, err := rbac.Generate(opts)
 	if err != nil {
 		return nil, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
 	}
+	// The Roles in Compositor's namespace and their bindings are applied below, with
+	// their owner.
+	inCompositorNamespace := []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding, objs.ReleaseSealRole, objs.ReleaseSealBinding}
 	for _, obj := range objs.List() {
-		if obj == client.Object(objs.ChartArchiveRole) || obj == client.Object(objs.ChartArchiveBinding) {
+		if slices.Contains(inCompositorNamespace, obj) {
 			continue
 		}
 		if err := ssa.Apply(ctx, r.Client, obj); err != nil {
@@ -80,20 +89,32 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 			return nil, err
 		}
 	}
+	// Like the archives and the seal, the Roles and bindings in Compositor's namespace
+	// are owned by its ServiceAccount and go with the installation.
+	var owner *metav1.OwnerReference
+	if objs.ChartArchiveRole != nil || objs.ReleaseSealRole != nil {
+		owner = r.Charts.Store.OwnerReference(ctx)
+	}
+	if objs.ReleaseSealRole == nil {
+		if err := r.deleteReleaseSealRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, obj := range []client.Object{objs.ReleaseSealRole, objs.ReleaseSealBinding} {
+			if err := applyOwned(ctx, r.Client, obj, owner); err != nil {
+				return nil, fmt.Errorf("granting the controller of %s %s the release seal (Secret %s/%s): %w",
+					api.Kind, api.Version, obj.GetNamespace(), rbac.ReleaseSealSecret, err)
+			}
+		}
+	}
 	if objs.ChartArchiveRole == nil {
 		if err := r.deleteChartArchiveRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
 			return nil, err
 		}
 	} else {
-		// A new chart digest moves the Role's resourceNames to the new archive. Like the
-		// archive, the Role and its binding are owned by Compositor's ServiceAccount, in
-		// its namespace, and go with the installation.
-		owner := r.Charts.Store.OwnerReference(ctx)
+		// A new chart digest moves the Role's resourceNames to the new archive.
 		for _, obj := range []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding} {
-			if owner != nil {
-				obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
-			}
-			if archiveErr = ssa.Apply(ctx, r.Client, obj); archiveErr != nil {
+			if archiveErr = applyOwned(ctx, r.Client, obj, owner); archiveErr != nil {
 				ctrl.LoggerFrom(ctx).Error(archiveErr, "Granting the controller its kept chart archive", "namespace", obj.GetNamespace(), "name", obj.GetName())
 				break
 			}
@@ -107,6 +128,10 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 			return archiveErr, nil
 		}
 	}
+	if objs.ReleaseSealRole == nil {
+		return archiveErr, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: errors.New(
+			"Compositor's namespace, which keeps the release seal, is unknown here, so no controller Deployment could prove Helm's release records")}
+	}
 	return archiveErr, ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition:         def,
 		Plural:             api.Plural,
@@ -117,7 +142,17 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		// With the RBAC above, the controller installs from the kept archive while the
 		// chart source is down.
 		ChartArchiveNamespace: opts.ChartArchiveNamespace,
+		// With the RBAC above, the controller reads the key that seals the releases.
+		ReleaseSealNamespace: opts.ReleaseSealNamespace,
 	}))
+}
+
+// applyOwned applies obj, owned by owner when there is one.
+func applyOwned(ctx context.Context, c client.Client, obj client.Object, owner *metav1.OwnerReference) error {
+	if owner != nil {
+		obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
+	}
+	return ssa.Apply(ctx, c, obj)
 }
 
 // noteArchiveNotReadable adds to the Synced condition that the version's controller
@@ -133,9 +168,11 @@ func noteArchiveNotReadable(def *corev1alpha1.CompositionDefinition, api *genera
 	c.Message += fmt.Sprintf("; the controller of %s %s is not granted its chart archive kept in the cluster (%v), so while its chart source is down a restarted controller cannot install", api.Kind, api.Version, err)
 }
 
-// archiveNamespace is where chart archives are kept in the cluster, Compositor's
-// namespace; empty when they are not kept.
-func (r *Reconciler) archiveNamespace() string {
+// compositorNamespace is Compositor's namespace, where chart archives are kept in the
+// cluster, and Secret rbac.ReleaseSealSecret with the key that seals Helm's release
+// records; empty when archives are not kept. What Compositor keeps there is owned by
+// its ServiceAccount, which the chart Store knows.
+func (r *Reconciler) compositorNamespace() string {
 	if r.Charts == nil || r.Charts.Store == nil {
 		return ""
 	}
@@ -161,9 +198,11 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 		func() error {
 			return r.Client.DeleteAllOf(ctx, &rbacv1.Role{}, client.InNamespace(def.Namespace), labels)
 		},
-		// The chart archive Role is in Compositor's namespace (no owner reference
-		// across namespaces); its RoleBinding goes with deleteRoleBindings.
+		// The chart archive and release seal Roles are in Compositor's namespace (no
+		// owner reference across namespaces); their RoleBindings go with
+		// deleteRoleBindings too.
 		func() error { return r.deleteChartArchiveRole(ctx, def.Namespace, plural, version) },
+		func() error { return r.deleteReleaseSealRole(ctx, def.Namespace, plural, version) },
 		func() error { return r.deleteRoleBindings(ctx, labels) },
 	} {
 		if err := client.IgnoreNotFound(del()); err != nil {
@@ -195,19 +234,32 @@ func (r *Reconciler) deleteCredentialsRole(ctx context.Context, namespace, plura
 // deleteChartArchiveRole removes the Role and RoleBinding, in Compositor's namespace,
 // that let a version's controller read its kept chart archive.
 func (r *Reconciler) deleteChartArchiveRole(ctx context.Context, namespace, plural, version string) error {
-	archives := r.archiveNamespace()
-	if archives == "" {
+	return r.deleteInCompositorNamespace(ctx, rbac.NamesFor(namespace, plural, version).ChartArchive,
+		"the chart archive Role of "+plural+" "+version)
+}
+
+// deleteReleaseSealRole removes the Role and RoleBinding, in Compositor's namespace,
+// that let a version's controller read the release seal.
+func (r *Reconciler) deleteReleaseSealRole(ctx context.Context, namespace, plural, version string) error {
+	return r.deleteInCompositorNamespace(ctx, rbac.NamesFor(namespace, plural, version).ReleaseSeal,
+		"the release seal Role of "+plural+" "+version)
+}
+
+// deleteInCompositorNamespace removes the RoleBinding and the Role named name in
+// Compositor's namespace; what names them for the error.
+func (r *Reconciler) deleteInCompositorNamespace(ctx context.Context, name, what string) error {
+	ns := r.compositorNamespace()
+	if ns == "" {
 		return nil
 	}
-	name := rbac.NamesFor(namespace, plural, version).ChartArchive
 	var errs []error
 	for _, obj := range []client.Object{&rbacv1.RoleBinding{}, &rbacv1.Role{}} {
-		obj.SetNamespace(archives)
+		obj.SetNamespace(ns)
 		obj.SetName(name)
 		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, obj)))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("removing the chart archive Role of %s %s: %w", plural, version, err)
+		return fmt.Errorf("removing %s: %w", what, err)
 	}
 	return nil
 }

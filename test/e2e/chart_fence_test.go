@@ -112,6 +112,73 @@ subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
 `)
 	})
 
+	// The Role that lets the version's controller read the release seal, in
+	// Compositor's namespace: get on Secret compositor-release-seal, and nothing more.
+	sealRole := func(namespace, rules string) string {
+		return `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:release-seal
+  namespace: ` + namespace + `
+  ` + labels + `
+rules: ` + rules + "\n"
+	}
+	t.Run("a release seal Role that reaches further", func(t *testing.T) {
+		// Rights Compositor holds itself (get, list, watch on Secrets anywhere, create in
+		// its namespace), so that RBAC's own escalation check lets them through to the
+		// policy.
+		const onlyOne = "may only get one Secret by name (the chart credentials, a kept chart archive chart-..., or the release seal compositor-release-seal)"
+		for name, rules := range map[string]string{
+			"another Secret": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-webhook-ca]}]`,
+			"a look-alike":   `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal-2]}]`,
+			"an archive":     `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [chart-0123456789abcdef0123]}]`,
+			"two Secrets":    `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal, compositor-webhook-ca]}]`,
+			"every Secret":   `[{apiGroups: [""], resources: [secrets], verbs: [get]}]`,
+			"list too":       `[{apiGroups: [""], resources: [secrets], verbs: [get, list], resourceNames: [compositor-release-seal]}]`,
+			"watch too":      `[{apiGroups: [""], resources: [secrets], verbs: [get, watch], resourceNames: [compositor-release-seal]}]`,
+			"create too":     `[{apiGroups: [""], resources: [secrets], verbs: [get, create], resourceNames: [compositor-release-seal]}]`,
+			"a second rule": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+  {apiGroups: [""], resources: [secrets], verbs: [list]}]`,
+		} {
+			t.Run(name, func(t *testing.T) { refused(t, onlyOne, sealRole("compositor-system", rules)) })
+		}
+		// Rights Compositor does not hold, RBAC refuses before the policy.
+		res := asCompositor(sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get, update], resourceNames: [compositor-release-seal]}]`), "create", "-f", "-")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, "forbidden")
+		// Only in Compositor's namespace: elsewhere it is no Role Compositor generates.
+		refused(t, "named as it names them for the labelled definition version",
+			sealRole("team-a", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]}]`))
+
+		// Its binding binds it to the version's controller only. The API server checks
+		// that the Role a binding names exists before the policy sees the binding.
+		genuine := sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]}]`)
+		res = cp.Kubectl(ctx, genuine, "create", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		t.Cleanup(func() { _ = cp.Kubectl(ctx, genuine, "delete", "-f", "-") })
+		refused(t, "may only bind the controller ServiceAccount team-a/fireworksapps-v1-1-5-controller", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:release-seal
+  namespace: compositor-system
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "compositor:team-a:fireworksapps-v1-1-5:release-seal"}
+subjects: [{kind: ServiceAccount, name: default, namespace: team-a}]
+`)
+		refused(t, "may only bind the role it generated for compositor:team-a:fireworksapps-v1-1-5, not Role compositor", `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:release-seal
+  namespace: compositor-system
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: compositor}
+subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]
+`)
+	})
+
 	t.Run("taking over a role it did not generate", func(t *testing.T) {
 		patch := `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"compositor","compositor.dev/definition-namespace":"team-a",` +
 			`"compositor.dev/resource":"fireworksapps","compositor.dev/version":"v1-1-5"}}}`
@@ -174,8 +241,14 @@ spec:
 				{Group: "cert-manager.io", Version: "v1", Kind: "ClusterIssuer", Resource: "clusterissuers"},
 			},
 			CredentialsSecret: "chart-password",
+			// Deployments mode: the Roles in Compositor's namespace on the kept chart
+			// archive and on the release seal.
+			ChartArchiveNamespace: "compositor-system",
+			ChartDigest:           "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+			ReleaseSealNamespace:  "compositor-system",
 		})
 		require.NoError(t, err)
+		require.NotNil(t, objs.ReleaseSealRole)
 		var manifests []string
 		for _, obj := range append(objs.List(), objs.ReleaseBinding("team-a"), objs.ReleaseBinding("default")) {
 			data, err := yaml.Marshal(obj)
@@ -192,6 +265,10 @@ spec:
 		roles := &rbacv1.ClusterRoleList{}
 		require.NoError(t, cp.Client.List(ctx, roles, selector))
 		assert.Empty(t, roles.Items)
+		// The Roles in Compositor's namespace, by name, as deleteWorkloads does.
+		for _, obj := range []client.Object{objs.ReleaseSealBinding, objs.ReleaseSealRole, objs.ChartArchiveBinding, objs.ChartArchiveRole} {
+			require.NoError(t, impersonated.Delete(ctx, obj), "%T %s", obj, obj.GetName())
+		}
 	})
 
 	t.Run("deletes reach only generated objects, with or without a selector", func(t *testing.T) {

@@ -143,7 +143,8 @@ func TestDeploymentChartRenders(t *testing.T) {
 		}
 		spec, err := json.Marshal(objects["ValidatingAdmissionPolicy/compositor-generated-rbac"].Object["spec"])
 		require.NoError(t, err)
-		quoted := slices.Concat(rbac.DangerousVerbs(), rbac.RefusedGroups())
+		// The one Secret the release seal Role may get, by its exact name.
+		quoted := slices.Concat(rbac.DangerousVerbs(), rbac.RefusedGroups(), []string{rbac.ReleaseSealSecret})
 		for _, gr := range rbac.RefusedTypes() {
 			quoted = append(quoted, gr.Group+"/"+gr.Resource)
 		}
@@ -228,6 +229,24 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 			}
 		}
 	}, 30*time.Second, 100*time.Millisecond)
+	// And the Role that lets it read the release seal, the Secret compositor serve made
+	// (as the chart's ServiceAccount) on start: that one Secret, owned alike.
+	sealRole := types.NamespacedName{Namespace: "compositor-system", Name: rbac.NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").ReleaseSeal}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.ReleaseSealSecret}, &corev1.Secret{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		role := &rbacv1.Role{}
+		if assert.NoError(c, cp.Client.Get(ctx, sealRole, role)) {
+			assert.Equal(c, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
+				ResourceNames: []string{rbac.ReleaseSealSecret}}}, role.Rules)
+			if assert.Len(c, role.OwnerReferences, 1, "owned by Compositor's ServiceAccount") {
+				assert.Equal(c, "compositor", role.OwnerReferences[0].Name)
+			}
+		}
+		binding := &rbacv1.RoleBinding{}
+		if assert.NoError(c, cp.Client.Get(ctx, sealRole, binding)) {
+			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "fireworksapp-system"}}, binding.Subjects)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
 
 	kubectl := func(stdin string, args ...string) {
 		t.Helper()
@@ -263,6 +282,9 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	require.NoError(t, cp.Client.List(ctx, roles, client.InNamespace("team-p")))
 	assert.Empty(t, roles.Items, "the credentials Role goes with its definition")
 	assert.True(t, apierrors.IsNotFound(cp.Client.Get(ctx, archiveRole, &rbacv1.Role{})), "the chart archive's Role goes with its definition")
+	for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		assert.True(t, apierrors.IsNotFound(cp.Client.Get(ctx, sealRole, obj)), "the release seal's %T goes with its definition", obj)
+	}
 
 	// What the chart does not grant stays refused.
 	for _, attrs := range []authorizationv1.ResourceAttributes{

@@ -140,12 +140,26 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: roleName}, binding.RoleRef)
 
+	// And get on the release seal, the key that seals Helm's release records, which
+	// compositor serve keeps in the same namespace: the controller acts on no release
+	// without it.
+	sealRoleName := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").ReleaseSeal
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, role))
+	assert.Equal(t, archiveRule(rbac.ReleaseSealSecret), role.Rules)
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, binding))
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
+	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sealRoleName}, binding.RoleRef)
+
 	deployment := &appsv1.Deployment{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptServiceAccount}, deployment))
 	args := deployment.Spec.Template.Spec.Containers[0].Args
 	i := slices.Index(args, "--chart-archive-namespace")
 	require.GreaterOrEqual(t, i, 0, "the generated controller reads the kept archives: %v", args)
 	require.Equal(t, archives, args[i+1])
+	i = slices.Index(args, "--release-seal-namespace")
+	require.GreaterOrEqual(t, i, 0, "the generated controller reads the release seal: %v", args)
+	require.Equal(t, archives, args[i+1])
+	assert.Len(t, deployment.Spec.Template.Spec.Volumes, 1, "no Secret mounted: the controller reads the seal with its client")
 
 	// The chart source goes down; the controller starts with nothing of the chart on
 	// its disk or in memory, as the generated pod would, under the generated identity.
@@ -193,7 +207,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}
 	}, 2*time.Minute, 250*time.Millisecond, "installed from the kept chart, the chart source down")
 
-	t.Run("the identity reads its archive and no other Secret of Compositor's namespace", func(t *testing.T) {
+	t.Run("the identity reads its archive and the release seal, and no other Secret of Compositor's namespace", func(t *testing.T) {
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: archives, Name: "someone-elses"},
 			StringData: map[string]string{"token": "secret"},
@@ -204,6 +218,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		as, err := client.New(impersonated, client.Options{})
 		require.NoError(t, err)
 		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}))
+		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: rbac.ReleaseSealSecret}, &corev1.Secret{}))
 		err = as.Get(ctx, client.ObjectKey{Namespace: archives, Name: "someone-elses"}, &corev1.Secret{})
 		assert.True(t, apierrors.IsForbidden(err), "get another Secret: %v", err)
 		err = as.List(ctx, &corev1.SecretList{}, client.InNamespace(archives))
@@ -218,6 +233,10 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 			{Verb: "update", Resource: "secrets", Namespace: archives, Name: archive},
 			{Verb: "delete", Resource: "secrets", Namespace: archives, Name: archive},
 			{Verb: "create", Resource: "secrets", Namespace: archives},
+			{Verb: "update", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
+			{Verb: "patch", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
+			{Verb: "delete", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
+			{Verb: "watch", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
 		} {
 			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: keptUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptNamespace, "system:authenticated"},
@@ -228,7 +247,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}
 	})
 
-	t.Run("the Role and RoleBinding go with the definition", func(t *testing.T) {
+	t.Run("the Roles and RoleBindings go with the definition", func(t *testing.T) {
 		require.NoError(t, cp.Client.Delete(ctx, keptApp("after-outage")))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			err := cp.Client.Get(ctx, client.ObjectKeyFromObject(keptApp("after-outage")), keptApp(""))
@@ -236,9 +255,11 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}, 2*time.Minute, 250*time.Millisecond)
 		require.NoError(t, cp.Client.Delete(ctx, def))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
-				err := cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, obj)
-				assert.True(c, apierrors.IsNotFound(err), "%T: %v", obj, err)
+			for _, name := range []string{roleName, sealRoleName} {
+				for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+					err := cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: name}, obj)
+					assert.True(c, apierrors.IsNotFound(err), "%T %s: %v", obj, name, err)
+				}
 			}
 		}, 2*time.Minute, 250*time.Millisecond)
 	})

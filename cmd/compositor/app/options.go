@@ -129,6 +129,7 @@ var envFlags = map[string]string{
 	"namespace":                 "POD_NAMESPACE",
 	"service-account":           "POD_SERVICE_ACCOUNT",
 	"chart-archive-namespace":   "COMPOSITOR_CHART_ARCHIVE_NAMESPACE",
+	"release-seal-namespace":    "COMPOSITOR_RELEASE_SEAL_NAMESPACE",
 	"replica-id":                "POD_NAME",
 }
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,6 +42,7 @@ import (
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/multicluster"
@@ -122,11 +124,15 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	if err != nil {
 		return err
 	}
+	sealKey, err := releaseSealKey(ctx, live, opts.Namespace)
+	if err != nil {
+		return err
+	}
 	endpoint, err := setupWebhookConfigurations(ctx, mgr, live, provider, opts, ready)
 	if err != nil {
 		return err
 	}
-	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, opts); err != nil {
+	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, sealKey, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -279,7 +285,11 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // conversion webhook and CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, opts *ServeOptions) (err error) {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, opts *ServeOptions) (err error) {
+	seal, err := compositionctl.NewReleaseSeal(sealKey)
+	if err != nil {
+		return err
+	}
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -308,11 +318,13 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 		Checker:          checker,
 		MaxReconcileRate: opts.MaxReconcileRate,
 		Sync:             opts.Sync,
+		Seal:             seal,
 	}
 	if opts.Multicluster {
 		if kinds.Targets, err = setupTargets(mgr, kinds, opts); err != nil {
 			return err
 		}
+		kinds.Targets.Seal = seal
 	}
 	if err := kinds.SetupWithManager(mgr); err != nil {
 		return err
@@ -547,4 +559,29 @@ func splitHostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("port %q is not a number between 1 and 65535", portText)
 	}
 	return host, port, nil
+}
+
+// releaseSealKey returns the key that seals Helm release records, kept in Secret
+// compositor-release-seal of namespace: made on the first start, shared by every
+// replica and every start after.
+func releaseSealKey(ctx context.Context, live client.Client, namespace string) ([]byte, error) {
+	for range 3 {
+		secret := &corev1.Secret{}
+		err := live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: controller.ReleaseSealSecret}, secret)
+		if err == nil {
+			key, err := compositionctl.SealKeyFrom(secret)
+			if err != nil {
+				return nil, fmt.Errorf("the release seal: %w", err)
+			}
+			return key, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading the release seal Secret %s/%s: %w", namespace, controller.ReleaseSealSecret, err)
+		}
+		err = live.Create(ctx, compositionctl.SealSecret(namespace, controller.ReleaseSealSecret, compositionctl.NewSealKey()))
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating the release seal Secret %s/%s: %w", namespace, controller.ReleaseSealSecret, err)
+		}
+	}
+	return nil, fmt.Errorf("the release seal Secret %s/%s keeps changing", namespace, controller.ReleaseSealSecret)
 }
