@@ -24,7 +24,10 @@ import (
 //   - the CompositionDefinitions and compositions, and what Compositor generated for
 //     each served version (controller Deployment, ServiceAccount, roles), which the
 //     definition owns: the compositions' releases stay installed and reconciled;
-//   - the namespace (Helm does not delete one it created with --create-namespace).
+//   - the namespace (Helm does not delete one it created with --create-namespace);
+//   - Secret compositor-release-seal, the key that seals Helm's release records: the
+//     controller Deployments that stay need it, and a reinstall must find the same key,
+//     or every release record would read as tampered.
 //
 // The verified chart archives Compositor keeps in Secrets of its namespace
 // (chart-<digest>), created at runtime, are owned by its ServiceAccount, which the chart
@@ -43,8 +46,10 @@ func lifecycle(t *testing.T) {
 	bundlesBefore := bundles()
 	// Compositor fills in the rules and CA bundle (base64 of "-----BEGIN": LS0t) of
 	// the configurations the chart created.
-	if strings.Count(bundlesBefore, "=5/") != 2 || strings.Count(bundlesBefore, "krateo.io") != 3 || strings.Count(bundlesBefore, "]/LS0t") != 2 {
-		t.Fatalf("want both webhooks with timeout 5, their rules and a CA bundle before the upgrade:\n%s", bundlesBefore)
+	// Three webhooks: compositions' defaults, every write's validation, and the guard
+	// of compositions' status.
+	if strings.Count(bundlesBefore, "=5/") != 3 || strings.Count(bundlesBefore, "krateo.io") != 4 || strings.Count(bundlesBefore, "]/LS0t") != 3 {
+		t.Fatalf("want the three webhooks with timeout 5, their rules and a CA bundle before the upgrade:\n%s", bundlesBefore)
 	}
 	for _, kind := range []string{"mutatingwebhookconfiguration", "validatingwebhookconfiguration"} {
 		if owner := kubectl(t, "get", kind, "compositor", "-o", `jsonpath={.metadata.annotations.meta\.helm\.sh/release-name}`); owner != release {
@@ -120,6 +125,7 @@ func lifecycle(t *testing.T) {
 		for _, l := range left {
 			switch l {
 			case "serviceaccount/default", "configmap/kube-root-ca.crt": // the namespace's own
+			case "secret/compositor-release-seal": // kept on purpose: see above
 			default:
 				real = append(real, l)
 			}
