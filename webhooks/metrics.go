@@ -14,8 +14,16 @@ var violationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Violations found by admission, by source (a policy or a chart's values.schema.json) and enforcement action.",
 }, []string{"source", "action"})
 
+// refusalsTotal counts the writes admission refused for a bound rather than for what
+// they say: an object over a limit (depth, keys, string), a lane that stayed full until
+// the deadline (fairness), work that ran out of time (deadline).
+var refusalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "compositor_admission_refusals_total",
+	Help: "Writes refused by admission for a bound, by reason: depth, keys, string (an object over a limit), fairness (its namespace's lane stayed full until the deadline), deadline (the schema check, rendering or a policy ran out of time).",
+}, []string{"reason"})
+
 func init() {
-	metrics.Registry.MustRegister(violationsTotal)
+	metrics.Registry.MustRegister(violationsTotal, refusalsTotal)
 }
 
 // countViolations adds the violations of a decision that was answered to the metrics.

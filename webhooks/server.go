@@ -61,6 +61,13 @@ type Options struct {
 	// the ServiceAccounts of the composition controllers it runs, the only users whose
 	// writes of a composition's status are admitted (see StatusGuard).
 	Users []string
+	// Limits bound every object written before anything expensive runs; the zero
+	// value means policies.DefaultLimits.
+	Limits policies.Limits
+	// LaneConcurrency is how many admission evaluations one namespace's compositions
+	// (or definitions, or the policies) may run at once; 0 means
+	// DefaultLaneConcurrency.
+	LaneConcurrency int
 }
 
 // Register mounts the admission handlers on srv.
@@ -79,6 +86,11 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
 		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached},
+		limits:       opts.Limits,
+		lanes:        newLanes(opts.LaneConcurrency),
+	}
+	if v.limits == (policies.Limits{}) {
+		v.limits = policies.DefaultLimits()
 	}
 	if opts.Cached != nil {
 		v.schemas = NewCRDSchemas(opts.Cached, opts.Live)
@@ -134,18 +146,30 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allowed("")
 	}
+	if m.Screen != nil {
+		// Bounded before anything else runs.
+		if resp, ok := boundObject(m.Screen.limits, req); !ok {
+			return resp
+		}
+	}
 	annotations, labels := req.Object.GetAnnotations(), req.Object.GetLabels()
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if m.Screen != nil && m.Screen.decider != nil {
-		if r, broken := m.Screen.decider.breaksSchema(ctx, req); broken {
-			// Denied here with every violation at once. An admitted object's warnings
-			// are left to the validating webhook, so that kubectl prints each once.
-			if resp, decision := m.Screen.review(ctx, req, r); !resp.Allowed {
-				countViolations(decision)
-				return resp
+		resp := m.Screen.gated(ctx, req, func(ctx context.Context) admission.Response {
+			if r, broken := m.Screen.decider.breaksSchema(ctx, req); broken {
+				// Denied here with every violation at once. An admitted object's warnings
+				// are left to the validating webhook, so that kubectl prints each once.
+				if resp, decision := m.Screen.review(ctx, req, r); !resp.Allowed {
+					countViolations(decision)
+					return resp
+				}
 			}
+			return admission.Allowed("")
+		})
+		if !resp.Allowed {
+			return resp
 		}
 	}
 	return admission.Patched("", defaultingPatch(annotations, labels, req.Object)...)
@@ -166,6 +190,10 @@ type Validator struct {
 	schemas *CRDSchemas
 	// status judges writes of a composition's status (StatusPath); nil refuses them.
 	status *StatusGuard
+	// limits bound every object before the checks; the zero value bounds nothing.
+	limits policies.Limits
+	// lanes share the evaluations between namespaces; nil runs each at once.
+	lanes *lanes
 }
 
 var _ admission.Handler = &Validator{}
@@ -179,9 +207,14 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	if bad != nil {
 		return *bad
 	}
-	resp, decision := v.review(ctx, req, nil)
-	countViolations(decision)
-	return resp
+	if resp, ok := boundObject(v.limits, req); !ok {
+		return resp
+	}
+	return v.gated(ctx, req, func(ctx context.Context) admission.Response {
+		resp, decision := v.review(ctx, req, nil)
+		countViolations(decision)
+		return resp
+	})
 }
 
 // subresource answers a write of a subresource, which the rules of ValidatePath never

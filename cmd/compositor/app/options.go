@@ -15,6 +15,7 @@ import (
 
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/webhooks"
 )
 
 // ServeOptions configure `compositor serve`: the manager that runs the webhooks and the
@@ -99,6 +100,14 @@ type ServeOptions struct {
 	// unrenewed. The clusters of a replica that is gone move once its peer Lease
 	// lapses, which multicluster-runtime keeps for 30 s.
 	ShardLeaseDuration time.Duration
+	// Limits bound every object admission judges, before the schema check, rendering
+	// and the policies (issue #26).
+	Limits policies.Limits
+	// PolicyMaxRange bounds numbers.range and numbers.range_step in policies.
+	PolicyMaxRange int
+	// LaneConcurrency is how many admission evaluations one namespace's compositions
+	// (or its definitions, or the policies) may run at once.
+	LaneConcurrency int
 }
 
 // Where composition controllers run.
@@ -157,6 +166,9 @@ func NewServeOptions() *ServeOptions {
 		Controllers:            ControllersDeployments,
 		ReplicaID:              defaultReplicaID(),
 		ShardLeaseDuration:     20 * time.Second,
+		Limits:                 policies.DefaultLimits(),
+		PolicyMaxRange:         policies.DefaultMaxRangeElements,
+		LaneConcurrency:        webhooks.DefaultLaneConcurrency(),
 	}
 }
 
@@ -204,6 +216,12 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShardLeaseDuration, "shard-lease-duration", o.ShardLeaseDuration, "With --leader-election and --multicluster, how long a replica's Lease on one target cluster lasts unrenewed (a replica that is gone loses its clusters once its peer Lease, kept 30 s, lapses)")
 	fs.BoolVar(&o.Multicluster, "multicluster", o.Multicluster, "Install compositions annotated compositor.dev/placement on the target clusters it selects, registered by kubeconfig Secrets in --namespace labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true (needs --controllers in-process)")
 	fs.DurationVar(&o.AuditInterval, "audit-interval", o.AuditInterval, "Time between audits of existing definitions and compositions against every policy (0 turns the audit off)")
+	fs.IntVar(&o.Limits.MaxDepth, "max-value-depth", o.Limits.MaxDepth, "Admission refuses an object with a field nested deeper than this many keys and indexes (spec.a.b[0] is 4), before the schema check, rendering and the policies")
+	fs.IntVar(&o.Limits.MaxKeys, "max-value-keys", o.Limits.MaxKeys, "Admission refuses an object with more keys and array elements than this, all levels together")
+	fs.IntVar(&o.Limits.MaxStringBytes, "max-string-bytes", o.Limits.MaxStringBytes, "Admission refuses an object with a string value or key longer than this many bytes")
+	fs.IntVar(&o.Limits.MaxRenderedBytes, "max-rendered-bytes", o.Limits.MaxRenderedBytes, "Rendering a composition's chart stops, and is refused, past this many bytes of manifests")
+	fs.IntVar(&o.PolicyMaxRange, "policy-max-range", o.PolicyMaxRange, "Most elements numbers.range and numbers.range_step may return in a policy; a bigger range stops the evaluation with an error (fail closed)")
+	fs.IntVar(&o.LaneConcurrency, "admission-namespace-concurrency", o.LaneConcurrency, "Admission evaluations (schema check, rendering, policies) one namespace's compositions may run at once; its others wait, each until the deadline, and other namespaces are not held. Definitions and policies have lanes of their own. The default is half the CPUs, at least 1")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its
@@ -268,6 +286,15 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
+	}
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.PolicyMaxRange < 1 {
+		errs = append(errs, fmt.Errorf("--policy-max-range must be at least 1, got %d", o.PolicyMaxRange))
+	}
+	if o.LaneConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--admission-namespace-concurrency must be at least 1, got %d", o.LaneConcurrency))
 	}
 	return errors.Join(errs...)
 }

@@ -194,6 +194,8 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
 func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Source, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
+	policies.SetMaxRangeElements(opts.PolicyMaxRange)
+	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
 	if err != nil {
 		return nil, err
@@ -226,8 +228,10 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Sou
 		Checker:      checker,
 		Charts:       charts,
 		// Creates SubjectAccessReviews, never cached.
-		Authorizer: authorizer,
-		Users:      users,
+		Authorizer:      authorizer,
+		Users:           users,
+		Limits:          opts.Limits,
+		LaneConcurrency: opts.LaneConcurrency,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err

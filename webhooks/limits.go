@@ -1,0 +1,170 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/policies"
+)
+
+// Reasons of compositor_admission_refusals_total besides the limits of policies.Limits
+// (depth, keys, string, rendered).
+const (
+	// RefusedFairness: the namespace's lane was full until the deadline.
+	RefusedFairness = "fairness"
+	// RefusedDeadline: the schema check, the rendering or a policy ran out of time.
+	RefusedDeadline = "deadline"
+)
+
+// DefaultLaneConcurrency is the default number of admission evaluations one lane (the
+// compositions of one namespace, its definitions, the policies) may run at once: half
+// the CPUs, at least one, so that one namespace's writes can never hold every core nor
+// every slot of the schema checks and renders, which the process shares.
+func DefaultLaneConcurrency() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// FlagLaneConcurrency names the lane bound in messages.
+const FlagLaneConcurrency = "--admission-namespace-concurrency"
+
+// boundObject refuses req's object when it passes a limit, before anything expensive
+// runs; ok is false then and resp is the refusal, counted by reason. The object of a
+// deletion, and of an update that only finishes one (see leaving), is not measured:
+// refusing those would strand an object stored before the limits were lowered.
+func boundObject(limits policies.Limits, req *Request) (resp admission.Response, ok bool) {
+	if req.Object == nil || leaving(req) {
+		return admission.Response{}, true
+	}
+	errs := limits.CheckObject(req.Object.Object)
+	if len(errs) == 0 {
+		return admission.Response{}, true
+	}
+	lines := make([]string, 0, len(errs))
+	causes := make([]metav1.StatusCause, 0, len(errs))
+	for _, e := range errs {
+		refusalsTotal.WithLabelValues(e.Reason).Inc()
+		lines = append(lines, e.Error())
+		causes = append(causes, metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field, Message: strings.TrimPrefix(e.Error(), e.Field+": ")})
+	}
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusUnprocessableEntity,
+			Reason:  metav1.StatusReasonInvalid,
+			Message: strings.Join(lines, "\n"),
+			Details: &metav1.StatusDetails{Group: req.Kind.Group, Kind: req.Kind.Kind, Name: req.Name, Causes: causes},
+		},
+	}}, false
+}
+
+// lanes share the admission evaluations between namespaces: each lane — the
+// compositions of one namespace, the definitions of one namespace, the policies — runs
+// at most perLane at once, and the others of that lane wait, each until the deadline.
+// One namespace that writes runaways without pause thus holds perLane evaluations and
+// delays its own writes only; every other lane's writes start at once.
+type lanes struct {
+	perLane int
+
+	mu sync.Mutex
+	m  map[string]*lane
+}
+
+type lane struct {
+	slots chan struct{}
+	users int // holders and waiters; the lane is dropped at zero
+}
+
+func newLanes(perLane int) *lanes {
+	if perLane < 1 {
+		perLane = DefaultLaneConcurrency()
+	}
+	return &lanes{perLane: perLane, m: map[string]*lane{}}
+}
+
+// laneOf is the lane of req.
+func laneOf(req *Request) string {
+	switch req.Kind.Group {
+	case CompositionGroup:
+		return "compositions of namespace " + req.Namespace
+	case corev1alpha1.GroupVersion.Group:
+		return "definitions of namespace " + req.Namespace
+	default:
+		return "policies"
+	}
+}
+
+// acquire takes a slot of key's lane, waiting at most wait (and no longer than ctx).
+// The returned func gives the slot back. The error says whose lane was full.
+func (l *lanes) acquire(ctx context.Context, key string, wait time.Duration) (func(), error) {
+	l.mu.Lock()
+	ln := l.m[key]
+	if ln == nil {
+		ln = &lane{slots: make(chan struct{}, l.perLane)}
+		l.m[key] = ln
+	}
+	ln.users++
+	l.mu.Unlock()
+	leave := func() {
+		l.mu.Lock()
+		ln.users--
+		if ln.users == 0 {
+			delete(l.m, key)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case ln.slots <- struct{}{}: // free: no timer
+		return func() { <-ln.slots; leave() }, nil
+	default:
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case ln.slots <- struct{}{}:
+		return func() { <-ln.slots; leave() }, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	leave()
+	return nil, fmt.Errorf("the %s already run %d admission evaluations at once (%s), and this one could not start within %s: a namespace's writes wait for its own earlier ones; retry",
+		key, l.perLane, FlagLaneConcurrency, wait)
+}
+
+// gated runs judge in req's lane. A request that only finishes a deletion is never
+// held. A request that cannot start before the deadline is refused (429) and counted;
+// one that took the whole deadline and was refused is counted as such.
+func (v *Validator) gated(ctx context.Context, req *Request, judge func(context.Context) admission.Response) admission.Response {
+	if v.lanes == nil || leaving(req) {
+		return judge(ctx)
+	}
+	timeout := v.timeout()
+	release, err := v.lanes.acquire(ctx, laneOf(req), timeout)
+	if err != nil {
+		refusalsTotal.WithLabelValues(RefusedFairness).Inc()
+		return admission.Errored(http.StatusTooManyRequests, err)
+	}
+	defer release()
+	start := time.Now()
+	resp := judge(ctx)
+	if !resp.Allowed && time.Since(start) >= timeout {
+		refusalsTotal.WithLabelValues(RefusedDeadline).Inc()
+	}
+	return resp
+}
+
+// timeout is the deadline of one request's schema check and policies.
+func (v *Validator) timeout() time.Duration {
+	if v.decider != nil && v.decider.checker.Engine != nil {
+		return v.decider.checker.Engine.Timeout()
+	}
+	return policies.DefaultTimeout
+}
