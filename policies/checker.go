@@ -58,15 +58,8 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 }
 
 // validate checks r's values against its chart's schemas until ctx is done.
-func (c *Checker) validate(ctx context.Context, r *Request) (vs []Violation, err error) {
-	err = uncancellable.run(ctx, "the schema check", func() (err error) {
-		vs, err = c.Schemas.ValidateValues(ctx, r.Chart, r.ChartDigest, r.Spec())
-		return err
-	})
-	if err != nil {
-		return nil, err // vs may still be written by a run past its deadline
-	}
-	return vs, nil
+func (c *Checker) validate(ctx context.Context, r *Request) ([]Violation, error) {
+	return validateWithDeadline(ctx, c.Schemas, r.Chart, r.ChartDigest, r.Spec())
 }
 
 // ObjectRequest builds the Request `compositor validate` checks for an object read

@@ -5,21 +5,98 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
+
+	"helm.sh/helm/v3/pkg/chart"
 )
 
 // ErrDeadline: the schema check or the rendering of a chart did not finish in time.
 var ErrDeadline = errors.New("did not finish in time")
 
+// Sandbox runs the work that takes no context (Go templates, the JSON Schema validator)
+// where it can be stopped: past its deadline the work is killed and its CPU and memory
+// come back (policies/sandbox runs it in worker processes). what names the work in
+// errors; an error for work stopped or never started at the deadline wraps ErrDeadline.
+type Sandbox interface {
+	// Render is Render(ch, spec, opts). digest identifies ch's content (empty: unknown).
+	Render(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) ([]RenderedObject, error)
+	// ValidateValues is a JSONSchemaValidator's ValidateValues.
+	ValidateValues(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any) ([]Violation, error)
+}
+
+type sandboxHolder struct{ s Sandbox }
+
+var configuredSandbox atomic.Pointer[sandboxHolder]
+
+// SetSandbox makes every render for policies and every schema check of a
+// JSONSchemaValidator in this process run in s; nil runs them in-process again, on
+// goroutines that a deadline abandons but cannot stop. `compositor serve` and `dev`
+// set one at start.
+func SetSandbox(s Sandbox) {
+	if s == nil {
+		configuredSandbox.Store(nil)
+		return
+	}
+	configuredSandbox.Store(&sandboxHolder{s: s})
+}
+
+// CurrentSandbox is the Sandbox SetSandbox set, or nil.
+func CurrentSandbox() Sandbox {
+	if h := configuredSandbox.Load(); h != nil {
+		return h.s
+	}
+	return nil
+}
+
+// renderWithDeadline renders ch until ctx is done: in the sandbox when there is one.
+func renderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
+	what := "rendering chart " + ch.Name()
+	if s := CurrentSandbox(); s != nil {
+		if opts.MaxRenderedBytes <= 0 {
+			opts.MaxRenderedBytes = int(maxRenderedBytes.Load()) // the worker's bound is ours
+		}
+		return s.Render(ctx, what, ch, digest, spec, opts)
+	}
+	err = uncancellable.run(ctx, what, func() (err error) {
+		objs, err = Render(ch, spec, opts)
+		return err
+	})
+	if err != nil {
+		return nil, err // objs may still be written by a run past its deadline
+	}
+	return objs, nil
+}
+
+// validateWithDeadline checks spec against ch's schemas with v until ctx is done: a
+// JSONSchemaValidator's check runs in the sandbox when there is one (the sandbox keeps
+// its own compiled schemas); any other validator runs in-process.
+func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Chart, digest string, spec map[string]any) (vs []Violation, err error) {
+	const what = "the schema check"
+	if s := CurrentSandbox(); s != nil && ch != nil {
+		if _, ok := v.(*JSONSchemaValidator); ok {
+			return s.ValidateValues(ctx, what, ch, digest, spec)
+		}
+	}
+	err = uncancellable.run(ctx, what, func() (err error) {
+		vs, err = v.ValidateValues(ctx, ch, digest, spec)
+		return err
+	})
+	if err != nil {
+		return nil, err // vs may still be written by a run past its deadline
+	}
+	return vs, nil
+}
+
 // uninterruptible runs work that cannot be cancelled (Go templates and the JSON Schema
-// validator take no context) with a deadline. A run past its deadline goes on in the
-// background until it ends; slots bound how many runs there are at once, so that a few
-// runaway templates hold a few cores at most and every other request keeps being
-// answered, if only with a denial.
+// validator take no context) with a deadline, in-process: the runner without a
+// Sandbox (tests, tools). A run past its deadline goes on in the background until it
+// ends; slots bound how many runs there are at once, so that a few runaway templates
+// hold a few cores at most.
 type uninterruptible struct {
 	slots chan struct{}
 }
 
-// uncancellable is shared by every schema check and render of the process.
+// uncancellable is shared by every in-process schema check and render of the process.
 var uncancellable = uninterruptible{slots: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 
 // run calls fn and waits for it until ctx is done. what names the work in errors.

@@ -261,10 +261,8 @@ func renderForPolicies(ctx context.Context, r *Request) ([]renderedTerm, error) 
 	objs := r.Rendered
 	if objs == nil {
 		opts := RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
-		err := uncancellable.run(ctx, "rendering chart "+r.Chart.Name(), func() (err error) {
-			objs, err = Render(r.Chart, r.Spec(), opts)
-			return err
-		})
+		var err error
+		objs, err = renderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), opts)
 		if errors.Is(err, ErrDeadline) {
 			return nil, fmt.Errorf("%w: %w", ErrRender, err)
 		}

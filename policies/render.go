@@ -19,6 +19,10 @@ type RenderOptions struct {
 	Namespace string
 	// IsUpgrade renders as `helm upgrade` would (.Release.IsUpgrade); else as install.
 	IsUpgrade bool
+	// MaxRenderedBytes bounds the bytes the chart may render to (Limits.CheckRendered);
+	// 0 is the process's bound (SetMaxRenderedBytes). A sandbox worker gets the
+	// parent's bound this way.
+	MaxRenderedBytes int
 }
 
 // RenderedObject is one Kubernetes object a chart renders.
@@ -62,6 +66,14 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
 	files, err := engine.Render(processed, vals)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	if opts.MaxRenderedBytes > 0 {
+		err = Limits{MaxRenderedBytes: opts.MaxRenderedBytes}.CheckRendered(ch.Name(), files)
+	} else {
+		err = CheckRenderedSize(ch.Name(), files)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}

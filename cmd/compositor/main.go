@@ -9,9 +9,12 @@ import (
 	"syscall"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/policies/sandbox"
 )
 
 func main() {
+	// A sandbox worker (serve and dev start them) serves here and exits.
+	sandbox.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := app.NewCommand().ExecuteContext(ctx)
 	stop()

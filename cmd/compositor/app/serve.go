@@ -120,6 +120,9 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	// Charts once fetched are kept in the cluster: no replica needs their source again.
 	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
 
+	if err := setupSandbox(); err != nil {
+		return err
+	}
 	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
 		return err
