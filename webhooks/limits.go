@@ -24,6 +24,8 @@ const (
 	RefusedFairness = "fairness"
 	// RefusedDeadline: the schema check, the rendering or a policy ran out of time.
 	RefusedDeadline = "deadline"
+	// RefusedRange: a policy asked numbers.range for more than --policy-max-range.
+	RefusedRange = "range"
 )
 
 // DefaultLaneConcurrency is the default number of admission evaluations one lane (the
@@ -40,7 +42,7 @@ const FlagLaneConcurrency = "--admission-namespace-concurrency"
 // deletion, and of an update that only finishes one (see leaving), is not measured:
 // refusing those would strand an object stored before the limits were lowered.
 func boundObject(limits policies.Limits, req *Request) (resp admission.Response, ok bool) {
-	if req.Object == nil || leaving(req) {
+	if req.Object == nil || limits == (policies.Limits{}) || leaving(req) {
 		return admission.Response{}, true
 	}
 	errs := limits.CheckObject(req.Object.Object)
@@ -155,10 +157,27 @@ func (v *Validator) gated(ctx context.Context, req *Request, judge func(context.
 	defer release()
 	start := time.Now()
 	resp := judge(ctx)
-	if !resp.Allowed && time.Since(start) >= timeout {
-		refusalsTotal.WithLabelValues(RefusedDeadline).Inc()
+	if !resp.Allowed {
+		countBoundsIn(resp, time.Since(start) >= timeout)
 	}
 	return resp
+}
+
+// countBoundsIn counts a refusal that a bound met inside the judging: the deadline
+// (the whole of it was taken), the rendered output's size, a policy's range.
+func countBoundsIn(resp admission.Response, tookTheDeadline bool) {
+	if tookTheDeadline {
+		refusalsTotal.WithLabelValues(RefusedDeadline).Inc()
+	}
+	if resp.Result == nil {
+		return
+	}
+	if strings.Contains(resp.Result.Message, "("+policies.FlagMaxRenderedBytes+")") {
+		refusalsTotal.WithLabelValues(policies.LimitRendered).Inc()
+	}
+	if strings.Contains(resp.Result.Message, "("+policies.FlagMaxRangeElements+")") {
+		refusalsTotal.WithLabelValues(RefusedRange).Inc()
+	}
 }
 
 // timeout is the deadline of one request's schema check and policies.

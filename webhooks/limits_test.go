@@ -16,6 +16,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -170,28 +171,36 @@ func TestOneNamespaceFloodingDelaysOnlyItself(t *testing.T) {
 }
 
 // A write that waits in its namespace's lane past the deadline is refused with 429 and
-// a message naming the lane and the flag, and counted as fairness.
+// a message naming the lane and the flag, and counted as fairness. The lane is held
+// here by work that does not stop at the deadline.
 func TestLaneFullUntilTheDeadlineIsRefused(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
-	defer close(release)
-	_, validator, runs := countingHandlers(t, 300*time.Millisecond, 1, release)
-	slow := func() {
-		validator.Handle(ctx, admissionRequest(t, inNamespace(compositionRequest("CREATE", named(map[string]any{"slow": true}), nil), "team-a")))
-	}
-	go slow()
-	require.Eventually(t, func() bool { return runs.Load() == 1 }, 10*time.Second, time.Millisecond)
-	// Two more queue behind it; each holds the lane until its deadline.
-	go slow()
-	go slow()
-	time.Sleep(50 * time.Millisecond)
+	_, validator, _ := countingHandlers(t, 300*time.Millisecond, 1, release)
+	holder := &Request{Request: admissionRequest(t, inNamespace(compositionRequest("CREATE", named(nil), nil), "team-a"))}
+	held := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		validator.gated(ctx, holder, func(context.Context) admission.Response {
+			close(held)
+			<-release
+			return admission.Allowed("")
+		})
+	}()
+	<-held
 
 	before := refusals(RefusedFairness)
 	resp := validator.Handle(ctx, admissionRequest(t, inNamespace(compositionRequest("CREATE", named(map[string]any{"replicaCount": 2}), nil), "team-a")))
 	require.False(t, resp.Allowed)
 	assert.Equal(t, int32(http.StatusTooManyRequests), resp.Result.Code)
 	assert.Contains(t, resp.Result.Message, "the compositions of namespace team-a already run 1 admission evaluations at once (--admission-namespace-concurrency)")
-	assert.GreaterOrEqual(t, refusals(RefusedFairness), before+1)
+	assert.Equal(t, before+1, refusals(RefusedFairness))
+
+	resp = validator.Handle(ctx, admissionRequest(t, inNamespace(compositionRequest("CREATE", named(map[string]any{"replicaCount": 2}), nil), "team-b")))
+	assert.True(t, resp.Allowed, "team-b is not held: %v", resp.Result)
+	close(release)
+	<-done
 }
 
 func TestLanes(t *testing.T) {
@@ -261,4 +270,76 @@ func BenchmarkBoundObject(b *testing.B) {
 			b.Fatal("refused")
 		}
 	}
+}
+
+// BenchmarkAdmitCompositionBounds is BenchmarkAdmitComposition's ordinary write (the
+// /mutate and /validate reviews, schema and three policies) with the bounds and lanes
+// and without them, in one process, so that -count interleaves the two.
+func BenchmarkAdmitCompositionBounds(b *testing.B) {
+	ctx := context.Background()
+	engine, err := policies.NewEngine(ctx, policies.Options{})
+	require.NoError(b, err)
+	ch, err := samplecharts.Load("1.1.5")
+	require.NoError(b, err)
+	object := named(map[string]any{
+		"replicaCount": 3,
+		"image":        map[string]any{"repository": "registry.example.com/web/nginx", "tag": "1.27"},
+		"service":      map[string]any{"type": "ClusterIP", "port": 8080},
+		"storage":      map[string]any{"size": "10Gi"},
+		"cache":        map[string]any{"enabled": true, "maxMemory": "256Mi"},
+	})
+	req := compositionRequest("CREATE", object, nil)
+	for _, bounded := range []bool{true, false} {
+		name := "without-bounds"
+		if bounded {
+			name = "with-bounds"
+		}
+		b.Run(name, func(b *testing.B) {
+			mutator, validator := newHandlers(Options{
+				Cached:  oneDefinition{},
+				Live:    noObjects{},
+				Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+				Charts:  fixedChart{chart: ch},
+			})
+			if !bounded {
+				validator.limits, validator.lanes = policies.Limits{}, nil
+			}
+			ar := admissionRequest(b, req)
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, h := range []admission.Handler{mutator, validator} {
+					if resp := h.Handle(ctx, ar); !resp.Allowed {
+						b.Fatalf("not admitted: %v", resp.Result)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A policy that asks numbers.range for 1e11 numbers is stopped before it builds any;
+// the write is denied (fail closed) naming the limit, and counted as range.
+func TestHugeRangeInAPolicyIsRefusedAndCounted(t *testing.T) {
+	ctx := context.Background()
+	engine, err := policies.NewEngine(ctx, policies.Options{DisabledBuiltins: policies.BuiltinIDs()})
+	require.NoError(t, err)
+	require.NoError(t, engine.Set(ctx, policies.Policy{
+		Name: "huge", Origin: policies.OriginObject, File: "huge.rego",
+		Rego:  "package huge\n\ndeny contains \"never\" if {\n\tcount(numbers.range(1, input.review.object.spec.replicaCount * 10000000000)) < 0\n}\n",
+		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
+	}))
+	ch, err := samplecharts.Load("1.1.5")
+	require.NoError(t, err)
+	_, validator := newHandlers(Options{
+		Cached: oneDefinition{}, Live: noObjects{},
+		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+		Charts:  fixedChart{chart: ch},
+	})
+	before := refusals(RefusedRange)
+	start := time.Now()
+	resp := validator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", named(map[string]any{"replicaCount": 2}), nil)))
+	require.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, "more than the limit of 1048576 (--policy-max-range)")
+	assert.Less(t, time.Since(start), time.Second, "stopped at once, not at the deadline")
+	assert.Equal(t, before+1, refusals(RefusedRange))
 }

@@ -19,7 +19,7 @@ var violationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 // the deadline (fairness), work that ran out of time (deadline).
 var refusalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "compositor_admission_refusals_total",
-	Help: "Writes refused by admission for a bound, by reason: depth, keys, string (an object over a limit), fairness (its namespace's lane stayed full until the deadline), deadline (the schema check, rendering or a policy ran out of time).",
+	Help: "Writes refused by admission for a bound, by reason: depth, keys, string (an object over a limit), fairness (its namespace's lane stayed full until the deadline), deadline (the schema check, rendering or a policy ran out of time), rendered (a chart rendered past --max-rendered-bytes), range (a policy's numbers.range past --policy-max-range).",
 }, []string{"reason"})
 
 func init() {

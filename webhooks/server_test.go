@@ -356,7 +356,7 @@ func withLabel(object map[string]any, key, value string) map[string]any {
 }
 
 // admissionRequest is req, a map as compositionRequest gives, as an admission.Request.
-func admissionRequest(t *testing.T, req map[string]any) admission.Request {
+func admissionRequest(t testing.TB, req map[string]any) admission.Request {
 	t.Helper()
 	body, err := json.Marshal(req)
 	require.NoError(t, err)
