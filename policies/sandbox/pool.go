@@ -47,7 +47,8 @@ type Options struct {
 	// executable with the argument Subcommand (which needs Main called in main or
 	// TestMain, or the subcommand registered).
 	Command []string
-	// Env is added to the worker's environment (this process's).
+	// Env is added to the worker's environment: of this process's, only what the Go
+	// runtime and the system read (GO*, PATH, HOME, TMPDIR, TZ, LANG, LC_*).
 	Env []string
 	// Workers bounds how many workers run at once; a request waits for one until its
 	// deadline. Default max(2, GOMAXPROCS).
@@ -303,7 +304,7 @@ type worker struct {
 
 func startWorker(command, env []string) (*worker, error) {
 	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(workerEnviron(), env...)
 	answersR, answersW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -398,6 +399,22 @@ func (w *worker) stop() string {
 		}
 	})
 	return w.state
+}
+
+// workerEnviron is the part of this process's environment a worker gets: what the Go
+// runtime and the system read, not credentials or configuration meant for Compositor
+// (a worker runs templates a tenant chose).
+func workerEnviron() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "GO"), name == "PATH", name == "HOME", name == "TMPDIR", name == "TZ",
+			name == "LANG", strings.HasPrefix(name, "LC_"):
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // contentDigest identifies a chart the caller knows no digest of by its content.
