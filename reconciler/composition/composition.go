@@ -368,15 +368,12 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 			return failed(ReasonInstallFailed, err)
 		}
 	}
-	last, err := s.helm.lastRelease(namespace, name)
-	if IsTampered(err) {
-		return r.refused(obj, s, &GateError{Reason: ReasonReleaseTampered, Message: err.Error()})
+	last, err := s.helm.ownedRelease(namespace, name, obj.GetUID())
+	if _, refused := asGateError(err); refused {
+		return r.refused(obj, s, err)
 	}
 	if err != nil {
-		return failed(ReasonInstallFailed, fmt.Errorf("reading the history of release %s/%s%s: %w", namespace, name, s.on(), err))
-	}
-	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
-		return r.refused(obj, s, err)
+		return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on()))
 	}
 	if s.handedOver() {
 		return attempt{elsewhere: true}
@@ -514,8 +511,8 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
 		if err := r.uninstallLocal(ctx, obj, def); err != nil {
 			reason := ReasonUninstallFailed
-			if IsTampered(err) {
-				reason = ReasonReleaseTampered
+			if gate, refused := asGateError(err); refused {
+				reason = gate.Reason
 			}
 			r.setConditions(obj, false, reason, err.Error())
 			return ctrl.Result{}, err
@@ -529,16 +526,15 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 // it is not the composition's (then it is left alone, with an event).
 func (r *Reconciler) uninstallLocal(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) error {
 	name := releaseName(obj)
-	last, err := r.Helm.lastRelease(obj.GetNamespace(), name)
-	switch {
-	case IsTampered(err):
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonReleaseTampered, "Uninstall", "%s", err.Error())
-		return err
-	case err == nil:
-		if err := checkOwner(last, obj.GetNamespace(), name, obj.GetUID()); err != nil {
+	if _, err := r.Helm.ownedRelease(obj.GetNamespace(), name, obj.GetUID()); err != nil {
+		if gate, refused := asGateError(err); refused && gate.Reason == ReasonReleaseConflict {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
 			return nil
+		} else if refused {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, gate.Reason, "Uninstall", "%s", err.Error())
+			return err
 		}
+		// Anything else: the uninstall reads the history again, and says why it cannot.
 	}
 	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, r.Helm.mapper)
 	removed := false

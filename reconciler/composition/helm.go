@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -156,6 +157,26 @@ func (h *Helm) lastRelease(namespace, name string) (*release.Release, error) {
 		return nil, nil
 	}
 	return last, err
+}
+
+// ownedRelease returns the latest revision of the release, nil when there is none,
+// once it is proven the composition's (uid): a GateError otherwise, ReleaseConflict
+// for another's release (left alone), ReleaseTampered for a record that claims the
+// composition and is not as Compositor wrote it.
+func (h *Helm) ownedRelease(namespace, name string, uid types.UID) (*release.Release, error) {
+	last, err := h.lastRelease(namespace, name)
+	var tampered *TamperedError
+	switch {
+	case errors.As(err, &tampered) && tampered.Unsealed && tampered.Owner != string(uid):
+		return nil, &GateError{Reason: ReasonReleaseConflict, Message: fmt.Sprintf(
+			"Helm release %s in namespace %s (record %s) was not installed by Compositor for this composition: it is left alone; give the composition another krateo.io/release-name",
+			name, namespace, tampered.Secret)}
+	case tampered != nil:
+		return nil, &GateError{Reason: ReasonReleaseTampered, Message: err.Error()}
+	case err != nil:
+		return nil, fmt.Errorf("reading the history of release %s/%s: %w", namespace, name, err)
+	}
+	return last, checkOwner(last, namespace, name, uid)
 }
 
 // Outcome is what an upgrade --install did.

@@ -719,13 +719,13 @@ func (r *Reconciler) uninstallWith(ctx context.Context, obj *unstructured.Unstru
 	if err != nil {
 		return failed(ReasonUninstallFailed, err)
 	}
-	last, err := h.lastRelease(namespace, name)
-	if err != nil {
-		return failed(ReasonUninstallFailed, fmt.Errorf("reading the history of release %s/%s on cluster %s: %w", namespace, name, cluster, err))
-	}
-	if err := checkOwner(last, namespace, name, obj.GetUID()); err != nil {
+	last, err := h.ownedRelease(namespace, name, obj.GetUID())
+	if gate, refused := asGateError(err); refused && gate.Reason == ReasonReleaseConflict {
 		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "cluster %s: %s", cluster, err.Error())
 		return attempt{ready: true}
+	}
+	if err != nil {
+		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
 	}
 	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, h.mapper)
 	if err != nil {

@@ -120,6 +120,11 @@ func (s *ReleaseSeal) sum(namespace string, secret *corev1.Secret) string {
 type TamperedError struct {
 	Namespace, Secret string
 	Reason            string
+	// Unsealed: the record has no seal at all, and Owner is the composition UID its
+	// label claims ("" for none): a record that claims no composition, or another one,
+	// is another's release (a `helm install` by hand), left alone rather than tampered.
+	Unsealed bool
+	Owner    string
 }
 
 func (e *TamperedError) Error() string {
@@ -269,7 +274,8 @@ func (d *sealedSecrets) open(secret *corev1.Secret) (*release.Release, error) {
 	}
 	got, sealed := secret.Annotations[AnnotationReleaseSeal]
 	if !sealed {
-		return nil, tampered("has no seal (" + AnnotationReleaseSeal + "): Compositor did not write it")
+		return nil, &TamperedError{Namespace: d.namespace, Secret: secret.Name, Unsealed: true, Owner: secret.Labels[LabelCompositionUID],
+			Reason: "has no seal (" + AnnotationReleaseSeal + "): Compositor did not write it"}
 	}
 	if !hmac.Equal([]byte(got), []byte(d.seal.sum(d.namespace, secret))) {
 		return nil, tampered("was changed after Compositor wrote it: its seal does not match its contents")

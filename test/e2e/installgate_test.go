@@ -278,7 +278,8 @@ func TestControllerLeavesAForeignReleaseAlone(t *testing.T) {
 
 	res = cp.Kubectl(ctx, "", "annotate", "fireworksapps.v1-1-5.composition.krateo.io", "innocent", "-n", "ops", "krateo.io/paused-")
 	require.NoError(t, res.Err, res.Stderr)
-	const conflict = "False ReleaseConflict Helm release db in namespace ops (chart opschart-1.0.0, revision 1) was not installed by Compositor for this composition (it has no compositor.dev/composition-uid label): it is left alone; give the composition another krateo.io/release-name"
+	// The record `helm install` wrote has no release seal: it is another's, left alone.
+	const conflict = "False ReleaseConflict Helm release db in namespace ops (record sh.helm.release.v1.db.v1) was not installed by Compositor for this composition: it is left alone; give the composition another krateo.io/release-name"
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, conflict, readyCondition(c, cp, "fireworksapps.v1-1-5.composition.krateo.io", "ops", "innocent"))
 	}, 2*time.Minute, 250*time.Millisecond)

@@ -360,6 +360,9 @@ func TestGzipBombRecordsCostNothing(t *testing.T) {
 	}
 	require.NoError(t, w.Close())
 	bomb := []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))
+	// The records claim the composition, as Compositor's own would.
+	uid := cp.Kubectl(ctx, "", "get", fireworks, "bombed", "-n", trustNamespace, "-o", "jsonpath={.metadata.uid}")
+	require.NoError(t, uid.Err, uid.Stderr)
 	runtime.GC()
 	debug.FreeOSMemory()
 	before := rss(t)
@@ -367,7 +370,7 @@ func TestGzipBombRecordsCostNothing(t *testing.T) {
 		version := strconv.Itoa(100 + i)
 		require.NoError(t, tenantClient.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: trustNamespace, Name: "sh.helm.release.v1.bombed.v" + version,
-				Labels: map[string]string{"owner": "helm", "name": "bombed", "version": version, "status": "deployed"}},
+				Labels: map[string]string{"owner": "helm", "name": "bombed", "version": version, "status": "deployed", compositionctl.LabelCompositionUID: uid.Stdout}},
 			Type: "helm.sh/release.v1",
 			Data: map[string][]byte{"release": bomb},
 		}))
