@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -470,4 +471,26 @@ func TestRenderedBytesLimitInTheWorker(t *testing.T) {
 	assert.Equal(t, policies.LimitRendered, limit.Reason)
 	assert.Equal(t, 20, limit.Limit)
 	assert.Equal(t, int64(0), p.Stats().Killed)
+}
+
+func TestWorkerRSS(t *testing.T) {
+	bin := os.Getenv("SANDBOX_TEST_BINARY")
+	if bin == "" || os.Getenv("SANDBOX_TEST_RSS") == "" {
+		t.Skip("measurement only")
+	}
+	p := newPool(t, Options{Command: []string{bin, Subcommand}, Workers: 1})
+	ch := loadChart(t, "1.1.5")
+	for range 50 {
+		_, err := p.Render(context.Background(), "r", ch, "sha256:x", typicalSpec(t), policies.RenderOptions{ReleaseName: "x", Namespace: "a"})
+		require.NoError(t, err)
+		_, err = p.ValidateValues(context.Background(), "s", ch, "sha256:x", typicalSpec(t))
+		require.NoError(t, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.onlyPID(t)))
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmRSS") || strings.HasPrefix(l, "Rss") || strings.HasPrefix(l, "VmData") {
+			t.Log(l)
+		}
+	}
 }

@@ -2,9 +2,12 @@ package app
 
 import (
 	"os"
+	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/sandbox"
@@ -38,5 +41,29 @@ func setupSandbox() error {
 		return err
 	}
 	policies.SetSandbox(pool)
+	registerSandboxMetrics(pool)
 	return nil
+}
+
+var sandboxMetricsOnce sync.Once
+
+// registerSandboxMetrics shows the workers on /metrics: how many started and were
+// killed (at a deadline, or after dying), and how many run.
+func registerSandboxMetrics(pool *sandbox.Pool) {
+	sandboxMetricsOnce.Do(func() {
+		ctrlmetrics.Registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "compositor_sandbox_workers_started_total",
+				Help: "Worker processes started to render charts and check values (one per request stopped at its deadline, plus the pool)",
+			}, func() float64 { return float64(pool.Stats().Started) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "compositor_sandbox_workers_killed_total",
+				Help: "Worker processes killed: their request passed its deadline, or they died or answered garbage",
+			}, func() float64 { return float64(pool.Stats().Killed) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "compositor_sandbox_workers",
+				Help: "Worker processes running now",
+			}, func() float64 { return float64(pool.Stats().Live) }),
+		)
+	})
 }

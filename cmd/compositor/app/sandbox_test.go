@@ -2,10 +2,12 @@ package app
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/compositor-dev/compositor/policies/sandbox"
 )
@@ -23,4 +25,20 @@ func TestSandboxWorkerIsHidden(t *testing.T) {
 	require.NoError(t, root.Execute())
 	assert.NotContains(t, out.String(), sandbox.Subcommand)
 	assert.Contains(t, out.String(), "serve")
+}
+
+// The workers are counted on /metrics.
+func TestSandboxMetrics(t *testing.T) {
+	pool, err := sandbox.NewPool(sandbox.Options{})
+	require.NoError(t, err)
+	registerSandboxMetrics(pool)
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "compositor_sandbox_") {
+			names = append(names, f.GetName())
+		}
+	}
+	assert.ElementsMatch(t, []string{"compositor_sandbox_workers", "compositor_sandbox_workers_killed_total", "compositor_sandbox_workers_started_total"}, names)
 }
