@@ -106,7 +106,9 @@ func (e *LimitError) Error() string {
 // shownSegments is how many leading segments of a long path a message shows.
 const shownSegments = 3
 
-// CheckObject measures obj (every field but status, which only Compositor writes) and
+// CheckObject measures obj (every field but status, which only Compositor writes, and
+// metadata.managedFields, which the API server writes and which mirrors every field
+// written: counting it would halve the limits) and
 // returns one LimitError per bound it breaks, depth first, then keys, then strings;
 // nil when it is within l. The walk is linear in the object and allocates only for a
 // refusal. A zero limit is no limit.
@@ -184,6 +186,9 @@ func (w *walker) walk(v any) {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
+			if depth == 1 && k == "managedFields" && w.path[0].key == "metadata" {
+				continue
+			}
 			w.path = append(w.path, pathSeg{key: k, isKey: true})
 			w.key(k)
 			w.walk(e)

@@ -83,6 +83,11 @@ func TestCheckObjectSkipsStatusAndZeroLimits(t *testing.T) {
 	obj := object(map[string]any{})
 	obj["status"] = nested("deep", 500, "x")
 	assert.Empty(t, DefaultLimits().CheckObject(obj), "status is Compositor's")
+	obj = object(nested("a", 60, "x"))
+	obj["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"fieldsV1": nested("f:a", 60, map[string]any{})}}
+	assert.Empty(t, DefaultLimits().CheckObject(obj), "managedFields are the API server's, and mirror spec")
+	obj["managedFields"] = nested("a", 100, "x")
+	assert.Len(t, DefaultLimits().CheckObject(obj), 1, "only metadata's managedFields are skipped")
 	assert.Empty(t, Limits{}.CheckObject(object(nested("deep", 500, strings.Repeat("x", 1<<20)))), "a zero limit bounds nothing")
 }
 
