@@ -295,8 +295,10 @@ type worker struct {
 	w       *bufio.Writer
 	log     *tail
 	known   map[string]bool // chart digests the worker was sent
-	enc     encoder
-	buf     []byte
+	// chartsSent counts the charts sent (tests).
+	chartsSent int
+	enc        encoder
+	buf        []byte
 
 	stopOnce sync.Once
 	state    string
@@ -355,6 +357,7 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 		}
 		if send.chart != nil {
 			w.known[req.digest] = true
+			w.chartsSent++
 		}
 		frame, err := readFrame(w.r, &w.buf, maxMessage)
 		if err != nil {

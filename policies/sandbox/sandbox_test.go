@@ -494,3 +494,22 @@ func TestWorkerRSS(t *testing.T) {
 		}
 	}
 }
+
+// A worker keeps maxCharts charts; one it let go is asked for and sent again.
+func TestChartsCrossOncePerWorker(t *testing.T) {
+	p := newPool(t, Options{Workers: 1})
+	opts := policies.RenderOptions{ReleaseName: "x", Namespace: "a"}
+	for i := range maxCharts + 8 {
+		_, err := p.Render(context.Background(), "r", loopChart(), fmt.Sprint("sha256:", i), map[string]any{"n": int64(2)}, opts)
+		require.NoError(t, err)
+	}
+	for _, i := range []int{0, maxCharts + 7, 1} { // let go, kept, let go
+		objs, err := p.Render(context.Background(), "r", loopChart(), fmt.Sprint("sha256:", i), map[string]any{"n": int64(2)}, opts)
+		require.NoError(t, err)
+		assert.Len(t, objs, 1)
+	}
+	assert.Equal(t, Stats{Started: 1, Live: 1, Idle: 1}, p.Stats())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	assert.Equal(t, maxCharts+8+2, p.idle[0].chartsSent, "each chart once, and the two let go once more")
+}
