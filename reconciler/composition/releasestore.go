@@ -132,12 +132,6 @@ func (e *TamperedError) Error() string {
 		e.Namespace, e.Secret, e.Reason)
 }
 
-// IsTampered reports whether err says a release record failed its seal.
-func IsTampered(err error) bool {
-	var t *TamperedError
-	return errors.As(err, &t)
-}
-
 // sealedSecrets is a Helm storage driver over Secrets that writes every record sealed
 // and reads only records whose seal holds (see the top of this file).
 type sealedSecrets struct {

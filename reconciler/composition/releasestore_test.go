@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
@@ -21,6 +22,12 @@ import (
 
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
+
+// isTampered reports whether err says a release record failed its seal.
+func isTampered(err error) bool {
+	var t *TamperedError
+	return errors.As(err, &t)
+}
 
 // testSeal is a release seal with a fresh key.
 func testSeal(t testing.TB) *ReleaseSeal {
@@ -102,14 +109,14 @@ func TestSealedRecordsRefuseEveryChange(t *testing.T) {
 			mutate(secret)
 			_, err := d.open(secret)
 			require.Error(t, err)
-			assert.True(t, IsTampered(err), "%v", err)
+			assert.True(t, isTampered(err), "%v", err)
 			assert.Contains(t, err.Error(), "nothing was installed or deleted")
 		})
 	}
 	t.Run("another namespace", func(t *testing.T) {
 		other := &sealedSecrets{namespace: "team-b", seal: d.seal}
 		_, err := other.open(sealedRecord(t, d))
-		assert.True(t, IsTampered(err), "a record copied into another namespace does not open there: %v", err)
+		assert.True(t, isTampered(err), "a record copied into another namespace does not open there: %v", err)
 	})
 }
 
@@ -135,7 +142,7 @@ func TestRecordsInflateBoundedAndOnlyWhenSealed(t *testing.T) {
 	bomb.Data["release"] = gzipBomb(t, 200<<20)
 	allocs := testing.AllocsPerRun(1, func() {
 		_, err := d.open(bomb)
-		require.True(t, IsTampered(err))
+		require.True(t, isTampered(err))
 	})
 	assert.Less(t, allocs, 1000.0, "an unsealed bomb is not inflated")
 
@@ -183,11 +190,11 @@ func TestHelmActsOnlyOnSealedRecords(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = helm.lastRelease("sealed", "r")
-	assert.True(t, IsTampered(err), "%v", err)
+	assert.True(t, isTampered(err), "%v", err)
 	_, _, err = helm.UpgradeInstall(ctx, "sealed", "r", ch, map[string]any{"a": "two"}, InstallOptions{Last: rel})
-	assert.True(t, IsTampered(err), "no upgrade over a tampered record: %v", err)
+	assert.True(t, isTampered(err), "no upgrade over a tampered record: %v", err)
 	_, err = helm.Uninstall("sealed", "r", nil)
-	assert.True(t, IsTampered(err), "no uninstall of a tampered record: %v", err)
+	assert.True(t, isTampered(err), "no uninstall of a tampered record: %v", err)
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "sealed", Name: "platform"}, &corev1.ConfigMap{}), "the platform ConfigMap is still there")
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "sealed", Name: "r-cm"}, cm))
@@ -195,7 +202,7 @@ func TestHelmActsOnlyOnSealedRecords(t *testing.T) {
 
 	// Unsealed records made by plain Helm are not Compositor's either.
 	_, err = (&sealedSecrets{secrets: clients.CoreV1().Secrets("sealed"), namespace: "sealed", seal: testSeal(t)}).Query(map[string]string{"name": "r", "owner": "helm"})
-	assert.True(t, IsTampered(err), "a record sealed with another key is refused: %v", err)
+	assert.True(t, isTampered(err), "a record sealed with another key is refused: %v", err)
 	_, err = (&sealedSecrets{secrets: clients.CoreV1().Secrets("sealed"), namespace: "sealed", seal: testSeal(t)}).Query(map[string]string{"name": "none"})
 	assert.ErrorIs(t, err, driver.ErrReleaseNotFound)
 	assert.False(t, strings.Contains(err.Error(), "tampered"))
