@@ -13,6 +13,11 @@ import (
 // ErrDeadline: the schema check or the rendering of a chart did not finish in time.
 var ErrDeadline = errors.New("did not finish in time")
 
+// ErrWorkerFailed: the process a Sandbox ran the work in died (past its memory limit,
+// say) or answered garbage. The work is what killed it, as a rule: it is refused like
+// work past its deadline.
+var ErrWorkerFailed = errors.New("the sandbox worker failed")
+
 // Sandbox runs the work that takes no context (Go templates, the JSON Schema validator)
 // where it can be stopped: past its deadline the work is killed and its CPU and memory
 // come back (policies/sandbox runs it in worker processes). what names the work in
@@ -48,8 +53,10 @@ func CurrentSandbox() Sandbox {
 	return nil
 }
 
-// renderWithDeadline renders ch until ctx is done: in the sandbox when there is one.
-func renderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
+// RenderWithDeadline renders ch as Render does until ctx is done: in the sandbox when
+// there is one, so that a render past its deadline stops and costs nothing more.
+// Errors for a render stopped at the deadline wrap ErrDeadline.
+func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
 	what := "rendering chart " + ch.Name()
 	if s := CurrentSandbox(); s != nil {
 		if opts.MaxRenderedBytes <= 0 {
@@ -122,4 +129,26 @@ func (u uninterruptible) run(ctx context.Context, what string, fn func() error) 
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s was stopped at the deadline (a template or value that takes this long is refused)", ErrDeadline, what)
 	}
+}
+
+type laneKey struct{}
+
+// WithLane says whose work the renders and schema checks run with ctx are (the
+// compositions of one namespace, say), so that a Sandbox shares its workers between
+// lanes: one lane never holds them all. Admission and the controllers name a
+// namespace's compositions alike, so that they share the namespace's lane.
+func WithLane(ctx context.Context, lane string) context.Context {
+	return context.WithValue(ctx, laneKey{}, lane)
+}
+
+// LaneOf is the lane WithLane put in ctx, "" when none.
+func LaneOf(ctx context.Context) string {
+	lane, _ := ctx.Value(laneKey{}).(string)
+	return lane
+}
+
+// CompositionsLane is the lane of the compositions of namespace, in admission and in
+// the controllers alike.
+func CompositionsLane(namespace string) string {
+	return "compositions of namespace " + namespace
 }

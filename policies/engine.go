@@ -262,7 +262,7 @@ func renderForPolicies(ctx context.Context, r *Request) ([]renderedTerm, error) 
 	if objs == nil {
 		opts := RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
 		var err error
-		objs, err = renderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), opts)
+		objs, err = RenderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), opts)
 		if errors.Is(err, ErrDeadline) {
 			return nil, fmt.Errorf("%w: %w", ErrRender, err)
 		}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -68,77 +68,28 @@ func boundObject(limits policies.Limits, req *Request) (resp admission.Response,
 	}}, false
 }
 
-// lanes share the admission evaluations between namespaces: each lane — the
+// newLanes shares the admission evaluations between namespaces: each lane — the
 // compositions of one namespace, the definitions of one namespace, the policies — runs
 // at most perLane at once, and the others of that lane wait, each until the deadline.
 // One namespace that writes runaways without pause thus holds perLane evaluations and
 // delays its own writes only; every other lane's writes start at once.
-type lanes struct {
-	perLane int
-
-	mu sync.Mutex
-	m  map[string]*lane
-}
-
-type lane struct {
-	slots chan struct{}
-	users int // holders and waiters; the lane is dropped at zero
-}
-
-func newLanes(perLane int) *lanes {
+func newLanes(perLane int) *fairshare.Lanes {
 	if perLane < 1 {
 		perLane = DefaultLaneConcurrency()
 	}
-	return &lanes{perLane: perLane, m: map[string]*lane{}}
+	return fairshare.New(perLane)
 }
 
 // laneOf is the lane of req.
 func laneOf(req *Request) string {
 	switch req.Kind.Group {
 	case CompositionGroup:
-		return "compositions of namespace " + req.Namespace
+		return policies.CompositionsLane(req.Namespace)
 	case corev1alpha1.GroupVersion.Group:
 		return "definitions of namespace " + req.Namespace
 	default:
 		return "policies"
 	}
-}
-
-// acquire takes a slot of key's lane, waiting at most wait (and no longer than ctx).
-// The returned func gives the slot back. The error says whose lane was full.
-func (l *lanes) acquire(ctx context.Context, key string, wait time.Duration) (func(), error) {
-	l.mu.Lock()
-	ln := l.m[key]
-	if ln == nil {
-		ln = &lane{slots: make(chan struct{}, l.perLane)}
-		l.m[key] = ln
-	}
-	ln.users++
-	l.mu.Unlock()
-	leave := func() {
-		l.mu.Lock()
-		ln.users--
-		if ln.users == 0 {
-			delete(l.m, key)
-		}
-		l.mu.Unlock()
-	}
-	select {
-	case ln.slots <- struct{}{}: // free: no timer
-		return func() { <-ln.slots; leave() }, nil
-	default:
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case ln.slots <- struct{}{}:
-		return func() { <-ln.slots; leave() }, nil
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	leave()
-	return nil, fmt.Errorf("the %s already run %d admission evaluations at once (%s), and this one could not start within %s: a namespace's writes wait for its own earlier ones; retry",
-		key, l.perLane, FlagLaneConcurrency, wait)
 }
 
 // gated runs judge in req's lane. A request that only finishes a deletion is never
@@ -149,14 +100,17 @@ func (v *Validator) gated(ctx context.Context, req *Request, judge func(context.
 		return judge(ctx)
 	}
 	timeout := v.timeout()
-	release, err := v.lanes.acquire(ctx, laneOf(req), timeout)
-	if err != nil {
+	lane := laneOf(req)
+	release, ok := v.lanes.Acquire(ctx, lane, timeout)
+	if !ok {
 		refusalsTotal.WithLabelValues(RefusedFairness).Inc()
-		return admission.Errored(http.StatusTooManyRequests, err)
+		return admission.Errored(http.StatusTooManyRequests, fmt.Errorf(
+			"the %s already run %d admission evaluations at once (%s), and this one could not start within %s: a namespace's writes wait for its own earlier ones; retry",
+			lane, v.lanes.PerLane(), FlagLaneConcurrency, timeout))
 	}
 	defer release()
 	start := time.Now()
-	resp := judge(ctx)
+	resp := judge(policies.WithLane(ctx, lane))
 	if !resp.Allowed {
 		countBoundsIn(resp, time.Since(start) >= timeout)
 	}

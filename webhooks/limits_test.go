@@ -203,29 +203,7 @@ func TestLaneFullUntilTheDeadlineIsRefused(t *testing.T) {
 	<-done
 }
 
-func TestLanes(t *testing.T) {
-	l := newLanes(2)
-	ctx := context.Background()
-	var releases []func()
-	for range 2 {
-		r, err := l.acquire(ctx, "a", time.Second)
-		require.NoError(t, err)
-		releases = append(releases, r)
-	}
-	_, err := l.acquire(ctx, "a", 10*time.Millisecond)
-	require.Error(t, err, "a third in lane a waits and times out")
-	rb, err := l.acquire(ctx, "b", 10*time.Millisecond)
-	require.NoError(t, err, "lane b is its own")
-	rb()
-	releases[0]()
-	r, err := l.acquire(ctx, "a", time.Second)
-	require.NoError(t, err, "a slot came back")
-	r()
-	releases[1]()
-	l.mu.Lock()
-	assert.Empty(t, l.m, "empty lanes are dropped")
-	l.mu.Unlock()
-
+func TestLaneOf(t *testing.T) {
 	assert.Equal(t, "compositions of namespace x", laneOf(&Request{Request: admissionRequest(t, inNamespace(compositionRequest("CREATE", named(nil), nil), "x"))}))
 }
 

@@ -19,6 +19,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -193,7 +194,7 @@ type Validator struct {
 	// limits bound every object before the checks; the zero value bounds nothing.
 	limits policies.Limits
 	// lanes share the evaluations between namespaces; nil runs each at once.
-	lanes *lanes
+	lanes *fairshare.Lanes
 }
 
 var _ admission.Handler = &Validator{}

@@ -32,6 +32,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart"
 
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -51,7 +52,9 @@ type Options struct {
 	// runtime and the system read (GO*, PATH, HOME, TMPDIR, TZ, LANG, LC_*).
 	Env []string
 	// Workers bounds how many workers run at once; a request waits for one until its
-	// deadline. Default max(2, GOMAXPROCS).
+	// deadline. Default max(2, GOMAXPROCS). One lane (policies.WithLane) holds at most
+	// half of them, at least one: a namespace that sends runaways without pause leaves
+	// the rest to the others.
 	Workers int
 	// MemoryLimit is a worker's Go memory limit in bytes (debug.SetMemoryLimit); its
 	// writable memory (RLIMIT_DATA) is capped at this plus 512 MiB, so that a runaway
@@ -65,6 +68,7 @@ type Pool struct {
 	command []string
 	env     []string
 	slots   chan struct{}
+	lanes   *fairshare.Lanes
 
 	mu     sync.Mutex
 	idle   []*worker
@@ -100,7 +104,7 @@ func NewPool(opts Options) (*Pool, error) {
 		limit = defaultMemoryLimit
 	}
 	env := append([]string{EnvWorker + "=1", envMemoryLimit + "=" + strconv.FormatInt(limit, 10)}, opts.Env...)
-	return &Pool{command: command, env: env, slots: make(chan struct{}, workers), live: map[*worker]struct{}{}}, nil
+	return &Pool{command: command, env: env, slots: make(chan struct{}, workers), lanes: fairshare.New(workers / 2), live: map[*worker]struct{}{}}, nil
 }
 
 var (
@@ -176,6 +180,13 @@ func (p *Pool) ValidateValues(ctx context.Context, what string, ch *chart.Chart,
 // do runs req in a worker until ctx is done. req.chart is always set; it crosses the
 // pipe only when the worker does not have req.digest.
 func (p *Pool) do(ctx context.Context, what string, req *request) (*response, error) {
+	lane := policies.LaneOf(ctx)
+	leave, ok := p.lanes.Acquire(ctx, lane, time.Until(deadlineOf(ctx)))
+	if !ok {
+		return nil, fmt.Errorf("%w: %s could not start before the deadline: the %s already hold %d of the %d sandbox workers, all they may",
+			policies.ErrDeadline, what, laneName(lane), p.lanes.PerLane(), cap(p.slots))
+	}
+	defer leave()
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -222,7 +233,7 @@ func (p *Pool) do(ctx context.Context, what string, req *request) (*response, er
 	switch {
 	case res.err != nil && res.fatal:
 		state := p.discard(w)
-		return nil, fmt.Errorf("%s: the sandbox worker failed (%s): %w%s", what, state, res.err, w.log.say())
+		return nil, fmt.Errorf("%s: %w (%s): %w%s", what, policies.ErrWorkerFailed, state, res.err, w.log.say())
 	case res.err != nil:
 		p.put(w)
 		return nil, fmt.Errorf("%s: %w", what, res.err)
@@ -232,6 +243,22 @@ func (p *Pool) do(ctx context.Context, what string, req *request) (*response, er
 		return nil, &workerError{msg: res.resp.errMsg, flags: res.resp.errFlags, limit: res.resp.limit}
 	}
 	return res.resp, nil
+}
+
+// deadlineOf is ctx's deadline; a minute from now without one.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Minute)
+}
+
+// laneName names a lane in messages.
+func laneName(lane string) string {
+	if lane == "" {
+		return "requests of no lane"
+	}
+	return lane
 }
 
 // get returns an idle worker, or starts one.

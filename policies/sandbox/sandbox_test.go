@@ -323,20 +323,35 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	assert.LessOrEqual(t, maxLive.Load(), int64(2))
 	assert.LessOrEqual(t, p.Stats().Started, int64(2))
 
-	// Two runaways hold both workers; a third request cannot start before its deadline.
+	// A lane holds at most half the workers: a second runaway of lane a cannot start
+	// while the first runs, and a request of lane b starts at once.
 	loop := loopChart()
 	long, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for range 2 {
-		wg.Go(func() {
-			_, err := p.Render(long, "runaway", loop, "", runaway, policies.RenderOptions{})
-			assert.ErrorIs(t, err, policies.ErrDeadline)
-		})
-	}
+	laneA := policies.WithLane(long, "compositions of namespace a")
+	wg.Go(func() {
+		_, err := p.Render(laneA, "runaway", loop, "", runaway, policies.RenderOptions{})
+		assert.ErrorIs(t, err, policies.ErrDeadline)
+	})
+	require.Eventually(t, func() bool { return len(p.busyPIDs()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	quickA, cancelA := context.WithTimeout(policies.WithLane(context.Background(), "compositions of namespace a"), 100*time.Millisecond)
+	defer cancelA()
+	_, err := p.Render(quickA, "rendering chart fireworks-app", ch, "sha256:x", spec, policies.RenderOptions{})
+	assert.ErrorIs(t, err, policies.ErrDeadline)
+	assert.ErrorContains(t, err, "could not start before the deadline: the compositions of namespace a already hold 1 of the 2 sandbox workers, all they may")
+	_, err = p.Render(policies.WithLane(context.Background(), "compositions of namespace b"), "rendering", ch, "sha256:x", spec, policies.RenderOptions{})
+	require.NoError(t, err, "lane b is served while lane a's runaway runs")
+
+	// Runaways of two lanes hold both workers; a third request cannot start before its
+	// deadline.
+	wg.Go(func() {
+		_, err := p.Render(policies.WithLane(long, "compositions of namespace b"), "runaway", loop, "", runaway, policies.RenderOptions{})
+		assert.ErrorIs(t, err, policies.ErrDeadline)
+	})
 	require.Eventually(t, func() bool { return len(p.busyPIDs()) == 2 }, 5*time.Second, 10*time.Millisecond)
 	short, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
-	_, err := p.Render(short, "rendering chart fireworks-app", ch, "sha256:x", spec, policies.RenderOptions{})
+	_, err = p.Render(short, "rendering chart fireworks-app", ch, "sha256:x", spec, policies.RenderOptions{})
 	assert.ErrorIs(t, err, policies.ErrDeadline)
 	assert.ErrorContains(t, err, "could not start before the deadline: all 2 sandbox workers are busy")
 	wg.Wait()

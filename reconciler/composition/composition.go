@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
@@ -64,6 +66,9 @@ const (
 	ReasonUninstallFailed    = "UninstallFailed"
 	ReasonBindFailed         = "BindFailed"
 	ReasonUpdateRefused      = "UpdateRefused"
+	// ReasonRenderRefused: the chart, rendered with the composition's values, ran past
+	// the deadline or past the bound of rendered bytes; nothing was installed.
+	ReasonRenderRefused = "RenderRefused"
 )
 
 // waitForDefinition is how often a composition without a Ready definition looks again;
@@ -72,6 +77,10 @@ const waitForDefinition = 30 * time.Second
 
 // retryRefused is how often a composition the install gate refused is tried again.
 const retryRefused = time.Minute
+
+// retryRunaway is how often a composition whose render was stopped at the deadline is
+// tried again: each try costs a deadline's CPU. A change of its spec tries at once.
+const retryRunaway = 5 * time.Minute
 
 // Reconciler installs one Helm release per composition of one served version of a
 // generated kind (SPEC §6.5).
@@ -109,7 +118,44 @@ type Reconciler struct {
 	// not lead only installs on, and uninstalls from, the target clusters engaged here,
 	// and writes their entries of status.clusters (follow). nil leads.
 	Leads func() bool
+	// Lanes, when set, share the workers between namespaces and target clusters: the
+	// compositions of one namespace, and the installs on (or uninstalls from) one
+	// target cluster, are reconciled at most Lanes.PerLane() at once. A composition
+	// whose lane is full goes back to the queue for a moment, holding no worker: one
+	// namespace's runaway renders or one slow cluster delay only their own.
+	Lanes *fairshare.Lanes
 }
+
+// laneRetry is how soon a composition whose lane was full is tried again; jitter
+// spreads the retries of a crowded lane.
+func laneRetry() time.Duration {
+	return 250*time.Millisecond + rand.N(500*time.Millisecond)
+}
+
+// enterLanes takes a slot of each lane, or none when one is full.
+func (r *Reconciler) enterLanes(lanes ...string) (release func(), ok bool) {
+	if r.Lanes == nil {
+		return func() {}, true
+	}
+	held := make([]func(), 0, len(lanes))
+	release = func() {
+		for _, leave := range held {
+			leave()
+		}
+	}
+	for _, lane := range lanes {
+		leave, ok := r.Lanes.TryAcquire(lane)
+		if !ok {
+			release()
+			return nil, false
+		}
+		held = append(held, leave)
+	}
+	return release, true
+}
+
+// clusterLane is the lane of the installs on, and uninstalls from, a target cluster.
+func clusterLane(cluster string) string { return "releases on target cluster " + cluster }
 
 // leads reports whether this replica does all of a composition's work (see Leads).
 func (r *Reconciler) leads() bool { return r.Leads == nil || r.Leads() }
@@ -132,7 +178,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, DeletionStarted{}, Resynced{}))).
 		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.compositionsOfDefinition)).
 		WithOptions(controller.Options{
-			SkipNameValidation: ptrTo(true),
+			SkipNameValidation:      ptrTo(true),
+			MaxConcurrentReconciles: managerWorkers,
 			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(rateLimit), rateLimit*10)},
@@ -158,6 +205,13 @@ func (Resynced) Update(e event.UpdateEvent) bool {
 
 // Reconcile brings one composition's release in line with its spec.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	lane := policies.CompositionsLane(req.Namespace)
+	leave, ok := r.enterLanes(lane)
+	if !ok {
+		return ctrl.Result{RequeueAfter: laneRetry()}, nil
+	}
+	defer leave()
+	ctx = policies.WithLane(ctx, lane) // the renders and schema checks share the namespace's
 	obj := r.NewComposition()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -398,6 +452,11 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	}
 	if err := r.validateValues(ctx, request); err != nil {
 		return r.refused(obj, s, err)
+	}
+	if err := r.renderBounded(ctx, w, namespace, last != nil); err != nil {
+		a := r.refused(obj, s, err)
+		a.requeue = retryRunaway
+		return a
 	}
 	if s.bind != nil {
 		if err := s.bind(ctx, namespace); err != nil {

@@ -338,6 +338,35 @@ func (r *Reconciler) validateValues(ctx context.Context, request *policies.Reque
 	return nil
 }
 
+// renderBounded renders the chart with the values about to be installed where a
+// runaway stops (the sandbox, policies.RenderWithDeadline), before Helm renders them
+// in this process, where nothing can stop it: a template that loops on a value, or
+// renders past the bound of rendered bytes, or takes a worker's memory, is refused
+// with ReasonRenderRefused and costs no more than the deadline. Helm renders the same
+// chart and values as the sandbox did; only lookup can tell them apart, and it reads
+// nothing outside the namespace. Other render errors are Helm's to report.
+func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string, upgrade bool) error {
+	timeout := policies.DefaultTimeout
+	if r.Checker != nil && r.Checker.Engine != nil {
+		timeout = r.Checker.Engine.Timeout()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := policies.RenderWithDeadline(ctx, w.chart, w.digest, w.values, policies.RenderOptions{ReleaseName: w.release, Namespace: namespace, IsUpgrade: upgrade})
+	var limit *policies.LimitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, policies.ErrDeadline):
+		return &GateError{Reason: ReasonRenderRefused, Message: fmt.Sprintf("nothing was installed: rendering the chart with these values did not finish within %s (--policy-timeout): %s",
+			timeout, strings.TrimPrefix(err.Error(), policies.ErrDeadline.Error()+": "))}
+	case errors.As(err, &limit), errors.Is(err, policies.ErrWorkerFailed):
+		return &GateError{Reason: ReasonRenderRefused, Message: "nothing was installed: rendering the chart with these values went past a bound: " + err.Error()}
+	default:
+		return nil
+	}
+}
+
 // gate is the post-renderer of one install of the composition.
 func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) *installGate {
 	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/charts"
@@ -46,6 +47,10 @@ type ManagerOptions struct {
 	MetricsAddr     string
 }
 
+// managerWorkers is how many compositions one version's controller Deployment
+// reconciles at once; one namespace's take at most a quarter of them (Reconciler.Lanes).
+const managerWorkers = 8
+
 // NewManager returns a manager, acting as the user of cfg, that runs the composition
 // controller of one served version. Its cache holds only the compositions labelled
 // with that version.
@@ -57,6 +62,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 		Bind:                opts.Bind,
 		MaxReconcileRate:    opts.MaxReconcileRate,
 		Checker:             opts.Checker,
+		Lanes:               fairshare.New(managerWorkers / 4),
 	}
 	if r.Checker == nil {
 		r.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}

@@ -434,6 +434,26 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	previous := Clusters(obj)
 	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
 	selected, waiting := selection.Engaged, selection.Waiting
+	var leaving []string
+	for name := range previous {
+		if !slices.ContainsFunc(selected, func(cl multicluster.Cluster) bool { return cl.Name == name }) && !slices.Contains(waiting, name) {
+			leaving = append(leaving, name)
+		}
+	}
+	// A slow cluster holds the workers of the compositions placed on it: at most a
+	// lane's worth; the others come back in a moment, their status as it was.
+	lanes := make([]string, 0, len(selected)+len(leaving))
+	for _, cl := range selected {
+		lanes = append(lanes, clusterLane(cl.Name))
+	}
+	for _, name := range leaving {
+		lanes = append(lanes, clusterLane(name))
+	}
+	leave, ok := r.enterLanes(lanes...)
+	if !ok {
+		return ctrl.Result{RequeueAfter: laneRetry()}, nil
+	}
+	defer leave()
 	if err := r.recordClusters(ctx, obj, previous, selected); err != nil {
 		if apierrors.IsConflict(err) { // another replica wrote first: read it again
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -445,12 +465,6 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	var wg sync.WaitGroup
 	for i, cl := range selected {
 		wg.Go(func() { installs[i] = r.installOnTarget(ctx, obj, def, cl, w) })
-	}
-	var leaving []string
-	for name := range previous {
-		if !slices.ContainsFunc(selected, func(cl multicluster.Cluster) bool { return cl.Name == name }) && !slices.Contains(waiting, name) {
-			leaving = append(leaving, name)
-		}
 	}
 	left := r.uninstallFromTargets(ctx, obj, def, leaving, lead)
 	wg.Wait()
@@ -765,7 +779,17 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 		setClusters(obj, nil)
 		return ctrl.Result{}, true, nil
 	}
-	left := r.uninstallFromTargets(ctx, obj, def, slices.Sorted(maps.Keys(previous)), lead)
+	clusters := slices.Sorted(maps.Keys(previous))
+	lanes := make([]string, len(clusters))
+	for i, name := range clusters {
+		lanes[i] = clusterLane(name)
+	}
+	leave, ok := r.enterLanes(lanes...)
+	if !ok {
+		return ctrl.Result{RequeueAfter: laneRetry()}, false, nil
+	}
+	defer leave()
+	left := r.uninstallFromTargets(ctx, obj, def, clusters, lead)
 	next := map[string]ClusterStatus{}
 	if pending := left.pending(previous, next); len(pending) > 0 {
 		setClusters(obj, next)

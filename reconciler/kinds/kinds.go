@@ -42,6 +42,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/policies"
@@ -87,7 +88,9 @@ type Runtime struct {
 	MaxReconcileRate int
 	Sync             time.Duration
 	// Workers is how many requests are reconciled at once, of every kind together;
-	// 0 means 16.
+	// 0 means 16. The compositions of one namespace, and the releases on one target
+	// cluster, take at most a quarter of them (at least one): see
+	// composition.Reconciler.Lanes.
 	Workers int
 	// Targets, InProcess only, are the clusters compositions may be placed on; nil
 	// installs every composition in Compositor's cluster, and a placed one reports
@@ -110,6 +113,7 @@ type Runtime struct {
 
 	controller controller.TypedController[request]
 	rates      *perVersionRate
+	lanes      *fairshare.Lanes                              // shared by every version's composition controller
 	queue      workqueue.TypedRateLimitingInterface[request] // the controller's, once it starts
 	queued     chan struct{}                                 // closed when queue is set
 
@@ -151,6 +155,7 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.started, k.queued = make(chan struct{}), make(chan struct{})
 	k.versions = map[VersionKey]*servedVersion{}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
+	k.lanes = fairshare.New(k.workers() / 4)
 	var err error
 	if k.InProcess {
 		k.dynamic, err = dynamic.NewForConfigAndClient(k.Config, mgr.GetHTTPClient())
@@ -524,6 +529,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		MaxReconcileRate: k.MaxReconcileRate,
 		Checker:          k.Checker,
 		Targets:          k.Targets,
+		Lanes:            k.lanes,
 	}
 	if k.shared() {
 		v.compositions.Leads = k.leading

@@ -169,13 +169,10 @@ func applyDefinition(t *testing.T, cp *controlplane.ControlPlane, repoURL, names
 	require.NoError(t, res.Err, res.Stderr)
 }
 
-// Issue 12, item 5: a template whose cost a composition chooses is stopped at the
-// deadline with a denial that says so, and other writes are admitted meanwhile.
-func TestRunawayTemplateIsDeniedAtTheDeadline(t *testing.T) {
-	cp := controlplane.Start(t)
-	startCompositor(t, cp, func(o *app.ServeOptions) { o.PolicyTimeout = 200 * time.Millisecond })
-	ctx := context.Background()
-	slow := &chart.Chart{
+// loopsChart is chart loops 0.1.0: a ConfigMap whose template loops size² times, size
+// being the composition's value (at most 100,000).
+func loopsChart() *chart.Chart {
+	return &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loops", Version: "0.1.0"},
 		Values:   map[string]any{"size": 1},
 		Schema:   []byte(`{"type":"object","properties":{"size":{"type":"integer","minimum":0,"maximum":100000}},"additionalProperties":false}`),
@@ -186,6 +183,15 @@ data:
   x: "{{ range until (int .Values.size) }}{{ range until (int $.Values.size) }}{{ end }}{{ end }}"
 `)}},
 	}
+}
+
+// Issue 12, item 5: a template whose cost a composition chooses is stopped at the
+// deadline with a denial that says so, and other writes are admitted meanwhile.
+func TestRunawayTemplateIsDeniedAtTheDeadline(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.PolicyTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	slow := loopsChart()
 	applyDefinition(t, cp, serveCharts(t, slow).URL, "loops", "loops", "0.1.0")
 	applyPolicies(t, cp, `apiVersion: policy.compositor.dev/v1alpha1
 kind: CompositionPolicy

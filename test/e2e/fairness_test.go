@@ -19,19 +19,26 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/policies/sandbox"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
-// slowForTeamA runs until the deadline for compositions of team-a labelled slow, without
-// building anything big: two nested loops over 100,000 numbers.
+// slowForTeamA runs until the deadline over the rendered manifests of compositions of
+// team-a labelled slow, without building anything big: two nested loops over 100,000
+// numbers. Being a rendered policy matching every kind, it also has every composition
+// rendered at admission, team-a's loops with size 100,000 (a template that loops on a
+// value) included.
 const slowForTeamA = `apiVersion: policy.compositor.dev/v1alpha1
 kind: CompositionPolicy
 metadata:
   name: slow-for-team-a
 spec:
+  target: rendered
   match:
     kinds: [{group: composition.krateo.io, kind: "*"}]
   rego: |
@@ -40,17 +47,21 @@ spec:
     deny contains "never" if {
       input.review.object.metadata.namespace == "team-a"
       input.review.object.metadata.labels.slow == "true"
+      some obj in input.rendered
       some x in numbers.range(1, 100000)
       some y in numbers.range(1, 100000)
       x * y < 0
     }
 `
 
-// Issue 26: one namespace sends runaways (compositions nested 9,000 levels deep, and
-// compositions that a policy takes the whole deadline over) four at a time without
-// pause, while another namespace writes every second: every write of the second
-// namespace is admitted. Its latency with and without the attacker, Compositor's RSS
-// (it runs in this process) and the refusals counted on /metrics are logged.
+// Issue 26: one namespace sends runaways four at a time without pause for 40 s —
+// compositions nested 9,000 levels deep, compositions whose template loops on a value
+// (loops, size 100,000), and compositions that a rendered policy takes the whole
+// deadline over — while another namespace writes every second: every write of the
+// second namespace is admitted. Its latency with and without the attacker,
+// Compositor's RSS (it runs in this process, its sandbox workers in children of it),
+// the CPU spent once the last runaway was answered and the refusals counted on
+// /metrics are logged.
 func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 	cp := controlplane.Start(t)
 	var metricsAddr string
@@ -59,6 +70,7 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 		metricsAddr = o.MetricsAddr
 	})
 	readyDefinition(t, cp)
+	applyDefinition(t, cp, serveCharts(t, loopsChart()).URL, "loops", "loops", "0.1.0")
 	ctx := context.Background()
 	for _, ns := range []string{"team-a", "team-b"} {
 		res := cp.Kubectl(ctx, "", "create", "namespace", ns)
@@ -89,6 +101,13 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 		return time.Since(start), err
 	}
 
+	loops := func(namespace, name string, size int) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "composition.krateo.io/v0-1-0", "kind": "Loops",
+			"metadata": map[string]any{"name": name, "namespace": namespace}, "spec": map[string]any{"size": int64(size)},
+		}}
+	}
+
 	// The slow policy is in force once team-a's slow write is denied at the deadline.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := create(composition("team-a", "probe", map[string]any{"replicaCount": 2}, map[string]any{"slow": "true"}))
@@ -100,6 +119,10 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 	_, err := create(composition("team-a", "deep", deep, nil))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "levels deep, more than the limit of 64 (--max-value-depth)")
+	// A template that loops on a value is stopped at the deadline.
+	_, err = create(loops("team-a", "loop", 100000))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "rendering chart loops was stopped at the deadline")
 
 	var written atomic.Int64
 	// writes creates a composition in team-b every second for d and returns the
@@ -117,7 +140,7 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 		return out
 	}
 
-	const window = 20 * time.Second
+	const window = 40 * time.Second
 	quiet := writes("without the attacker", window)
 
 	rssBefore, _ := fairnessRSS(t)
@@ -148,17 +171,21 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 			defer attackers.Done()
 			for n := 0; attackCtx.Err() == nil; n++ {
 				var obj *unstructured.Unstructured
-				if n%2 == 0 {
+				switch (i + n) % 3 {
+				case 0:
 					obj = composition("team-a", fmt.Sprintf("deep-%d-%d", i, n), deep, nil)
-				} else {
+				case 1:
 					obj = composition("team-a", fmt.Sprintf("slow-%d-%d", i, n), map[string]any{"replicaCount": 2}, map[string]any{"slow": "true"})
+				default:
+					obj = loops("team-a", fmt.Sprintf("loop-%d-%d", i, n), 100000)
 				}
 				_, err := create(obj)
 				attacks.Add(1)
 				lastRunaway.Store(time.Now().UnixNano())
-				if err == nil {
+				switch {
+				case err == nil:
 					t.Errorf("team-a's runaway %s was admitted", obj.GetName())
-				} else if strings.Contains(err.Error(), "did not finish within") {
+				case strings.Contains(err.Error(), "did not finish within"), strings.Contains(err.Error(), "stopped at the deadline"):
 					deadlines.Add(1)
 				}
 			}
@@ -171,7 +198,9 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 	close(stopSampling)
 	<-sampled
 
-	// CPU spent once the last runaway was answered: Compositor should be idle again.
+	// CPU spent once the last runaway was answered, by this process and its children
+	// (the workers killed at the deadline are reaped by then): Compositor should be
+	// idle again.
 	time.Sleep(time.Until(time.Unix(0, lastRunaway.Load()).Add(500 * time.Millisecond)))
 	cpuBefore := processCPU()
 	time.Sleep(3 * time.Second)
@@ -182,17 +211,60 @@ func TestOneNamespaceCannotStarveAnother(t *testing.T) {
 	t.Logf("team-b, %d writes without the attacker: p50 %s, p99 %s", len(quiet), latencyPercentile(quiet, 50), latencyPercentile(quiet, 99))
 	t.Logf("team-b, %d writes while team-a sent %d runaways four at a time (%d stopped at the deadline): p50 %s, p99 %s",
 		len(attacked), attacks.Load(), deadlines.Load(), latencyPercentile(attacked, 50), latencyPercentile(attacked, 99))
-	t.Logf("RSS of this process (Compositor and the test): %d MiB before the attack, peak %d MiB during it (VmHWM %d MiB); CPU in the 3 s after the last runaway's answer: %s",
+	t.Logf("RSS of this process (Compositor and the test) and its sandbox workers: %d MiB before the attack, peak %d MiB during it (this process's VmHWM %d MiB); CPU of both in the 3 s after the last runaway's answer: %s",
 		rssBefore>>20, peakRSS.Load()>>20, hwm>>20, idleCPU)
 	t.Logf("compositor_admission_refusals_total: %v", refused)
 	assert.NotEmpty(t, attacked)
 	assert.Positive(t, refused["depth"], "the deep compositions were refused for their depth")
 }
 
-// fairnessRSS reads VmRSS and VmHWM of this process, in bytes.
+// fairnessRSS is the RSS of this process and its children (the sandbox workers), and
+// this process's VmHWM, in bytes.
 func fairnessRSS(t *testing.T) (now, peak int64) {
 	t.Helper()
-	f, err := os.Open("/proc/self/status")
+	now, peak = statusRSS("/proc/self/status")
+	for _, pid := range sandboxWorkers() {
+		rss, _ := statusRSS(fmt.Sprintf("/proc/%d/status", pid))
+		now += rss
+	}
+	return now, peak
+}
+
+// sandboxWorkers are the sandbox workers this process runs: its children started
+// with sandbox.Subcommand.
+func sandboxWorkers() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+		if len(fields) > 1 {
+			if ppid, _ := strconv.Atoi(fields[1]); ppid != self {
+				continue
+			}
+			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), sandbox.Subcommand) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// statusRSS reads VmRSS and VmHWM from a /proc status file, in bytes.
+func statusRSS(path string) (now, peak int64) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0
 	}
@@ -214,13 +286,17 @@ func fairnessRSS(t *testing.T) (now, peak int64) {
 	return now, peak
 }
 
-// processCPU is the user and system CPU time of this process so far.
+// processCPU is the user and system CPU time so far of this process and of its
+// children that ended.
 func processCPU() time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var u syscall.Rusage
+		if err := syscall.Getrusage(who, &u); err == nil {
+			total += time.Duration(u.Utime.Nano() + u.Stime.Nano())
+		}
 	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+	return total
 }
 
 func latencyPercentile(ds []time.Duration, p int) time.Duration {
@@ -251,4 +327,115 @@ func refusalCounts(t *testing.T, addr string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Issue 26, the controllers: compositions whose template loops on a value pass
+// admission when no rendered policy is in force. The controller renders each in the
+// sandbox before Helm would render it in Compositor's process, stops it at the
+// deadline and says so (RenderRefused), holding at most the namespace's lane of
+// workers: another namespace's compositions are installed meanwhile, about as fast
+// as with no attacker.
+func TestRunawayRendersHoldNoControllerWorker(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	applyDefinition(t, cp, serveCharts(t, loopsChart()).URL, "loops", "loops", "0.1.0")
+	ctx := context.Background()
+	for _, ns := range []string{"team-a", "team-b"} {
+		res := cp.Kubectl(ctx, "", "create", "namespace", ns)
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	loops := func(namespace, name string, size int) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "composition.krateo.io/v0-1-0", "kind": "Loops",
+			"metadata": map[string]any{"name": name, "namespace": namespace}, "spec": map[string]any{"size": int64(size)},
+		}}
+	}
+	ready := func(namespace, name string) (status, reason, message string) {
+		obj := loops(namespace, name, 0)
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return "", "", err.Error()
+		}
+		conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conditions {
+			if c, ok := c.(map[string]any); ok && c["type"] == "Ready" {
+				status, _ = c["status"].(string)
+				reason, _ = c["reason"].(string)
+				message, _ = c["message"].(string)
+			}
+		}
+		return status, reason, message
+	}
+	var written atomic.Int64
+	// installs creates n compositions of team-b one after the other and returns how
+	// long each took to be installed (Ready).
+	installs := func(phase string, n int) []time.Duration {
+		var out []time.Duration
+		for range n {
+			name := fmt.Sprintf("web-%d", written.Add(1))
+			start := time.Now()
+			require.NoError(t, cp.Client.Create(ctx, loops("team-b", name, 3)), phase)
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				status, reason, message := ready("team-b", name)
+				assert.Equal(c, "True", status, "%s: %s %s", phase, reason, message)
+			}, 2*time.Minute, 20*time.Millisecond, "%s: team-b's %s is installed", phase, name)
+			out = append(out, time.Since(start))
+		}
+		return out
+	}
+	quiet := installs("without the attacker", 5)
+
+	attackCtx, stopAttack := context.WithCancel(ctx)
+	var attackers sync.WaitGroup
+	var runaways []string
+	var mu sync.Mutex
+	for i := range 4 {
+		attackers.Go(func() {
+			for n := 0; attackCtx.Err() == nil; n++ {
+				name := fmt.Sprintf("loop-%d-%d", i, n)
+				if err := cp.Client.Create(ctx, loops("team-a", name, 100000)); err != nil {
+					t.Errorf("team-a's %s was not admitted (no rendered policy is in force): %v", name, err)
+					return
+				}
+				mu.Lock()
+				runaways = append(runaways, name)
+				mu.Unlock()
+				select {
+				case <-attackCtx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second) // the attack is under way
+	attacked := installs("with the attacker", 10)
+	stopAttack()
+	attackers.Wait()
+
+	// Each runaway is refused with the reason, and installs nothing.
+	for _, name := range runaways {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			status, reason, message := ready("team-a", name)
+			assert.Equal(c, "False", status)
+			assert.Equal(c, "RenderRefused", reason, message)
+			assert.Contains(c, message, "nothing was installed: rendering the chart with these values did not finish within")
+		}, 2*time.Minute, 100*time.Millisecond, "team-a's %s", name)
+		cm := &unstructured.Unstructured{}
+		cm.SetAPIVersion("v1")
+		cm.SetKind("ConfigMap")
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: name}, cm)
+		assert.True(t, apierrors.IsNotFound(err), "team-a's %s installed nothing: %v", name, err)
+	}
+	stopped := 0
+	for _, name := range runaways {
+		if _, _, message := ready("team-a", name); strings.Contains(message, "was stopped at the deadline") {
+			if stopped++; stopped == 1 {
+				t.Logf("team-a's %s: %s", name, message)
+			}
+		}
+	}
+	_, _, message := ready("team-a", runaways[len(runaways)-1])
+	t.Logf("team-a's %d runaways, %d of them stopped at the deadline, the others not started before it (the namespace's lane of sandbox workers was full); the last: %s", len(runaways), stopped, message)
+	t.Logf("team-b, %d installs without the attacker: p50 %s, max %s", len(quiet), latencyPercentile(quiet, 50), latencyPercentile(quiet, 100))
+	t.Logf("team-b, %d installs while team-a created a runaway every second from each of 4 writers: p50 %s, max %s",
+		len(attacked), latencyPercentile(attacked, 50), latencyPercentile(attacked, 100))
 }

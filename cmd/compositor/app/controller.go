@@ -152,6 +152,11 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
+	// The values and a render are checked in worker processes before Helm renders:
+	// a composition whose render runs away costs its deadline, then nothing.
+	if err := setupSandbox(); err != nil {
+		return err
+	}
 	fetcher, err := chartsource.New(chartsource.Options{
 		CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath, AllowNetworks: opts.AllowChartNetworks,
 	})
