@@ -75,11 +75,16 @@ func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spe
 }
 
 // validateWithDeadline checks spec against ch's schemas with v until ctx is done: a
-// JSONSchemaValidator's check runs in the sandbox when there is one (the sandbox keeps
-// its own compiled schemas); any other validator runs in-process.
+// JSONSchemaValidator's check of values that are not small runs in the sandbox when
+// there is one (the sandbox keeps its own compiled schemas); the check of small values
+// (smallValues), and any other validator, runs in-process. A chart's schema is its
+// authors', compiled once; what a tenant chooses is the values, and the cost of
+// checking small values against a schema is small (patterns are RE2, linear): they
+// need not cross a pipe. A template, by contrast, may loop on a small value: renders
+// always run in the sandbox.
 func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Chart, digest string, spec map[string]any) (vs []Violation, err error) {
 	const what = "the schema check"
-	if s := CurrentSandbox(); s != nil && ch != nil {
+	if s := CurrentSandbox(); s != nil && ch != nil && !smallValues(spec) {
 		if _, ok := v.(*JSONSchemaValidator); ok {
 			return s.ValidateValues(ctx, what, ch, digest, spec)
 		}
@@ -151,4 +156,43 @@ func LaneOf(ctx context.Context) string {
 // the controllers alike.
 func CompositionsLane(namespace string) string {
 	return "compositions of namespace " + namespace
+}
+
+// Values are small, and checked in-process, up to this many keys, elements and
+// scalars, and this many bytes of strings and keys, all levels together.
+const (
+	smallValuesNodes = 1000
+	smallValuesBytes = 64 << 10
+)
+
+// smallValues reports whether spec is within smallValuesNodes and smallValuesBytes.
+// It stops counting at the first bound passed.
+func smallValues(spec map[string]any) bool {
+	nodes, bytes := 0, 0
+	var small func(v any) bool
+	small = func(v any) bool {
+		nodes++
+		if nodes > smallValuesNodes || bytes > smallValuesBytes {
+			return false
+		}
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				bytes += len(k)
+				if !small(e) {
+					return false
+				}
+			}
+		case []any:
+			for _, e := range v {
+				if !small(e) {
+					return false
+				}
+			}
+		case string:
+			bytes += len(v)
+		}
+		return nodes <= smallValuesNodes && bytes <= smallValuesBytes
+	}
+	return small(map[string]any(spec))
 }

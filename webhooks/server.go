@@ -69,6 +69,9 @@ type Options struct {
 	// (or definitions, or the policies) may run at once; 0 means
 	// DefaultLaneConcurrency.
 	LaneConcurrency int
+	// Unbounded, for measurements only (make bench), turns the limits and the lanes
+	// off, so that their cost on the ordinary path can be measured.
+	Unbounded bool
 }
 
 // Register mounts the admission handlers on srv.
@@ -92,6 +95,9 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 	}
 	if v.limits == (policies.Limits{}) {
 		v.limits = policies.DefaultLimits()
+	}
+	if opts.Unbounded {
+		v.limits, v.lanes = policies.Limits{}, nil
 	}
 	if opts.Cached != nil {
 		v.schemas = NewCRDSchemas(opts.Cached, opts.Live)

@@ -528,3 +528,33 @@ func TestChartsCrossOncePerWorker(t *testing.T) {
 	defer p.mu.Unlock()
 	assert.Equal(t, maxCharts+8+2, p.idle[0].chartsSent, "each chart once, and the two let go once more")
 }
+
+// Small values are checked against the chart's schema in-process, with no worker:
+// what a tenant chooses there cannot run long. Bigger ones go to a worker.
+func TestSmallValuesAreCheckedInProcess(t *testing.T) {
+	p := newPool(t, Options{Workers: 2})
+	policies.SetSandbox(p)
+	t.Cleanup(func() { policies.SetSandbox(nil) })
+	ctx := context.Background()
+	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
+	request := func(spec map[string]any) *policies.Request {
+		return &policies.Request{
+			Operation: "CREATE", Namespace: "team-a", Name: "x",
+			Object: map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "FireworksApp", "metadata": map[string]any{"name": "x", "namespace": "team-a"}, "spec": spec},
+			Chart:  loadChart(t, "1.1.5"), ChartDigest: "sha256:small",
+		}
+	}
+	d, err := checker.Check(ctx, request(map[string]any{"replicaCount": "two"}))
+	require.NoError(t, err)
+	require.Len(t, d.Violations, 1, "the schema is checked")
+	assert.Zero(t, p.Stats().Started, "small values need no worker")
+
+	annotations := map[string]any{}
+	for i := range 2000 {
+		annotations[fmt.Sprint("a", i)] = "b"
+	}
+	d, err = checker.Check(ctx, request(map[string]any{"replicaCount": "two", "podAnnotations": annotations}))
+	require.NoError(t, err)
+	require.NotEmpty(t, d.Violations)
+	assert.Equal(t, int64(1), p.Stats().Started, "bigger values are checked in a worker")
+}

@@ -208,6 +208,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	lane := policies.CompositionsLane(req.Namespace)
 	leave, ok := r.enterLanes(lane)
 	if !ok {
+		laneFullTotal.WithLabelValues("namespace").Inc()
 		return ctrl.Result{RequeueAfter: laneRetry()}, nil
 	}
 	defer leave()
@@ -554,6 +555,7 @@ func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) 
 		message = "cluster " + s.cluster + ": " + message
 	}
 	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
+	refusalsTotal.WithLabelValues(gate.Reason).Inc()
 	return attempt{reason: gate.Reason, message: message, requeue: retryRefused}
 }
 

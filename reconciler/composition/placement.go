@@ -451,6 +451,7 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	}
 	leave, ok := r.enterLanes(lanes...)
 	if !ok {
+		laneFullTotal.WithLabelValues("cluster").Inc()
 		return ctrl.Result{RequeueAfter: laneRetry()}, nil
 	}
 	defer leave()
@@ -786,6 +787,7 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 	}
 	leave, ok := r.enterLanes(lanes...)
 	if !ok {
+		laneFullTotal.WithLabelValues("cluster").Inc()
 		return ctrl.Result{RequeueAfter: laneRetry()}, false, nil
 	}
 	defer leave()

@@ -88,10 +88,12 @@ type Runtime struct {
 	MaxReconcileRate int
 	Sync             time.Duration
 	// Workers is how many requests are reconciled at once, of every kind together;
-	// 0 means 16. The compositions of one namespace, and the releases on one target
-	// cluster, take at most a quarter of them (at least one): see
-	// composition.Reconciler.Lanes.
+	// 0 means 16.
 	Workers int
+	// NamespaceConcurrency is how many of them the compositions of one namespace, and
+	// the releases on one target cluster, may take at once (composition.Reconciler.Lanes);
+	// 0 means a quarter of Workers, at least one.
+	NamespaceConcurrency int
 	// Targets, InProcess only, are the clusters compositions may be placed on; nil
 	// installs every composition in Compositor's cluster, and a placed one reports
 	// that it cannot be delivered. Call ClustersChanged when they change.
@@ -155,7 +157,11 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.started, k.queued = make(chan struct{}), make(chan struct{})
 	k.versions = map[VersionKey]*servedVersion{}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
-	k.lanes = fairshare.New(k.workers() / 4)
+	perLane := k.NamespaceConcurrency
+	if perLane <= 0 {
+		perLane = k.workers() / 4
+	}
+	k.lanes = fairshare.New(perLane)
 	var err error
 	if k.InProcess {
 		k.dynamic, err = dynamic.NewForConfigAndClient(k.Config, mgr.GetHTTPClient())

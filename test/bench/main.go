@@ -45,6 +45,7 @@ type options struct {
 	peerJSON        string
 	only            *regexp.Regexp
 	scale           bool
+	bounds          bool
 }
 
 func main() {
@@ -72,6 +73,7 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "Unmeasured load before each run")
 	flag.IntVar(&o.e2eCreates, "e2e-creates", 400, "Compositions created through the API server per end-to-end run (0 skips it)")
 	flag.IntVar(&o.e2eConcurrency, "e2e-concurrency", 8, "Concurrent creates through the API server")
+	flag.BoolVar(&o.bounds, "bounds", true, "Also measure the composition /validate workloads against a compositor dev with --unbounded-admission (issue #26)")
 	flag.IntVar(&o.definitions, "definitions", 1000, "Definitions present for the last /validate run (0 skips it)")
 	flag.DurationVar(&o.scaleWait, "scale-wait", 5*time.Minute, "How long to wait for those definitions to be Ready")
 	flag.StringVar(&o.peerJSON, "peer", "", "JSON output of the Gatekeeper peer run (test/tools/gatekeeper -json) to include")
@@ -154,6 +156,11 @@ func runBench(ctx context.Context, o options) error {
 
 	if err := measureAdmission(ctx, o, rep, fl.endpoint, d, w); err != nil {
 		return fmt.Errorf("%w (compositor's log: %s)", err, d.log)
+	}
+	if o.bounds && (o.only == nil || o.only.MatchString("composition create /validate") || o.only.MatchString("composition update /validate")) {
+		if err := measureBounds(ctx, o, rep, d, dir); err != nil {
+			return fmt.Errorf("%w (compositor's log: %s)", err, d.log)
+		}
 	}
 	if o.e2eCreates > 0 {
 		if err := measureThroughAPIServer(ctx, o, rep, d, w); err != nil {

@@ -27,6 +27,7 @@ type report struct {
 	Machine  machine   `json:"machine"`
 
 	Admission       []comparison     `json:"admission"`
+	Bounds          []comparison     `json:"bounds,omitempty"` // Floor: --unbounded-admission
 	APIServer       []comparison     `json:"apiServer"`
 	ManyDefinitions *manyDefinitions `json:"manyDefinitions,omitempty"`
 	Peer            *peerRun         `json:"peer,omitempty"`
@@ -261,6 +262,31 @@ func (r *report) markdown() string {
 			ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
 	}
 	errorNotes(p, r.Admission)
+	if len(r.Bounds) > 0 {
+		p("")
+		p("## The bounds on the ordinary path (issue #26)")
+		p("")
+		p("The same reviews against Compositor as shipped (*bounded*: input limits, lanes per namespace,")
+		p("schema checks and renders in sandbox worker processes) and against a second `compositor dev`")
+		p("started with the hidden `--unbounded-admission` (none of them: in-process, as before #26),")
+		p("one right after the other for each row, in the same run. Ratios are bounded ÷ unbounded.")
+		p("")
+		p("| workload | c | server | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | errors |")
+		p("|---|---|---|---|---|---|---|---|---|---|")
+		for _, c := range r.Bounds {
+			row := func(x result, label string) {
+				p("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.3f | %d |", x.Workload, x.Concurrency, label,
+					x.Throughput, x.P50, x.P95, x.P99, x.Max, x.CPUPerRequest(), x.Errors)
+			}
+			row(c.Floor, "unbounded")
+			row(c.Compositor, "bounded")
+			p("| | | **ratio** | **%.2f×** | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | |",
+				ratio(c.Compositor.Throughput, c.Floor.Throughput), ratio(c.Compositor.P50, c.Floor.P50),
+				ratio(c.Compositor.P95, c.Floor.P95), ratio(c.Compositor.P99, c.Floor.P99),
+				ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
+		}
+		errorNotes(p, r.Bounds)
+	}
 	if len(r.APIServer) > 0 {
 		p("")
 		p("## Creates through the API server")

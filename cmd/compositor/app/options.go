@@ -108,6 +108,14 @@ type ServeOptions struct {
 	// LaneConcurrency is how many admission evaluations one namespace's compositions
 	// (or its definitions, or the policies) may run at once.
 	LaneConcurrency int
+	// ControllerNamespaceConcurrency is how many of the in-process controllers' 16
+	// workers the compositions of one namespace, or the releases on one target
+	// cluster, may take at once.
+	ControllerNamespaceConcurrency int
+	// UnboundedAdmission, for measurements only (the hidden --unbounded-admission of
+	// make bench), turns off the admission limits and lanes and runs the renders and
+	// schema checks in-process, where a runaway cannot be stopped.
+	UnboundedAdmission bool
 }
 
 // Where composition controllers run.
@@ -152,23 +160,24 @@ func NewServeOptions() *ServeOptions {
 		MetricsAddr:      ":8080",
 		PprofAddr:        "0",
 
-		Namespace:              "compositor-system",
-		Certs:                  CertsBuiltin,
-		CertDir:                "/etc/compositor/certs",
-		CertManagerCertificate: "compositor-webhook",
-		WebhookAddr:            ":9443",
-		WebhookService:         "compositor-webhook",
-		WebhookTimeout:         5 * time.Second,
-		ChartCacheDir:          defaultChartCacheDir(),
-		PolicyTimeout:          2 * time.Second,
-		ControllerImage:        controller.DefaultImage,
-		AuditInterval:          time.Minute,
-		Controllers:            ControllersDeployments,
-		ReplicaID:              defaultReplicaID(),
-		ShardLeaseDuration:     20 * time.Second,
-		Limits:                 policies.DefaultLimits(),
-		PolicyMaxRange:         policies.DefaultMaxRangeElements,
-		LaneConcurrency:        webhooks.DefaultLaneConcurrency(),
+		Namespace:                      "compositor-system",
+		Certs:                          CertsBuiltin,
+		CertDir:                        "/etc/compositor/certs",
+		CertManagerCertificate:         "compositor-webhook",
+		WebhookAddr:                    ":9443",
+		WebhookService:                 "compositor-webhook",
+		WebhookTimeout:                 5 * time.Second,
+		ChartCacheDir:                  defaultChartCacheDir(),
+		PolicyTimeout:                  2 * time.Second,
+		ControllerImage:                controller.DefaultImage,
+		AuditInterval:                  time.Minute,
+		Controllers:                    ControllersDeployments,
+		ReplicaID:                      defaultReplicaID(),
+		ShardLeaseDuration:             20 * time.Second,
+		Limits:                         policies.DefaultLimits(),
+		PolicyMaxRange:                 policies.DefaultMaxRangeElements,
+		LaneConcurrency:                webhooks.DefaultLaneConcurrency(),
+		ControllerNamespaceConcurrency: 4,
 	}
 }
 
@@ -222,6 +231,9 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Limits.MaxRenderedBytes, "max-rendered-bytes", o.Limits.MaxRenderedBytes, "Rendering a composition's chart stops, and is refused, past this many bytes of manifests")
 	fs.IntVar(&o.PolicyMaxRange, "policy-max-range", o.PolicyMaxRange, "Most elements numbers.range and numbers.range_step may return in a policy; a bigger range stops the evaluation with an error (fail closed)")
 	fs.IntVar(&o.LaneConcurrency, "admission-namespace-concurrency", o.LaneConcurrency, "Admission evaluations (schema check, rendering, policies) one namespace's compositions may run at once; its others wait, each until the deadline, and other namespaces are not held. Definitions and policies have lanes of their own. The default is half the CPUs, at least 1")
+	fs.IntVar(&o.ControllerNamespaceConcurrency, "controller-namespace-concurrency", o.ControllerNamespaceConcurrency, "Compositions of one namespace (and releases on one target cluster) the in-process controllers reconcile at once, of their 16 workers; the others wait in the queue, holding no worker, and other namespaces are not held")
+	fs.BoolVar(&o.UnboundedAdmission, "unbounded-admission", o.UnboundedAdmission, "For measurements only: no admission limits nor lanes, and renders and schema checks in-process, where a runaway cannot be stopped")
+	_ = fs.MarkHidden("unbounded-admission")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from its
@@ -292,6 +304,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.PolicyMaxRange < 1 {
 		errs = append(errs, fmt.Errorf("--policy-max-range must be at least 1, got %d", o.PolicyMaxRange))
+	}
+	if o.ControllerNamespaceConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--controller-namespace-concurrency must be at least 1, got %d", o.ControllerNamespaceConcurrency))
 	}
 	if o.LaneConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--admission-namespace-concurrency must be at least 1, got %d", o.LaneConcurrency))

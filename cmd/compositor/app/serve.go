@@ -120,8 +120,10 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	// Charts once fetched are kept in the cluster: no replica needs their source again.
 	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
 
-	if err := setupSandbox(); err != nil {
-		return err
+	if !opts.UnboundedAdmission {
+		if err := setupSandbox(); err != nil {
+			return err
+		}
 	}
 	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
 	if err != nil {
@@ -235,6 +237,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Sou
 		Users:           users,
 		Limits:          opts.Limits,
 		LaneConcurrency: opts.LaneConcurrency,
+		Unbounded:       opts.UnboundedAdmission,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -326,6 +329,8 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Sou
 		MaxReconcileRate: opts.MaxReconcileRate,
 		Sync:             opts.Sync,
 		Seal:             seal,
+
+		NamespaceConcurrency: opts.ControllerNamespaceConcurrency,
 	}
 	if opts.Multicluster {
 		if kinds.Targets, err = setupTargets(mgr, kinds, opts); err != nil {
