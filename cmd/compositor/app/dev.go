@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,7 +70,7 @@ func newDevCommand() *cobra.Command {
 Compositor against it until Ctrl-C, then stops everything it started.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := opts.Serve.complete(cmd.Flags()); err != nil {
+			if err := opts.Serve.complete(cmd.Flags(), opts.devDefaults); err != nil {
 				return err
 			}
 			return RunDev(cmd.Context(), cmd.OutOrStdout(), opts)
@@ -83,6 +84,16 @@ Compositor against it until Ctrl-C, then stops everything it started.`,
 	fs.StringVar(&opts.ControlPlaneDir, "control-plane-dir", defaultControlPlaneDir(), "Directory with the etcd and kube-apiserver binaries (env KUBEBUILDER_ASSETS)")
 	opts.Serve.AddFlags(fs)
 	return cmd
+}
+
+// devDefaults fits dev's defaults to the flags given (or set from the environment):
+// an explicit flag wins over a default of the mode. dev delivers to target clusters
+// by default, which needs the controllers in process; --controllers=deployments alone
+// turns that default off rather than failing.
+func (o *DevOptions) devDefaults(fs *pflag.FlagSet) {
+	if fs.Changed("controllers") && !fs.Changed("multicluster") && o.Serve.Controllers != ControllersInProcess {
+		o.Serve.Multicluster = false
+	}
 }
 
 func defaultControlPlaneDir() string {

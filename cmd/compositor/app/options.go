@@ -316,9 +316,12 @@ func (o *ServeOptions) Validate() error {
 
 // complete reads the environment into the flags that were not given and validates the
 // result. Commands call it before running.
-func (o *ServeOptions) complete(fs *pflag.FlagSet) error {
+func (o *ServeOptions) complete(fs *pflag.FlagSet, modeDefaults ...func(*pflag.FlagSet)) error {
 	if err := applyEnv(fs, os.LookupEnv); err != nil {
 		return err
+	}
+	for _, adjust := range modeDefaults {
+		adjust(fs)
 	}
 	return o.Validate()
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -136,4 +137,24 @@ func TestCheckControlPlaneNamesTheFix(t *testing.T) {
 	require.ErrorIs(t, err, ErrControlPlaneMissing)
 	assert.Contains(t, err.Error(), "make control-plane")
 	assert.Contains(t, err.Error(), "etcd, kube-apiserver")
+}
+
+// Issue 27: an explicit flag wins over a default of dev's mode. dev delivers to target
+// clusters by default, which needs the controllers in process: --controllers
+// deployments alone turns that off (dev then fails only for the missing control
+// plane), and both given explicitly still conflict.
+func TestDevExplicitControllersWinOverItsMulticlusterDefault(t *testing.T) {
+	run := func(args ...string) error {
+		cmd := newDevCommand()
+		cmd.SetArgs(append(args, "--control-plane-dir", t.TempDir()))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		return cmd.Execute()
+	}
+	err := run("--controllers", "deployments")
+	require.ErrorIs(t, err, ErrControlPlaneMissing, "the options are valid")
+
+	err = run("--controllers", "deployments", "--multicluster=true")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--multicluster needs --controllers in-process")
 }
