@@ -39,6 +39,9 @@ type ReleaseNames struct {
 	base    context.Context
 	kinds   map[schema.GroupResource]*kindReleaseNames
 	wg      sync.WaitGroup
+	// handled is the resourceVersion of the last update handled, by CRD name: a test
+	// tells from it that an update was handled and changed nothing.
+	handled sync.Map
 }
 
 // kindReleaseNames is the informer of one kind, watched at one served version.
@@ -66,6 +69,7 @@ func (n *ReleaseNames) Start(ctx context.Context) error {
 		UpdateFunc: func(_, obj any) {
 			if current, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
 				n.retire(current.Spec.Group, current.Spec.Names.Plural, current)
+				n.handled.Store(current.Name, current.ResourceVersion)
 			}
 		},
 		DeleteFunc: func(obj any) {

@@ -2,6 +2,8 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,7 +103,13 @@ func TestReleaseNamesWatchEachKindWrittenUntilItIsRetired(t *testing.T) {
 	}
 	unserve(other, 1)
 	unserve(generated, 0) // v1: the informer watches v2, and stays
-	time.Sleep(time.Second)
+	require.Eventually(t, func() bool {
+		// etcd's resourceVersions rise: the update, or a later one, is handled.
+		rv, _ := names.handled.Load(generated.Name)
+		seen, _ := strconv.ParseUint(fmt.Sprint(rv), 10, 64)
+		sent, _ := strconv.ParseUint(generated.ResourceVersion, 10, 64)
+		return seen >= sent
+	}, 30*time.Second, 10*time.Millisecond, "the update is handled")
 	assert.Equal(t, map[schema.GroupResource]string{tiny: "v2"}, names.watching())
 	unserve(generated, 1) // v2
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Empty(c, names.watching()) }, 30*time.Second, 50*time.Millisecond)
