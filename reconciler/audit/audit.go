@@ -245,17 +245,16 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 		list.SetKind(kind + "List")
 		return list
 	}
-	def := p.owner(gv, kind)
-	var ch chartResult
-	if def != nil {
-		ch = p.chart(ctx, def)
-	}
+	gvk := schema.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind}
 	return listPages(ctx, p.Reader, newList, func(list *unstructured.UnstructuredList) error {
 		for i := range list.Items {
 			obj := &list.Items[i]
 			r := p.request(obj, generated.Spec.Names.Plural)
 			r.ReleaseName = obj.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
-			if def != nil {
+			// The definition admission judges the composition with: the one serving
+			// the kind in its namespace, else the owner.
+			if def := ownership.For(p.definitions, gvk, obj.GetNamespace()); def != nil {
+				ch := p.chart(ctx, def)
 				r.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
 				r.Chart, r.ChartDigest = ch.chart, ch.digest
 			}
@@ -263,12 +262,6 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 		}
 		return nil
 	}, "listing "+kind+" compositions of "+gv.String(), client.MatchingLabelsSelector{Selector: selector})
-}
-
-// owner is the definition that owns kind in apiVersion (see package ownership): every
-// definition serving it serves the owner's chart.
-func (p *auditPass) owner(gv metav1.GroupVersion, kind string) *corev1alpha1.CompositionDefinition {
-	return ownership.Owner(p.definitions, schema.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind})
 }
 
 // chart loads the definition's chart once per pass. When it is not available, the
