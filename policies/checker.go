@@ -3,9 +3,6 @@ package policies
 import (
 	"context"
 	"fmt"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Checker makes the validation decision for one request: a composition's values
@@ -60,37 +57,4 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 // validate checks r's values against its chart's schemas until ctx is done.
 func (c *Checker) validate(ctx context.Context, r *Request) ([]Violation, error) {
 	return validateWithDeadline(ctx, c.Schemas, r.Chart, r.ChartDigest, r.Spec())
-}
-
-// ObjectRequest builds the Request `compositor validate` checks for an object read
-// from a file, as the webhook would see its creation: operation CREATE, kind from
-// apiVersion and kind, namespace from metadata.namespace (else defaultNamespace), the
-// release name from krateo.io/release-name (else the object's name, as the mutating
-// webhook defaults it). The caller adds Resource.Resource (for a composition,
-// crd.Plural of the chart name), Chart, ChartDigest, Definition and NamespaceLabels.
-func ObjectRequest(obj map[string]any, defaultNamespace string) *Request {
-	apiVersion, _ := obj["apiVersion"].(string)
-	kind, _ := obj["kind"].(string)
-	gv, _ := schema.ParseGroupVersion(apiVersion)
-	md, _ := obj["metadata"].(map[string]any)
-	name, _ := md["name"].(string)
-	ns, _ := md["namespace"].(string)
-	if ns == "" {
-		ns = defaultNamespace
-	}
-	release := name
-	if ann, ok := md["annotations"].(map[string]any); ok {
-		if rn, ok := ann["krateo.io/release-name"].(string); ok && rn != "" {
-			release = rn
-		}
-	}
-	return &Request{
-		Operation:   "CREATE",
-		Kind:        metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind},
-		Resource:    metav1.GroupVersionResource{Group: gv.Group, Version: gv.Version},
-		Namespace:   ns,
-		Name:        name,
-		Object:      obj,
-		ReleaseName: release,
-	}
 }

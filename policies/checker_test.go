@@ -27,7 +27,7 @@ spec:
 `
 
 // TestCheckerAllViolationsInOneDenial is what `compositor validate` does with a file
-// (ObjectRequest + Check) and what the webhook answers: the schema error inside the
+// (NewRequest + Check) and what the webhook answers: the schema error inside the
 // oneOf, the one in the cache subchart and the policy denial, one per line.
 func TestCheckerAllViolationsInOneDenial(t *testing.T) {
 	ctx := context.Background()
@@ -38,7 +38,7 @@ func TestCheckerAllViolationsInOneDenial(t *testing.T) {
 
 	obj := map[string]any{}
 	require.NoError(t, yaml.Unmarshal([]byte(threeViolations), &obj))
-	r := ObjectRequest(obj, "default")
+	r := NewRequest("CREATE", obj, "default")
 	assert.Equal(t, "team-a", r.Namespace)
 	assert.Equal(t, "shop", r.ReleaseName)
 	assert.Equal(t, "FireworksApp", r.Kind.Kind)

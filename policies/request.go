@@ -9,7 +9,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 )
 
@@ -63,6 +65,56 @@ type Request struct {
 type ChartRef struct {
 	URL     string
 	Version string
+}
+
+// ChartRefOf is where def's chart comes from, as input.definition shows it.
+func ChartRefOf(def *corev1alpha1.CompositionDefinition) *ChartRef {
+	return &ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
+}
+
+// NewRequest builds the Request for a write of obj with operation, as admission sees
+// it, for those that judge an object outside admission: the install gate, the audit
+// (operation "": every policy applies) and `compositor validate`. The kind comes from
+// apiVersion and kind, the namespace from metadata.namespace (else defaultNamespace),
+// the release name from krateo.io/release-name (else the object's name, as the
+// mutating webhook defaults it). The caller adds Resource.Resource, the namespace's
+// labels and, for a composition, its definition's chart (Describe).
+func NewRequest(operation string, obj map[string]any, defaultNamespace string) *Request {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	gv, _ := schema.ParseGroupVersion(apiVersion)
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	release := name
+	if ann, ok := md["annotations"].(map[string]any); ok {
+		if rn, ok := ann[corev1alpha1.AnnotationReleaseName].(string); ok && rn != "" {
+			release = rn
+		}
+	}
+	return &Request{
+		Operation:   operation,
+		Kind:        metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind},
+		Resource:    metav1.GroupVersionResource{Group: gv.Group, Version: gv.Version},
+		Namespace:   ns,
+		Name:        name,
+		Object:      obj,
+		ReleaseName: release,
+	}
+}
+
+// Describe adds what a composition's definition says to r: its resource, where its
+// chart comes from (input.definition) and the chart itself, ch with digest (nil when
+// it is not loaded).
+func (r *Request) Describe(def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string) {
+	if def.Status.Resource != "" {
+		r.Resource.Resource = def.Status.Resource
+	}
+	r.Definition = ChartRefOf(def)
+	r.Chart, r.ChartDigest = ch, digest
 }
 
 // Spec returns the object's spec: a composition's values.

@@ -133,7 +133,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if def == nil {
 		return p.unowned(ctx, req)
 	}
-	r.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
+	r.Definition = policies.ChartRefOf(def)
 	if p.charts == nil {
 		return nil
 	}

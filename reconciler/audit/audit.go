@@ -195,10 +195,8 @@ func (p *auditPass) auditDefinitions(ctx context.Context) error {
 				return fmt.Errorf("reading CompositionDefinition %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 			}
 			p.definitions = append(p.definitions, *def)
-			url, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "url")
-			version, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "version")
 			r := p.request(obj, "compositiondefinitions")
-			r.Definition = &policies.ChartRef{URL: url, Version: version}
+			r.Definition = policies.ChartRefOf(def)
 			p.evaluate(ctx, obj, r)
 		}
 		return nil
@@ -250,13 +248,11 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 		for i := range list.Items {
 			obj := &list.Items[i]
 			r := p.request(obj, generated.Spec.Names.Plural)
-			r.ReleaseName = obj.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
 			// The definition admission judges the composition with: the one serving
 			// the kind in its namespace, else the owner.
 			if def := ownership.For(p.definitions, gvk, obj.GetNamespace()); def != nil {
 				ch := p.chart(ctx, def)
-				r.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
-				r.Chart, r.ChartDigest = ch.chart, ch.digest
+				r.Describe(def, ch.chart, ch.digest)
 			}
 			p.evaluate(ctx, obj, r)
 		}
@@ -289,14 +285,8 @@ func (p *auditPass) chart(ctx context.Context, def *corev1alpha1.CompositionDefi
 // request builds the policy request for an existing object, as the webhook does for
 // a write of it, with an empty operation: every policy applies.
 func (p *auditPass) request(obj *unstructured.Unstructured, resource string) *policies.Request {
-	gvk := obj.GroupVersionKind()
-	r := &policies.Request{
-		Kind:      metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
-		Resource:  metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource},
-		Namespace: obj.GetNamespace(),
-		Name:      obj.GetName(),
-		Object:    obj.Object,
-	}
+	r := policies.NewRequest("", obj.Object, "")
+	r.Resource.Resource = resource
 	if r.Namespace != "" {
 		r.NamespaceLabels = p.namespaceLabels[r.Namespace]
 	}

@@ -290,21 +290,12 @@ func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstru
 	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s for the policies' namespaceSelector: %w", obj.GetNamespace(), err)
 	}
-	request := &policies.Request{
-		Operation:       operation,
-		Kind:            metav1.GroupVersionKind(r.GVK),
-		Resource:        metav1.GroupVersionResource{Group: r.GVK.Group, Version: r.GVK.Version},
-		Namespace:       obj.GetNamespace(),
-		Name:            obj.GetName(),
-		Object:          obj.DeepCopy().Object,
-		NamespaceLabels: ns.Labels,
-		Chart:           ch,
-		ChartDigest:     digest,
-		ReleaseName:     releaseName(obj),
-	}
+	request := policies.NewRequest(operation, obj.DeepCopy().Object, "")
+	request.NamespaceLabels = ns.Labels
 	if def != nil {
-		request.Resource.Resource = def.Status.Resource
-		request.Definition = &policies.ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
+		request.Describe(def, ch, digest)
+	} else {
+		request.Chart, request.ChartDigest = ch, digest
 	}
 	return request, nil
 }

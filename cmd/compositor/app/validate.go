@@ -369,7 +369,7 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 	gvk := obj.GroupVersionKind()
 	switch {
 	case gvk.Group == corev1alpha1.GroupVersion.Group && gvk.Kind == "CompositionDefinition":
-		req := policies.ObjectRequest(obj.Object, opts.Namespace)
+		req := policies.NewRequest("CREATE", obj.Object, opts.Namespace)
 		req.Resource.Resource = "compositiondefinitions"
 		url, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "url")
 		version, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "version")
@@ -386,7 +386,7 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 			return nil, err
 		}
 		defaultComposition(obj, gvk.Version, t.releaseName)
-		req := policies.ObjectRequest(obj.Object, opts.Namespace)
+		req := policies.NewRequest("CREATE", obj.Object, opts.Namespace)
 		req.Resource.Resource = plural
 		req.Chart, req.ChartDigest, req.Definition = ch, t.chart.Digest, t.definition
 		req.NamespaceLabels = namespaceLabels(req.Namespace, opts.NamespaceLabels)

@@ -111,7 +111,7 @@ func TestValidateSameDecisionAsChecker(t *testing.T) {
 	require.NoError(t, err)
 	obj := map[string]any{}
 	require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
-	req := policies.ObjectRequest(obj, "default")
+	req := policies.NewRequest("CREATE", obj, "default")
 	req.Resource.Resource, req.Chart = "fireworksapps", ch
 	engine, err := policies.NewEngine(context.Background(), policies.Options{})
 	require.NoError(t, err)
