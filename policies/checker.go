@@ -31,7 +31,10 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 	defer cancel()
 	var out []Violation
 	if c.Schemas != nil && r.Chart != nil && r.Object != nil {
-		vs, err := c.validate(ctx, r)
+		vs, err := r.SchemaViolations, error(nil)
+		if !r.SchemaChecked {
+			vs, err = c.validate(ctx, r)
+		}
 		if err != nil {
 			return Decision{}, fmt.Errorf("validating %s %s/%s against its chart's schema: %w", r.Kind.Kind, r.Namespace, r.Name, err)
 		}

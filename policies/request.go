@@ -55,6 +55,11 @@ type Request struct {
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.
 	Rendered []RenderedObject
+	// SchemaChecked says that these very values were checked against Chart already,
+	// with SchemaViolations found: Check does not check them again. Admission sets it
+	// when /validate follows /mutate for the same request with the same values.
+	SchemaChecked    bool
+	SchemaViolations []Violation
 
 	// schemaFailed skips rendering: values the schema refuses are not worth the
 	// render, which the schema's bounds may be all that keeps cheap.
@@ -198,8 +203,8 @@ func (d *inputDoc) input(params *ast.Term, rendered *ast.Term) ast.Value {
 	return ast.NewObject(items...)
 }
 
-// matches tells whether the policy applies to r (SPEC §3.4). Every field of the match
-// that is set must match:
+// matches tells whether the policy applies to r (docs/admission.md#which-policies-apply).
+// Every field of the match that is set must match:
 //   - kinds: any entry matches; "*" or an empty group matches any group (Compositor
 //     admits only its own groups, none of them the core group), "*" any kind, empty
 //     or "*" versions any version;

@@ -103,6 +103,7 @@ func admissionWorkloads(w *world, repoURL string) []workload {
 		{"composition create /validate", compositionCreates(benchNamespace, 200, w.spec), []int{1, 16}},
 		{"composition update /validate", compositionUpdates(benchNamespace, 200, w.spec), []int{1, 16}},
 		{"composition create /mutate", compositionMutations(benchNamespace, 200, w.spec), []int{1, 16}},
+		{"composition create /mutate then /validate", compositionWrites(benchNamespace, 200, w.spec), []int{1, 16}},
 		{"composition denied /validate", compositionDenials(benchNamespace, 200, w.spec), []int{16}},
 		{"definition create /validate", definitionCreates(benchNamespace, repoURL, 200), []int{16}},
 		{"policy create /validate", policyCreates(w.policies, 50), []int{4}},
@@ -153,6 +154,10 @@ func floorCalls(calls []call) []call {
 		out[i] = c
 		if c.path != webhooks.ConvertPath {
 			out[i].check = expectAnyAdmission
+		}
+		if c.then != nil {
+			then := floorCalls([]call{*c.then})[0]
+			out[i].then = &then
 		}
 	}
 	return out

@@ -25,6 +25,9 @@ type call struct {
 	// check reads the answer's body and says what is wrong with it, nil when it is the
 	// expected verdict.
 	check func(body []byte) error
+	// then, when set, is sent right after on the same connection, as the next step of
+	// the same request (/validate after /mutate); the call's latency covers both.
+	then *call
 }
 
 // endpoint is a webhook server under load: where it listens, the CA its certificate
@@ -193,7 +196,13 @@ func send(ctx context.Context, e *endpoint, c call) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, truncate(body))
 	}
-	return c.check(body)
+	if err := c.check(body); err != nil {
+		return err
+	}
+	if c.then != nil {
+		return send(ctx, e, *c.then)
+	}
+	return nil
 }
 
 func truncate(b []byte) string {

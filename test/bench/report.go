@@ -140,6 +140,26 @@ func (r *report) find(workload string, concurrency int) *comparison {
 	return nil
 }
 
+// bothWebhooksRow is Compositor's CPU per request of one concurrency: /mutate and
+// /validate apart, and the two as one write.
+type bothWebhooksRow struct {
+	c                      int
+	mutate, validate, pair float64
+}
+
+// bothWebhooks are the rows of "One write, both webhooks" this run measured.
+func (r *report) bothWebhooks() []bothWebhooksRow {
+	var rows []bothWebhooksRow
+	for _, c := range []int{1, 16} {
+		m, v, pair := r.find("composition create /mutate", c), r.find("composition create /validate", c), r.find("composition create /mutate then /validate", c)
+		if m == nil || v == nil || pair == nil {
+			continue
+		}
+		rows = append(rows, bothWebhooksRow{c: c, mutate: m.Compositor.CPUPerRequest(), validate: v.Compositor.CPUPerRequest(), pair: pair.Compositor.CPUPerRequest()})
+	}
+	return rows
+}
+
 // target is one goal of issue #14 and whether this run met it.
 type target struct {
 	Goal     string
@@ -262,6 +282,20 @@ func (r *report) markdown() string {
 			ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
 	}
 	errorNotes(p, r.Admission)
+	if rows := r.bothWebhooks(); len(rows) > 0 {
+		p("")
+		p("## One write, both webhooks (issue #27)")
+		p("")
+		p("Compositor's CPU per admitted create: the pair `/mutate` then `/validate` under one request UID,")
+		p("as the API server sends them (`/validate` reuses `/mutate`'s schema check of the same values),")
+		p("beside the two measured apart above, each with a UID of its own (nothing to reuse).")
+		p("")
+		p("| c | apart: /mutate + /validate CPU ms | pair CPU ms | pair ÷ apart |")
+		p("|---|---|---|---|")
+		for _, row := range rows {
+			p("| %d | %.3f + %.3f = %.3f | %.3f | %.2f× |", row.c, row.mutate, row.validate, row.mutate+row.validate, row.pair, ratio(row.pair, row.mutate+row.validate))
+		}
+	}
 	if len(r.Bounds) > 0 {
 		p("")
 		p("## The bounds on the ordinary path (issue #26)")

@@ -56,10 +56,15 @@ func composition(namespace string, i int, spec map[string]any) map[string]any {
 	}
 }
 
-// admissionReview encodes one AdmissionReview.
+// admissionReview encodes one AdmissionReview, with a UID of its own.
 func admissionReview(op admissionv1.Operation, gvk metav1.GroupVersionKind, resource string, namespace, name string, object, old any) []byte {
+	return admissionReviewOf(types.UID(uuid.NewUUID()), op, gvk, resource, namespace, name, object, old)
+}
+
+// admissionReviewOf encodes one AdmissionReview of the request uid.
+func admissionReviewOf(uid types.UID, op admissionv1.Operation, gvk metav1.GroupVersionKind, resource string, namespace, name string, object, old any) []byte {
 	req := &admissionv1.AdmissionRequest{
-		UID:       types.UID(uuid.NewUUID()),
+		UID:       uid,
 		Kind:      gvk,
 		Resource:  metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource},
 		Namespace: namespace,
@@ -107,6 +112,28 @@ func compositionMutations(namespace string, n int, spec map[string]any) []call {
 		md["labels"] = map[string]any{"team": "a"}
 		return obj, nil
 	})
+}
+
+// compositionWrites are n admitted creates as the API server sends them: /mutate
+// with the object as written (no release name, no pause annotation, no version label
+// yet), then /validate with the object as mutated, both under the request's one UID.
+// One call is the pair.
+func compositionWrites(namespace string, n int, spec map[string]any) []call {
+	out := make([]call, n)
+	for i := range n {
+		mutated := composition(namespace, i, spec)
+		written := clone(mutated)
+		md := written["metadata"].(map[string]any)
+		delete(md, "annotations")
+		md["labels"] = map[string]any{"team": "a"}
+		uid := types.UID(uuid.NewUUID())
+		name := nameOf(mutated)
+		out[i] = call{path: webhooks.MutatePath, check: expectAdmission(true),
+			body: admissionReviewOf(uid, admissionv1.Create, fireworksGVK, "fireworksapps", namespace, name, written, nil),
+			then: &call{path: webhooks.ValidatePath, check: expectAdmission(true),
+				body: admissionReviewOf(uid, admissionv1.Create, fireworksGVK, "fireworksapps", namespace, name, mutated, nil)}}
+	}
+	return out
 }
 
 // compositionDenials are n creates that break the schema and two policies.
