@@ -178,7 +178,8 @@ func TestInvalidMatchIsACompileError(t *testing.T) {
 	assert.Len(t, ce.Errors, 4)
 }
 
-// TestInputDocument: the document a policy sees is SPEC §3.4's.
+// TestInputDocument: the document a policy sees is the one
+// docs/admission.md#the-policy-input-document describes.
 func TestInputDocument(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEngine(t, Options{})

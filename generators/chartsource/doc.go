@@ -1,4 +1,5 @@
-// Package chartsource fetches Helm charts for CompositionDefinitions (SPEC §3.1, §6.1):
+// Package chartsource fetches Helm charts for CompositionDefinitions
+// (docs/architecture.md#chart-sources, docs/tenancy.md#chart-sources-and-the-network):
 // from a Helm repository (index.yaml), from an OCI registry through Helm's registry
 // client, or from a direct .tgz URL. Archives land in a content-addressed on-disk cache
 // keyed by their sha256 digest, so a resync does not download them again.

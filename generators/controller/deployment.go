@@ -1,8 +1,8 @@
 // Package controller generates the Deployment that runs the composition controller of
-// one served version of a generated API (SPEC §6.5): `compositor controller` under the
-// ServiceAccount that generators/rbac creates for that version, hardened to the
-// "restricted" Pod Security Standard and owned by its CompositionDefinition. It is a
-// pure function; the reconciler applies the result.
+// one served version of a generated API (docs/architecture.md#controllers):
+// `compositor controller` under the ServiceAccount that generators/rbac creates for
+// that version, hardened to the "restricted" Pod Security Standard and owned by its
+// CompositionDefinition. It is a pure function; the reconciler applies the result.
 package controller
 
 import (

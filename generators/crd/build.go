@@ -18,7 +18,8 @@ const (
 	// Group is the API group of every generated CRD.
 	Group = "composition.krateo.io"
 	// HubVersion is the unserved storage version: it keeps every field, so objects
-	// stored through any served version never need migrating (SPEC §3.2, §6.3).
+	// stored through any served version never need migrating
+	// (docs/conversion.md#versions-and-the-hub).
 	HubVersion = "hub"
 	// DefaultMaxBytes is the size budget of a generated CRD in JSON.
 	DefaultMaxBytes = 1 << 20

@@ -1,5 +1,6 @@
 // Package crd turns a Helm chart's values.schema.json into the CustomResourceDefinition
-// through which compositions of that chart are written (SPEC §3.2, §6.2).
+// through which compositions of that chart are written
+// (docs/architecture.md#the-generated-crd, docs/architecture.md#schema-translation).
 //
 // Everything here is a pure function: no cluster, no network. The pieces are
 //

@@ -14,9 +14,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-// ruleCase is one SPEC §6.2 rule: a schema (and values.yaml), what the spec schema
-// must look like, what the report must say, and values the CRD must admit unchanged
-// or refuse.
+// ruleCase is one rule of docs/architecture.md#schema-translation: a schema (and
+// values.yaml), what the spec schema must look like, what the report must say, and
+// values the CRD must admit unchanged or refuse.
 type ruleCase struct {
 	name   string
 	schema string

@@ -83,7 +83,7 @@ const retryRefused = time.Minute
 const retryRunaway = 5 * time.Minute
 
 // Reconciler installs one Helm release per composition of one served version of a
-// generated kind (SPEC §6.5).
+// generated kind (docs/architecture.md#the-composition-controller).
 type Reconciler struct {
 	// Client reads and writes compositions and reads definitions, as the controller's
 	// identity.
