@@ -1,12 +1,10 @@
 package webhooks
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	goruntime "runtime"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -26,33 +25,31 @@ import (
 // CRD to; generators/crd points the CRDs' conversion webhooks at it.
 const ConvertPath = crd.ConvertPath
 
+// Errors of a ConversionReview the converter refuses, besides those of package
+// conversion: conversion.ErrUnknownVersion for a version the CRD does not have,
+// conversion.ErrMalformedObject for an object that is not a JSON object.
 var (
-	// ErrUnknownVersion means a version the CRD does not have.
-	ErrUnknownVersion = errors.New("unknown version")
 	// ErrWrongKind means an object that is not of the CRD's group and kind.
 	ErrWrongKind = errors.New("object of another kind")
 	// ErrForeignGroup means a desiredAPIVersion outside the group of generated CRDs.
 	ErrForeignGroup = errors.New("not the group of generated CRDs")
-	// ErrMalformedObject means an object that is not a JSON object, or whose metadata
-	// or annotations are not objects.
-	ErrMalformedObject = errors.New("malformed object")
 )
 
 // conversionReviewGVK is the only review the converter reads and writes.
 var conversionReviewGVK = apiextensionsv1.SchemeGroupVersion.WithKind("ConversionReview")
 
 // NewConverter returns the handler of ConvertPath. It converts the objects of the
-// generated CRDs between their served versions and the hub storage version
-// (SPEC §6.3), with the schemas of each CRD from schemas. A ConversionReview it cannot
+// generated CRDs between their served versions and the hub storage version (see package
+// conversion), with the schemas of each CRD from schemas. A ConversionReview it cannot
 // read gets a 4xx status with a message; a review it can read but not convert gets a
 // Failure result naming the object and why, never part of the objects.
-func NewConverter(schemas SchemaSource) http.Handler {
+func NewConverter(schemas conversion.SchemaSource) http.Handler {
 	return http.TimeoutHandler(&converter{schemas: schemas}, handlerTimeout,
 		"the conversion request took too long to read or answer")
 }
 
 type converter struct {
-	schemas SchemaSource
+	schemas conversion.SchemaSource
 }
 
 func (c *converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +104,7 @@ type decodedObject struct {
 func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.ConversionRequest) ([]runtime.RawExtension, error) {
 	desired, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
 	if err != nil || desired.Version == "" {
-		return nil, fmt.Errorf("desiredAPIVersion %q: %w: expected %s/<version>", req.DesiredAPIVersion, ErrUnknownVersion, CompositionGroup)
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w: expected %s/<version>", req.DesiredAPIVersion, conversion.ErrUnknownVersion, CompositionGroup)
 	}
 	if desired.Group != CompositionGroup {
 		return nil, fmt.Errorf("desiredAPIVersion %q: %w: only %s is converted here", req.DesiredAPIVersion, ErrForeignGroup, CompositionGroup)
@@ -121,14 +118,14 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 	// object's that fails, as if they ran in order.
 	objects := make([]decodedObject, len(req.Objects))
 	if err := inOrder(len(objects), func(i int) error {
-		obj, err := decodeConversionObject(req.Objects[i].Raw)
+		obj, err := conversion.Decode(req.Objects[i].Raw)
 		if err != nil {
 			return fmt.Errorf("object %d: %w", i, err)
 		}
 		gv, err := schema.ParseGroupVersion(stringField(obj, "apiVersion"))
 		switch {
 		case err != nil || gv.Version == "":
-			return fmt.Errorf("object %d: %w: apiVersion %q", i, ErrUnknownVersion, stringField(obj, "apiVersion"))
+			return fmt.Errorf("object %d: %w: apiVersion %q", i, conversion.ErrUnknownVersion, stringField(obj, "apiVersion"))
 		case gv.Group != desired.Group:
 			return fmt.Errorf("object %d: %w: apiVersion %q is not in the group %s", i, ErrWrongKind, gv, desired.Group)
 		case stringField(obj, "kind") == "":
@@ -151,23 +148,23 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 	schemas, err := c.schemas.Schemas(ctx, gk, versions)
 	if err != nil {
 		err = fmt.Errorf("schemas of %s: %w", gk, err)
-		if !errors.Is(err, ErrUnknownKind) {
+		if !errors.Is(err, conversion.ErrUnknownKind) {
 			err = sourceError{err}
 		}
 		return nil, err
 	}
-	if !schemas.has(desired.Version) {
-		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", req.DesiredAPIVersion, ErrUnknownVersion, gk, strings.Join(schemas.knownVersions(), ", "))
+	if !schemas.Has(desired.Version) {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", req.DesiredAPIVersion, conversion.ErrUnknownVersion, gk, strings.Join(schemas.Versions(), ", "))
 	}
 	for i, obj := range objects {
-		if !schemas.has(obj.version) {
-			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, ErrUnknownVersion, obj.version, gk, strings.Join(schemas.knownVersions(), ", "))
+		if !schemas.Has(obj.version) {
+			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, conversion.ErrUnknownVersion, obj.version, gk, strings.Join(schemas.Versions(), ", "))
 		}
 	}
 	out := make([]runtime.RawExtension, len(objects))
 	err = inOrder(len(objects), func(i int) error {
 		obj := objects[i]
-		if err := schemas.convertObject(obj.content, obj.version, desired.Version); err != nil {
+		if err := schemas.Convert(obj.content, obj.version, desired.Version); err != nil {
 			return fmt.Errorf("object %d (%s): %w", i, objectName(obj.content), err)
 		}
 		raw, err := json.Marshal(obj.content)
@@ -219,41 +216,6 @@ func inOrder(n int, fn func(i int) error) error {
 		}
 	}
 	return nil
-}
-
-// decodeConversionObject decodes a JSON object keeping its numbers exactly as written.
-func decodeConversionObject(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformedObject, err)
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: it is %s", ErrMalformedObject, jsonKind(v))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the object", ErrMalformedObject)
-	}
-	return obj, nil
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case []any:
-		return "an array"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case map[string]any:
-		return "an object"
-	default:
-		return "a number"
-	}
 }
 
 func stringField(obj map[string]any, key string) string {

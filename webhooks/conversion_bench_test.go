@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkConvert500(b *testing.B) {
 	const n = 500
 	stored := make([]map[string]any, n)
 	for i := range stored {
-		obj := fireworksApp("hub", map[string]any{
+		obj := conversiontest.FireworksApp("hub", map[string]any{
 			"replicaCount": 1 + i%10,
 			"image":        map[string]any{"repository": "registry.example/web", "tag": fmt.Sprintf("1.%d.0", i), "pullPolicy": "IfNotPresent"},
 			"service":      map[string]any{"type": "ClusterIP", "port": 8080},

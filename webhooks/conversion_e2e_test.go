@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/conversion"
+	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -65,7 +67,7 @@ func serveConverter(t *testing.T, cp *controlplane.ControlPlane, cert tls.Certif
 	go func() { cacheDone <- crds.Start(ctx) }()
 
 	mux := http.NewServeMux()
-	mux.Handle(ConvertPath, NewConverter(NewCRDSchemas(crds, cp.Client)))
+	mux.Handle(ConvertPath, NewConverter(conversion.NewCRDSchemas(crds, cp.Client)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := &http.Server{
@@ -110,7 +112,7 @@ func TestConversionOnTheAPIServer(t *testing.T) {
 	cert, caBundle := loopbackCert(t)
 	addr := serveConverter(t, cp, cert)
 
-	fireworksCRD, err := fireworksCRD(crd.ConversionWebhook{URL: "https://" + addr + ConvertPath, CABundle: caBundle})
+	fireworksCRD, err := conversiontest.FireworksCRD(crd.ConversionWebhook{URL: "https://" + addr + ConvertPath, CABundle: caBundle})
 	require.NoError(t, err)
 	require.NoError(t, cp.Client.Create(ctx, fireworksCRD))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -134,8 +136,8 @@ spec:
 `)
 		old := kubectlYAML(t, cp, "get", "fireworksapps.v1-1-5.composition.krateo.io", "demo", "-n", "default")
 		assert.Equal(t, "composition.krateo.io/v1-1-5", old["apiVersion"])
-		assert.NotContains(t, specOf(old), "exposure", "v1-1-5 has no exposure")
-		stash, _ := annotation(old)
+		assert.NotContains(t, conversiontest.Spec(old), "exposure", "v1-1-5 has no exposure")
+		stash, _ := stashOf(old)
 		assert.Equal(t, `{"/spec/exposure":"public"}`, stash)
 
 		// Client-side apply patches the object the API server reads through v1-1-5,
@@ -151,8 +153,8 @@ spec:
     port: 8080
 `)
 		now := kubectlYAML(t, cp, "get", "fireworksapps.v2-0-0.composition.krateo.io", "demo", "-n", "default")
-		assert.Equal(t, map[string]any{"replicaCount": float64(3), "exposure": "public", "service": map[string]any{"port": float64(8080)}}, specOf(now))
-		_, stashed := annotation(now)
+		assert.Equal(t, map[string]any{"replicaCount": float64(3), "exposure": "public", "service": map[string]any{"port": float64(8080)}}, conversiontest.Spec(now))
+		_, stashed := stashOf(now)
 		assert.False(t, stashed, "v2-0-0 has every field")
 
 		// An update sends back the whole object read through v1-1-5.
@@ -163,7 +165,7 @@ spec:
 		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(4), "spec", "replicaCount"))
 		require.NoError(t, cp.Client.Update(ctx, obj))
 		now = kubectlYAML(t, cp, "get", "fireworksapps.v2-0-0.composition.krateo.io", "demo", "-n", "default")
-		assert.Equal(t, map[string]any{"replicaCount": float64(4), "exposure": "public", "service": map[string]any{"port": float64(8080)}}, specOf(now))
+		assert.Equal(t, map[string]any{"replicaCount": float64(4), "exposure": "public", "service": map[string]any{"port": float64(8080)}}, conversiontest.Spec(now))
 	})
 
 	t.Run("service.type survives a write through v2-0-0", func(t *testing.T) {
@@ -178,7 +180,7 @@ spec:
     port: 80
 `)
 		v2 := kubectlYAML(t, cp, "get", "fireworksapps.v2-0-0.composition.krateo.io", "classic", "-n", "default")
-		assert.Equal(t, map[string]any{"service": map[string]any{"port": float64(80)}}, specOf(v2))
+		assert.Equal(t, map[string]any{"service": map[string]any{"port": float64(80)}}, conversiontest.Spec(v2))
 
 		kubectlApply(t, cp, `apiVersion: composition.krateo.io/v2-0-0
 kind: FireworksApp
@@ -191,8 +193,8 @@ spec:
     port: 80
 `)
 		v115 := kubectlYAML(t, cp, "get", "fireworksapps.v1-1-5.composition.krateo.io", "classic", "-n", "default")
-		assert.Equal(t, map[string]any{"service": map[string]any{"type": "NodePort", "port": float64(80)}}, specOf(v115))
-		stash, _ := annotation(v115)
+		assert.Equal(t, map[string]any{"service": map[string]any{"type": "NodePort", "port": float64(80)}}, conversiontest.Spec(v115))
+		stash, _ := stashOf(v115)
 		assert.Equal(t, `{"/spec/exposure":"internal"}`, stash)
 	})
 

@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,16 +12,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/compositor-dev/compositor/conversion"
 )
 
-// The conversion stash (ConversionDataAnnotation) carries values into the stored object
+// The conversion stash (conversion.StashAnnotation) carries values into the stored object
 // that the version a client writes through does not show. Only Compositor's conversion
 // may write it: a client could otherwise put any value into the stored object past the
 // schema and the policies, which judge what the client wrote. Two guards close that:
 // checkConversionData admits a stash only as conversion produced it, and asStored has
 // the schema and the policies judge the object as it will be stored and read.
 
-var conversionDataPath = field.NewPath("metadata", "annotations").Key(ConversionDataAnnotation)
+var conversionDataPath = field.NewPath("metadata", "annotations").Key(conversion.StashAnnotation)
 
 // checkConversionData refuses a stash that Compositor's conversion did not write. A
 // create has no stored object, so no stash either. An update may keep the stash the
@@ -32,18 +33,18 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
-	text, ok := req.Object.GetAnnotations()[ConversionDataAnnotation]
+	text, ok := req.Object.GetAnnotations()[conversion.StashAnnotation]
 	if !ok {
 		return nil, nil
 	}
-	written, err := parseStash(text)
+	written, err := conversion.ParseStash(text)
 	if err != nil {
 		return field.ErrorList{field.Invalid(conversionDataPath, field.OmitValueType{}, err.Error())}, nil
 	}
 	var read map[string]any
 	if req.OldObject != nil {
-		if oldText, ok := req.OldObject.GetAnnotations()[ConversionDataAnnotation]; ok {
-			if read, err = parseStash(oldText); err != nil {
+		if oldText, ok := req.OldObject.GetAnnotations()[conversion.StashAnnotation]; ok {
+			if read, err = conversion.ParseStash(oldText); err != nil {
 				read = nil // a stash conversion did not write: nothing of it is kept
 			}
 		}
@@ -63,30 +64,16 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 		strings.Join(forged, ", ")))}, nil
 }
 
-// parseStash decodes a stash annotation as restore reads it.
-func parseStash(text string) (map[string]any, error) {
-	stash := map[string]any{}
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	if err := dec.Decode(&stash); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadConversionData, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the JSON object", ErrBadConversionData)
-	}
-	return stash, nil
-}
-
 // asStored returns obj as the controller of version will read it once stored: the
 // stash merged back into spec, as conversion to the storage version does, then moved
 // out again for version, as conversion back does. Without a stash that is obj itself.
 // obj is not modified.
-func asStored(ctx context.Context, schemas SchemaSource, gvk schema.GroupVersionKind, obj map[string]any) (map[string]any, error) {
-	annotations, err := annotationsOf(obj)
+func asStored(ctx context.Context, schemas conversion.SchemaSource, gvk schema.GroupVersionKind, obj map[string]any) (map[string]any, error) {
+	stashed, err := conversion.HasStash(obj)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := annotations[ConversionDataAnnotation]; !ok {
+	if !stashed {
 		return obj, nil
 	}
 	if schemas == nil {
@@ -96,14 +83,11 @@ func asStored(ctx context.Context, schemas SchemaSource, gvk schema.GroupVersion
 	if err != nil {
 		return nil, fmt.Errorf("reading the schemas of %s to judge the object as it will be stored: %w", gvk.GroupKind(), err)
 	}
-	if !s.has(gvk.Version) || gvk.Version == s.hub {
+	if !s.Has(gvk.Version) || gvk.Version == s.Hub() {
 		return nil, fmt.Errorf("%s has no served version %s", gvk.GroupKind(), gvk.Version)
 	}
-	stored := deepCopyJSON(obj).(map[string]any)
-	if err := s.convertObject(stored, gvk.Version, s.hub); err != nil {
-		return nil, err
-	}
-	if err := s.convertObject(stored, s.hub, gvk.Version); err != nil {
+	stored, err := s.AsStored(obj, gvk.Version)
+	if err != nil {
 		return nil, err
 	}
 	// Restored values are json.Numbers; read them back as the controller will.

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/conversion"
+	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -45,11 +47,11 @@ deny contains "not nginx" if {
 // v1-1-5: conversion stashes the field in the annotation.
 func storedReadThroughV115(t testing.TB) map[string]any {
 	t.Helper()
-	hub := fireworksApp(crd.HubVersion, map[string]any{"replicaCount": 2, "exposure": "public"}, map[string]any{
+	hub := conversiontest.FireworksApp(crd.HubVersion, map[string]any{"replicaCount": 2, "exposure": "public"}, map[string]any{
 		"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
 	hub["metadata"].(map[string]any)["labels"] = map[string]any{LabelCompositionVersion: "v1-1-5"}
 	read := fireworks(t).convertOne(t, "v1-1-5", hub)
-	require.Equal(t, `{"/spec/exposure":"public"}`, read["metadata"].(map[string]any)["annotations"].(map[string]any)[ConversionDataAnnotation])
+	require.Equal(t, `{"/spec/exposure":"public"}`, read["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation])
 	return read
 }
 
@@ -61,9 +63,9 @@ func TestConversionDataIsCompositorsAlone(t *testing.T) {
 		obj := decodeJSON(t, mustJSON(t, old))
 		annotations := obj["metadata"].(map[string]any)["annotations"].(map[string]any)
 		if stash == nil {
-			delete(annotations, ConversionDataAnnotation)
+			delete(annotations, conversion.StashAnnotation)
 		} else {
-			annotations[ConversionDataAnnotation] = stash
+			annotations[conversion.StashAnnotation] = stash
 		}
 		if spec != nil {
 			obj["spec"] = spec
@@ -108,16 +110,16 @@ func TestAsStoredJudgesRestoredValues(t *testing.T) {
 	schemas := staticSchemas(fireworks(t).schemas)
 	gvk := schema.GroupVersionKind{Group: CompositionGroup, Version: "v1-1-5", Kind: "FireworksApp"}
 
-	obj := fireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, map[string]any{
-		ConversionDataAnnotation: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
+	obj := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, map[string]any{
+		conversion.StashAnnotation: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
 	stored, err := asStored(ctx, schemas, gvk, obj)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]any{"replicaCount": int64(1), "image": map[string]any{"repository": "evil.io/miner"}}, stored["spec"],
 		"the image v1-1-5 shows is judged; exposure, which it does not show, stays stashed; the client's replicaCount wins")
-	assert.Equal(t, `{"/spec/exposure":"public"}`, stored["metadata"].(map[string]any)["annotations"].(map[string]any)[ConversionDataAnnotation])
+	assert.Equal(t, `{"/spec/exposure":"public"}`, stored["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation])
 	assert.Equal(t, "v1-1-5", obj["apiVersion"].(string)[len(CompositionGroup)+1:], "obj itself is left alone")
 
-	plain := fireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, nil)
+	plain := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, nil)
 	same, err := asStored(ctx, nil, gvk, plain)
 	require.NoError(t, err)
 	assert.Equal(t, plain, same, "without a stash nothing is read")
@@ -148,7 +150,7 @@ func FuzzStashCannotSmuggle(f *testing.F) {
 		}
 		obj := decodeJSON(t, mustJSON(t, old))
 		obj["spec"] = spec
-		obj["metadata"].(map[string]any)["annotations"].(map[string]any)[ConversionDataAnnotation] = stash
+		obj["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation] = stash
 		ctx := context.Background()
 		req := admissionRequest(t, compositionRequest("UPDATE", obj, old))
 		if !mutator.Handle(ctx, req).Allowed || !validator.Handle(ctx, req).Allowed {
@@ -156,7 +158,7 @@ func FuzzStashCannotSmuggle(f *testing.F) {
 		}
 		stored := fx.convertOne(t, crd.HubVersion, obj)
 		read := fx.convertOne(t, "v1-1-5", stored)
-		r := policies.ObjectRequest(read, "default")
+		r := policies.NewRequest("CREATE", read, "default")
 		r.Operation, r.Chart = "UPDATE", ch
 		decision, err := checker.Check(ctx, r)
 		require.NoError(t, err)

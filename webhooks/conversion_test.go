@@ -5,228 +5,129 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/conversion"
+	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 const reviewUID = "7f1c2a52-0d1e-4a0b-9a51-3c9e5e0f2d11"
 
-func fireworksApp(version string, spec map[string]any, annotations map[string]any) map[string]any {
-	metadata := map[string]any{"name": "demo", "namespace": "default", "uid": "0b8c6d0e-5d7f-4d55-9a4e-2f1d3c4b5a69", "resourceVersion": "42"}
-	if annotations != nil {
-		metadata["annotations"] = annotations
+// fireworksFixture is the schemas of the fireworks-app CRD in every sample chart
+// version and a converter that knows them.
+type fireworksFixture struct {
+	schemas *conversion.Schemas
+	conv    *converter
+}
+
+var fireworksFixtureOnce = sync.OnceValues(func() (*fireworksFixture, error) {
+	c, err := conversiontest.FireworksCRD(crd.ConversionWebhook{URL: "https://127.0.0.1:9443" + ConvertPath})
+	if err != nil {
+		return nil, err
 	}
-	return map[string]any{"apiVersion": crd.Group + "/" + version, "kind": "FireworksApp", "metadata": metadata, "spec": spec}
-}
-
-func specOf(obj map[string]any) map[string]any {
-	spec, _ := obj["spec"].(map[string]any)
-	return spec
-}
-
-func TestConversionExposureSurvivesV115(t *testing.T) {
-	fx := fireworks(t)
-	stored := fx.convertOne(t, "hub", fireworksApp("v2-0-0", map[string]any{"exposure": "public", "replicaCount": 2, "service": map[string]any{"port": 8080}}, nil))
-
-	old := fx.convertOne(t, "v1-1-5", stored)
-	assert.NotContains(t, specOf(old), "exposure")
-	stash, ok := annotation(old)
-	require.True(t, ok)
-	assert.JSONEq(t, `{"/spec/exposure":"public"}`, stash)
-
-	specOf(old)["replicaCount"] = json.Number("3") // the v1-1-5 client changes a field it knows
-	stored = fx.convertOne(t, "hub", old)
-	assert.Equal(t, map[string]any{"exposure": "public", "replicaCount": json.Number("3"), "service": map[string]any{"port": json.Number("8080")}}, specOf(stored))
-	assert.NotContains(t, stored["metadata"], "annotations", "the stash was the only annotation")
-
-	assert.Equal(t, "public", specOf(fx.convertOne(t, "v2-0-0", stored))["exposure"])
-}
-
-func TestConversionServiceTypeSurvivesV200(t *testing.T) {
-	fx := fireworks(t)
-	stored := fx.convertOne(t, "hub", fireworksApp("v1-1-5", map[string]any{"service": map[string]any{"type": "NodePort", "port": 80}}, map[string]any{"team": "web"}))
-
-	v2 := fx.convertOne(t, "v2-0-0", stored)
-	assert.Equal(t, map[string]any{"port": json.Number("80")}, specOf(v2)["service"])
-	assert.Equal(t, map[string]any{"team": "web", ConversionDataAnnotation: `{"/spec/service/type":"NodePort"}`}, v2["metadata"].(map[string]any)["annotations"])
-
-	specOf(v2)["exposure"] = "internal"
-	stored = fx.convertOne(t, "hub", v2)
-	assert.Equal(t, map[string]any{"exposure": "internal", "service": map[string]any{"type": "NodePort", "port": json.Number("80")}}, specOf(stored))
-	assert.Equal(t, map[string]any{"team": "web"}, stored["metadata"].(map[string]any)["annotations"], "other annotations stay")
-
-	v1 := fx.convertOne(t, "v1-1-5", stored)
-	assert.Equal(t, "NodePort", specOf(v1)["service"].(map[string]any)["type"])
-}
-
-func TestConversionServedToServedGoesThroughTheHub(t *testing.T) {
-	fx := fireworks(t)
-	// Read through v1-1-5 from an object written through v2-0-0, then asked for in v2-0-0.
-	v115 := fireworksApp("v1-1-5", map[string]any{"service": map[string]any{"type": "LoadBalancer"}},
-		map[string]any{ConversionDataAnnotation: `{"/spec/exposure":"public"}`})
-	v2 := fx.convertOne(t, "v2-0-0", v115)
-	assert.Equal(t, map[string]any{"exposure": "public", "service": map[string]any{}}, specOf(v2))
-	stash, _ := annotation(v2)
-	assert.Equal(t, `{"/spec/service/type":"LoadBalancer"}`, stash)
-}
-
-func TestConversionRestoreRules(t *testing.T) {
-	fx := fireworks(t)
-	tests := []struct {
-		name  string
-		spec  map[string]any
-		stash string
-		want  map[string]any
-	}{{
-		name:  "a value the client set wins over the stash",
-		spec:  map[string]any{"exposure": "internal"},
-		stash: `{"/spec/exposure":"public"}`,
-		want:  map[string]any{"exposure": "internal"},
-	}, {
-		name:  "a null the client set wins",
-		spec:  map[string]any{"exposure": nil},
-		stash: `{"/spec/exposure":"public"}`,
-		want:  map[string]any{"exposure": nil},
-	}, {
-		name:  "a container the client removed stays removed",
-		spec:  map[string]any{"replicaCount": 1},
-		stash: `{"/spec/service/type":"NodePort"}`,
-		want:  map[string]any{"replicaCount": json.Number("1")},
-	}, {
-		name:  "a container the client nulled stays null",
-		spec:  map[string]any{"service": nil},
-		stash: `{"/spec/service/type":"NodePort"}`,
-		want:  map[string]any{"service": nil},
-	}, {
-		name:  "a stashed null comes back",
-		spec:  map[string]any{},
-		stash: `{"/spec/storage":null}`,
-		want:  map[string]any{"storage": nil},
-	}, {
-		name:  "values inside lists come back by index while the index exists",
-		spec:  map[string]any{"hosts": []any{map[string]any{"name": "a"}}},
-		stash: `{"/spec/hosts/0/tls":true,"/spec/hosts/1/tls":false}`,
-		want:  map[string]any{"hosts": []any{map[string]any{"name": "a", "tls": true}}},
-	}, {
-		name:  "exact numbers",
-		spec:  map[string]any{},
-		stash: `{"/spec/big":123456789012345678901234567890,"/spec/ratio":0.1000000000000000055511151231257827}`,
-		want:  map[string]any{"big": json.Number("123456789012345678901234567890"), "ratio": json.Number("0.1000000000000000055511151231257827")},
-	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := fx.convertOne(t, "hub", fireworksApp("v1-1-5", tt.spec, map[string]any{ConversionDataAnnotation: tt.stash}))
-			assert.Equal(t, tt.want, specOf(got))
-			_, ok := annotation(got)
-			assert.False(t, ok, "the hub never keeps the stash")
-		})
+	schemas, err := conversion.SchemasFromCRD(c)
+	if err != nil {
+		return nil, err
 	}
-}
+	return &fireworksFixture{schemas: schemas, conv: &converter{schemas: staticSchemas(schemas)}}, nil
+})
 
-func TestConversionKeepsFieldsNoVersionDeclares(t *testing.T) {
-	fx := fireworks(t)
-	spec := map[string]any{"podLabels": map[string]any{"app": "web"}, "service": map[string]any{"port": 80, "nodePort": 30080}}
-	for _, v := range fx.schemas.Served() {
-		got := fx.convertOne(t, v, fx.convertOne(t, "hub", fireworksApp("v1-1-5", spec, nil)))
-		assert.Equal(t, normalize(t, spec), specOf(got), v)
-		_, ok := annotation(got)
-		assert.False(t, ok, v)
-	}
-}
-
-// closedCRD has versions whose schemas prune: v1 knows only spec.a.x, v2 also knows
-// spec.a["y/z"] and spec["~t"].
-func closedCRD() *apiextensionsv1.CustomResourceDefinition {
-	obj := func(props map[string]apiextensionsv1.JSONSchemaProps) apiextensionsv1.JSONSchemaProps {
-		return apiextensionsv1.JSONSchemaProps{Type: "object", Properties: props}
-	}
-	version := func(name string, spec apiextensionsv1.JSONSchemaProps) apiextensionsv1.CustomResourceDefinitionVersion {
-		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: true, Schema: &apiextensionsv1.CustomResourceValidation{
-			OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-				"apiVersion": {Type: "string"}, "kind": {Type: "string"}, "metadata": {Type: "object"}, "spec": spec,
-			}},
-		}}
-	}
-	integer, str := apiextensionsv1.JSONSchemaProps{Type: "integer"}, apiextensionsv1.JSONSchemaProps{Type: "string"}
-	preserve := true
-	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "closeds." + crd.Group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: crd.Group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Closed", Plural: "closeds"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
-				version("v1", obj(map[string]apiextensionsv1.JSONSchemaProps{"a": obj(map[string]apiextensionsv1.JSONSchemaProps{"x": integer})})),
-				version("v2", obj(map[string]apiextensionsv1.JSONSchemaProps{"a": obj(map[string]apiextensionsv1.JSONSchemaProps{"x": integer, "y/z": str}), "~t": str})),
-				{Name: "hub", Storage: true, Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}},
-			},
-		},
-	}
-}
-
-func TestConversionStashesWhatTheSchemaPrunes(t *testing.T) {
-	schemas, err := SchemasFromCRD(closedCRD())
+func fireworks(t testing.TB) *fireworksFixture {
+	t.Helper()
+	fx, err := fireworksFixtureOnce()
 	require.NoError(t, err)
-	fx := &fireworksFixture{schemas: schemas, conv: &converter{schemas: staticSchemas(schemas)}}
-	hub := map[string]any{
-		"apiVersion": crd.Group + "/hub", "kind": "Closed",
-		"metadata": map[string]any{"name": "c", "labels": map[string]any{"l": "v"}},
-		"spec":     map[string]any{"a": map[string]any{"x": 1, "y/z": "s", "w": true}, "~t": "t", "u": 5},
-	}
-
-	v1 := fx.convertOne(t, "v1", hub)
-	assert.Equal(t, map[string]any{"a": map[string]any{"x": json.Number("1")}}, specOf(v1))
-	stash, _ := annotation(v1)
-	assert.Equal(t, `{"/spec/a/w":true,"/spec/a/y~1z":"s","/spec/u":5,"/spec/~0t":"t"}`, stash, "compact, sorted, JSON Pointer keys")
-	assert.Equal(t, normalize(t, hub), fx.convertOne(t, "hub", v1))
-
-	v2 := fx.convertOne(t, "v2", hub)
-	stash, _ = annotation(v2)
-	assert.Equal(t, `{"/spec/a/w":true,"/spec/u":5}`, stash, "only what v2 prunes")
-	assert.Equal(t, normalize(t, hub), fx.convertOne(t, "hub", fx.convertOne(t, "v1", v2)))
+	return fx
 }
 
-func TestConversionStashTooLarge(t *testing.T) {
-	schemas, err := SchemasFromCRD(closedCRD())
-	require.NoError(t, err)
-	fx := &fireworksFixture{schemas: schemas, conv: &converter{schemas: staticSchemas(schemas)}}
-	hub := map[string]any{
-		"apiVersion": crd.Group + "/hub", "kind": "Closed", "metadata": map[string]any{"name": "big"},
-		"spec": map[string]any{"u": strings.Repeat("x", apivalidation.TotalAnnotationSizeLimitB)},
-	}
-	resp := fx.convert(t, "v1", hub)
-	assert.Equal(t, metav1.StatusFailure, resp.Result.Status)
-	assert.Contains(t, resp.Result.Message, "object 0 (big)")
-	assert.Empty(t, resp.ConvertedObjects)
-	_, err = fx.conv.convertAll(context.Background(), &apiextensionsv1.ConversionRequest{
-		UID: reviewUID, DesiredAPIVersion: crd.Group + "/v1", Objects: fx.convert(t, "hub", hub).ConvertedObjects,
+// staticSchemas is a SchemaSource that knows one CRD.
+func staticSchemas(s *conversion.Schemas) conversion.SchemaSource {
+	return conversion.SchemaSourceFunc(func(_ context.Context, gk schema.GroupKind, _ []string) (*conversion.Schemas, error) {
+		if gk != s.GroupKind() {
+			return nil, fmt.Errorf("%w: %s", conversion.ErrUnknownKind, gk)
+		}
+		return s, nil
 	})
-	assert.ErrorIs(t, err, ErrConversionDataTooLarge)
+}
+
+// convert runs one ConversionReview request of objs to version through the converter
+// and returns the response.
+func (fx *fireworksFixture) convert(t testing.TB, version string, objs ...any) *apiextensionsv1.ConversionResponse {
+	t.Helper()
+	req := &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: crd.Group + "/" + version}
+	for _, o := range objs {
+		raw, ok := o.([]byte)
+		if !ok {
+			var err error
+			raw, err = json.Marshal(o)
+			require.NoError(t, err)
+		}
+		req.Objects = append(req.Objects, rawObject(raw))
+	}
+	return fx.conv.review(context.Background(), req)
+}
+
+// convertOne converts one object and decodes the result; the conversion must succeed.
+func (fx *fireworksFixture) convertOne(t testing.TB, version string, obj any) map[string]any {
+	t.Helper()
+	resp := fx.convert(t, version, obj)
+	require.Equal(t, "Success", resp.Result.Status, resp.Result.Message)
+	require.Len(t, resp.ConvertedObjects, 1)
+	return decodeJSON(t, resp.ConvertedObjects[0].Raw)
+}
+
+// decodeJSON decodes like the converter does, so values compare exactly.
+func decodeJSON(t testing.TB, raw []byte) map[string]any {
+	t.Helper()
+	obj, err := conversion.Decode(raw)
+	require.NoError(t, err)
+	return obj
+}
+
+func rawObject(raw []byte) runtime.RawExtension { return runtime.RawExtension{Raw: raw} }
+
+// stashOf is the conversion stash of obj, if it has one.
+func stashOf(obj map[string]any) (string, bool) {
+	return conversiontest.Annotation(obj, conversion.StashAnnotation)
+}
+
+// A conversion the engine refuses fails the whole review, naming the object.
+func TestConversionStashTooLarge(t *testing.T) {
+	fx := fireworks(t)
+	hub := conversiontest.FireworksApp("hub", map[string]any{"exposure": strings.Repeat("x", apivalidation.TotalAnnotationSizeLimitB)}, nil)
+	resp := fx.convert(t, "v1-1-5", hub)
+	assert.Equal(t, metav1.StatusFailure, resp.Result.Status)
+	assert.Contains(t, resp.Result.Message, "object 0 (default/demo)")
+	assert.Empty(t, resp.ConvertedObjects)
+	_, err := fx.conv.convertAll(context.Background(), &apiextensionsv1.ConversionRequest{
+		UID: reviewUID, DesiredAPIVersion: crd.Group + "/v1-1-5", Objects: fx.convert(t, "hub", hub).ConvertedObjects,
+	})
+	assert.ErrorIs(t, err, conversion.ErrStashTooLarge)
 }
 
 func TestConversionKeepsOrderAndEchoesUID(t *testing.T) {
 	fx := fireworks(t)
 	var objs []any
 	for _, name := range []string{"c", "a", "b"} {
-		o := fireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil)
+		o := conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil)
 		o["metadata"].(map[string]any)["name"] = name
 		objs = append(objs, o)
 	}
-	objs = append(objs, fireworksApp("hub", map[string]any{}, nil), fireworksApp("v1-1-5", map[string]any{}, nil))
+	objs = append(objs, conversiontest.FireworksApp("hub", map[string]any{}, nil), conversiontest.FireworksApp("v1-1-5", map[string]any{}, nil))
 	resp := fx.convert(t, "v1-1-6", objs...)
 	require.Equal(t, metav1.StatusSuccess, resp.Result.Status, resp.Result.Message)
 	assert.Equal(t, types.UID(reviewUID), resp.UID)
@@ -248,7 +149,7 @@ func TestConversionKeepsOrderAndEchoesUID(t *testing.T) {
 // index, never part of the objects.
 func TestConversionRefusesBadRequests(t *testing.T) {
 	fx := fireworks(t)
-	good := fireworksApp("v1-1-5", map[string]any{}, nil)
+	good := conversiontest.FireworksApp("v1-1-5", map[string]any{}, nil)
 	tests := []struct {
 		name    string
 		desired string
@@ -256,22 +157,22 @@ func TestConversionRefusesBadRequests(t *testing.T) {
 		want    error
 		message string
 	}{
-		{"unknown desired version", "composition.krateo.io/v9", []any{good}, ErrUnknownVersion, `desiredAPIVersion "composition.krateo.io/v9": unknown version of FireworksApp.composition.krateo.io (it has hub, v1-1-5, v1-1-6, v2-0-0)`},
-		{"desired version missing", "composition.krateo.io/", []any{good}, ErrUnknownVersion, `desiredAPIVersion "composition.krateo.io/": unknown version: expected composition.krateo.io/<version>`},
+		{"unknown desired version", "composition.krateo.io/v9", []any{good}, conversion.ErrUnknownVersion, `desiredAPIVersion "composition.krateo.io/v9": unknown version of FireworksApp.composition.krateo.io (it has hub, v1-1-5, v1-1-6, v2-0-0)`},
+		{"desired version missing", "composition.krateo.io/", []any{good}, conversion.ErrUnknownVersion, `desiredAPIVersion "composition.krateo.io/": unknown version: expected composition.krateo.io/<version>`},
 		{"desired version without group", "composition.krateo.io", []any{good}, ErrForeignGroup, `desiredAPIVersion "composition.krateo.io": not the group of generated CRDs`},
 		{"desired group of someone else", "apps/v1", []any{good}, ErrForeignGroup, `desiredAPIVersion "apps/v1": not the group of generated CRDs: only composition.krateo.io is converted here`},
-		{"object not an object", "composition.krateo.io/hub", []any{good, []byte(`[1,2]`)}, ErrMalformedObject, "object 1: malformed object: it is an array"},
-		{"object null", "composition.krateo.io/hub", []any{good, []byte(`null`)}, ErrMalformedObject, "object 1: malformed object"},
-		{"object of another kind", "composition.krateo.io/hub", []any{good, fireworksApp("v1-1-5", nil, nil), map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "OtherApp"}}, ErrWrongKind, "object 2: object of another kind: OtherApp, while object 0 is a FireworksApp"},
+		{"object not an object", "composition.krateo.io/hub", []any{good, []byte(`[1,2]`)}, conversion.ErrMalformedObject, "object 1: malformed object: it is an array"},
+		{"object null", "composition.krateo.io/hub", []any{good, []byte(`null`)}, conversion.ErrMalformedObject, "object 1: malformed object"},
+		{"object of another kind", "composition.krateo.io/hub", []any{good, conversiontest.FireworksApp("v1-1-5", nil, nil), map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "OtherApp"}}, ErrWrongKind, "object 2: object of another kind: OtherApp, while object 0 is a FireworksApp"},
 		{"object of another group", "composition.krateo.io/hub", []any{map[string]any{"apiVersion": "apps/v1", "kind": "FireworksApp"}}, ErrWrongKind, `object 0: object of another kind: apiVersion "apps/v1" is not in the group composition.krateo.io`},
-		{"object without apiVersion", "composition.krateo.io/hub", []any{good, map[string]any{"kind": "FireworksApp"}}, ErrUnknownVersion, `object 1: unknown version: apiVersion ""`},
+		{"object without apiVersion", "composition.krateo.io/hub", []any{good, map[string]any{"kind": "FireworksApp"}}, conversion.ErrUnknownVersion, `object 1: unknown version: apiVersion ""`},
 		{"object without kind", "composition.krateo.io/hub", []any{map[string]any{"apiVersion": "composition.krateo.io/v1-1-5"}}, ErrWrongKind, "object 0: object of another kind: it has no kind"},
-		{"object of an unknown version", "composition.krateo.io/hub", []any{good, fireworksApp("v3-0-0", nil, nil)}, ErrUnknownVersion, "object 1: unknown version v3-0-0 of FireworksApp.composition.krateo.io"},
-		{"unknown kind", "composition.krateo.io/hub", []any{map[string]any{"apiVersion": "composition.krateo.io/v1", "kind": "Nope"}}, ErrUnknownKind, "schemas of Nope.composition.krateo.io"},
-		{"metadata not an object", "composition.krateo.io/hub", []any{good, map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "FireworksApp", "metadata": "x"}}, ErrMalformedObject, "object 1 (): malformed object: metadata is a string"},
-		{"stash not JSON", "composition.krateo.io/hub", []any{fireworksApp("v1-1-5", nil, map[string]any{ConversionDataAnnotation: "{"})}, ErrBadConversionData, "object 0 (default/demo): unreadable compositor.dev/conversion-data annotation"},
-		{"stash outside spec and status", "composition.krateo.io/hub", []any{fireworksApp("v1-1-5", nil, map[string]any{ConversionDataAnnotation: `{"/metadata/name":"x"}`})}, ErrBadConversionData, `"/metadata/name" is not inside spec or status`},
-		{"stash with a bad pointer", "composition.krateo.io/hub", []any{fireworksApp("v1-1-5", nil, map[string]any{ConversionDataAnnotation: `{"/spec/a~2":1}`})}, ErrBadConversionData, "~ must be followed by 0 or 1"},
+		{"object of an unknown version", "composition.krateo.io/hub", []any{good, conversiontest.FireworksApp("v3-0-0", nil, nil)}, conversion.ErrUnknownVersion, "object 1: unknown version v3-0-0 of FireworksApp.composition.krateo.io"},
+		{"unknown kind", "composition.krateo.io/hub", []any{map[string]any{"apiVersion": "composition.krateo.io/v1", "kind": "Nope"}}, conversion.ErrUnknownKind, "schemas of Nope.composition.krateo.io"},
+		{"metadata not an object", "composition.krateo.io/hub", []any{good, map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "FireworksApp", "metadata": "x"}}, conversion.ErrMalformedObject, "object 1 (): malformed object: metadata is a string"},
+		{"stash not JSON", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: "{"})}, conversion.ErrBadStash, "object 0 (default/demo): unreadable compositor.dev/conversion-data annotation"},
+		{"stash outside spec and status", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: `{"/metadata/name":"x"}`})}, conversion.ErrBadStash, `"/metadata/name" is not inside spec or status`},
+		{"stash with a bad pointer", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: `{"/spec/a~2":1}`})}, conversion.ErrBadStash, "~ must be followed by 0 or 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -298,8 +199,10 @@ func TestConversionRefusesBadRequests(t *testing.T) {
 
 func TestConversionSourceFailureIsAnInternalError(t *testing.T) {
 	unavailable := errors.New("cache not synced")
-	c := &converter{schemas: SchemaSourceFunc(func(context.Context, schema.GroupKind, []string) (*Schemas, error) { return nil, unavailable })}
-	raw, _ := json.Marshal(fireworksApp("v1-1-5", nil, nil))
+	c := &converter{schemas: conversion.SchemaSourceFunc(func(context.Context, schema.GroupKind, []string) (*conversion.Schemas, error) {
+		return nil, unavailable
+	})}
+	raw, _ := json.Marshal(conversiontest.FireworksApp("v1-1-5", nil, nil))
 	resp := c.review(context.Background(), &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: crd.Group + "/hub", Objects: []runtime.RawExtension{rawObject(raw)}})
 	assert.Equal(t, metav1.StatusFailure, resp.Result.Status)
 	assert.Equal(t, int32(http.StatusInternalServerError), resp.Result.Code)
@@ -339,7 +242,7 @@ func conversionReviewBody(t testing.TB, desired string, objects ...map[string]an
 func TestConverterHTTP(t *testing.T) {
 	fx := fireworks(t)
 	h := NewConverter(staticSchemas(fx.schemas))
-	good := conversionReviewBody(t, crd.Group+"/v1-1-5", fireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil))
+	good := conversionReviewBody(t, crd.Group+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil))
 
 	code, review := postConvert(t, h, http.MethodPost, good, "application/json; charset=utf-8")
 	assert.Equal(t, http.StatusOK, code)
@@ -349,7 +252,7 @@ func TestConverterHTTP(t *testing.T) {
 	require.Equal(t, metav1.StatusSuccess, review.Response.Result.Status, review.Response.Result.Message)
 	require.Len(t, review.Response.ConvertedObjects, 1)
 	obj := decodeJSON(t, review.Response.ConvertedObjects[0].Raw)
-	stash, _ := annotation(obj)
+	stash, _ := stashOf(obj)
 	assert.Equal(t, `{"/spec/exposure":"public"}`, stash)
 
 	tests := []struct {
@@ -384,7 +287,7 @@ func TestConverterHTTP(t *testing.T) {
 	}
 
 	t.Run("an unconvertible review is a Failure with status 200", func(t *testing.T) {
-		body := conversionReviewBody(t, crd.Group+"/v1-1-5", fireworksApp("v2-0-0", nil, nil), fireworksApp("v7", nil, nil))
+		body := conversionReviewBody(t, crd.Group+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", nil, nil), conversiontest.FireworksApp("v7", nil, nil))
 		code, review := postConvert(t, h, http.MethodPost, body, "application/json")
 		assert.Equal(t, http.StatusOK, code)
 		assert.Equal(t, types.UID(reviewUID), review.Response.UID)
@@ -392,167 +295,4 @@ func TestConverterHTTP(t *testing.T) {
 		assert.Contains(t, review.Response.Result.Message, "object 1: unknown version v7")
 		assert.Empty(t, review.Response.ConvertedObjects)
 	})
-}
-
-func TestParsePointer(t *testing.T) {
-	tests := map[string][]string{
-		"/spec":         {"spec"},
-		"/spec/a~1b/~0": {"spec", "a/b", "~"},
-		"/spec/~01":     {"spec", "~1"},
-		"/spec//x":      {"spec", "", "x"},
-	}
-	for p, want := range tests {
-		got, err := parsePointer(p)
-		require.NoError(t, err, p)
-		assert.Equal(t, want, got, p)
-		assert.Equal(t, p, pointerOf(got), "escaping gives the pointer back")
-	}
-	for _, bad := range []string{"", "spec", "/spec/~", "/spec/~2"} {
-		_, err := parsePointer(bad)
-		assert.Error(t, err, bad)
-	}
-}
-
-// crdLister lists and gets a fixed set of CRDs and counts the calls of each.
-type crdLister struct {
-	client.Reader
-	crds       []apiextensionsv1.CustomResourceDefinition
-	calls      int
-	gets       int
-	getFailure error
-}
-
-func (l *crdLister) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	l.gets++
-	if l.getFailure != nil {
-		return l.getFailure
-	}
-	for _, c := range l.crds {
-		if c.Name == key.Name {
-			c.DeepCopyInto(obj.(*apiextensionsv1.CustomResourceDefinition))
-			return nil
-		}
-	}
-	return apierrors.NewNotFound(apiextensionsv1.Resource("customresourcedefinitions"), key.Name)
-}
-
-func (l *crdLister) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
-	l.calls++
-	list.(*apiextensionsv1.CustomResourceDefinitionList).Items = l.crds
-	return nil
-}
-
-func TestCRDSchemas(t *testing.T) {
-	fx := fireworks(t)
-	ctx := context.Background()
-	gk := schema.GroupKind{Group: crd.Group, Kind: "FireworksApp"}
-	withRV := func(rv string, versions int) apiextensionsv1.CustomResourceDefinition {
-		c := *fx.crd.DeepCopy()
-		c.UID, c.ResourceVersion = "uid-1", rv
-		c.Spec.Versions = append(c.Spec.Versions[:versions:versions], c.Spec.Versions[len(c.Spec.Versions)-1])
-		return c
-	}
-
-	t.Run("kept per resourceVersion", func(t *testing.T) {
-		cached := &crdLister{crds: []apiextensionsv1.CustomResourceDefinition{withRV("1", 3)}}
-		src := NewCRDSchemas(cached, nil)
-		first, err := src.Schemas(ctx, gk, []string{"v2-0-0"})
-		require.NoError(t, err)
-		again, err := src.Schemas(ctx, gk, nil)
-		require.NoError(t, err)
-		assert.Same(t, first, again)
-		assert.Equal(t, 1, cached.calls, "once known, a CRD is read by its name, not found in a list of every CRD")
-		assert.Equal(t, 1, cached.gets)
-
-		cached.crds = []apiextensionsv1.CustomResourceDefinition{withRV("2", 2)}
-		changed, err := src.Schemas(ctx, gk, nil)
-		require.NoError(t, err)
-		assert.NotSame(t, first, changed)
-		assert.Equal(t, []string{"v1-1-5", "v1-1-6"}, changed.Served())
-	})
-
-	t.Run("asks the API server when the cache lags", func(t *testing.T) {
-		cached := &crdLister{crds: []apiextensionsv1.CustomResourceDefinition{withRV("1", 2)}}
-		live := &crdLister{crds: []apiextensionsv1.CustomResourceDefinition{withRV("2", 3)}}
-		src := NewCRDSchemas(cached, live)
-		s, err := src.Schemas(ctx, gk, []string{"v1-1-5"})
-		require.NoError(t, err)
-		assert.Equal(t, 0, live.calls+live.gets, "the cache had every version")
-		assert.Equal(t, []string{"v1-1-5", "v1-1-6"}, s.Served())
-
-		s, err = src.Schemas(ctx, gk, []string{"v2-0-0"})
-		require.NoError(t, err)
-		assert.Equal(t, 1, live.calls+live.gets)
-		assert.Equal(t, []string{"v1-1-5", "v1-1-6", "v2-0-0"}, s.Served())
-
-		cached.crds = nil
-		_, err = src.Schemas(ctx, gk, nil)
-		require.NoError(t, err, "a kind the cache does not have yet comes from the API server")
-		live.crds = nil
-		_, err = src.Schemas(ctx, gk, nil)
-		assert.ErrorIs(t, err, ErrUnknownKind)
-	})
-
-	t.Run("a CRD renamed or gone is looked for again", func(t *testing.T) {
-		cached := &crdLister{crds: []apiextensionsv1.CustomResourceDefinition{withRV("1", 3)}}
-		src := NewCRDSchemas(cached, nil)
-		_, err := src.Schemas(ctx, gk, nil)
-		require.NoError(t, err)
-		renamed := withRV("2", 2)
-		renamed.Name = "other." + crd.Group
-		cached.crds = []apiextensionsv1.CustomResourceDefinition{renamed}
-		s, err := src.Schemas(ctx, gk, nil)
-		require.NoError(t, err)
-		assert.Equal(t, []string{"v1-1-5", "v1-1-6"}, s.Served())
-		assert.Equal(t, 2, cached.calls)
-
-		cached.getFailure = errors.New("cache stopped")
-		_, err = src.Schemas(ctx, gk, nil)
-		assert.ErrorContains(t, err, "cache stopped", "a failing read is said, not taken for a missing CRD")
-	})
-
-	t.Run("a CRD without a storage version", func(t *testing.T) {
-		c := withRV("1", 3)
-		c.Spec.Versions = c.Spec.Versions[:3]
-		_, err := NewCRDSchemas(&crdLister{crds: []apiextensionsv1.CustomResourceDefinition{c}}, nil).Schemas(ctx, gk, nil)
-		assert.ErrorIs(t, err, ErrUnconvertibleCRD)
-	})
-}
-
-// TestPrunerRemembersShapesNotValues: the fields a version prunes are found once per
-// shape of object and then read from each object of that shape, values and all; an
-// object of another shape, even one key more or a list one item longer, is pruned anew.
-func TestPrunerRemembersShapesNotValues(t *testing.T) {
-	fx := fireworks(t)
-	p := fx.schemas.versions["v1-1-5"].declared
-	spec := func(exposure any, ports []any, extra map[string]any) map[string]any {
-		s := map[string]any{"replicaCount": 2, "exposure": exposure, "storage": map[string]any{"size": "1Gi"}, "ports": ports}
-		for k, v := range extra {
-			s[k] = v
-		}
-		return map[string]any{"spec": s}
-	}
-	cases := []map[string]any{
-		spec("public", []any{map[string]any{"name": "web", "port": 80}}, nil),
-		spec("private", []any{map[string]any{"name": "api", "port": 8080}}, nil), // same shape, other values
-		spec(map[string]any{"mode": "private"}, []any{map[string]any{"name": "api", "port": 8080}}, nil),
-		spec("public", []any{map[string]any{"name": "a"}, map[string]any{"name": "b", "typo": true}}, nil),
-		spec("public", []any{map[string]any{"name": "web", "port": 80}}, map[string]any{"unknown": map[string]any{"x": 1}}),
-	}
-	p.mu.Lock()
-	known := len(p.shapes) // the fixture is shared with other tests
-	p.mu.Unlock()
-	for i, view := range cases {
-		before := deepCopyJSON(view)
-		got := p.prunedBy(view)
-		assert.Equal(t, pruneCopy(view, p.schema), got, "case %d", i)
-		assert.Equal(t, before, view, "case %d: the object is left alone", i)
-	}
-	p.mu.Lock()
-	assert.LessOrEqual(t, len(p.shapes)-known, len(cases)-1, "the second case reused the first one's shape")
-	p.mu.Unlock()
-	got := p.prunedBy(cases[1])
-	if assert.NotEmpty(t, got, "v1-1-5 does not declare exposure") {
-		assert.Equal(t, "private", got[0].value, "values come from the object, not from the one the shape was learnt on")
-	}
 }

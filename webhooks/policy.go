@@ -22,6 +22,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
@@ -39,9 +40,11 @@ type policyCheck struct {
 	// cached reads definitions and namespaces.
 	cached client.Reader
 	// schemas tell how a composition will be stored; nil when no CRD can be read.
-	schemas SchemaSource
+	schemas conversion.SchemaSource
 	// live reads what the cache has not seen yet; may be nil.
 	live client.Reader
+	// memo carries /mutate's schema check to /validate for the same request.
+	memo *schemaMemo
 }
 
 // decide builds the policy request for req and decides on it.
@@ -50,6 +53,7 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 	if err != nil {
 		return policies.Decision{}, err
 	}
+	p.memo.recall(req.UID, r)
 	return p.checker.Check(ctx, r)
 }
 
@@ -64,6 +68,9 @@ func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies
 	}
 	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
 	d, err := schemaOnly.Check(ctx, r)
+	if err == nil {
+		p.memo.remember(req.UID, r.ChartDigest, r.Spec(), d.Violations)
+	}
 	return r, err == nil && d.Reason() == metav1.StatusReasonInvalid
 }
 
@@ -82,7 +89,7 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 		if req.Kind.Group == CompositionGroup {
 			stored, err := asStored(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object)
 			if err != nil {
-				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", ConversionDataAnnotation, err))
+				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", conversion.StashAnnotation, err))
 			}
 			r.Object = stored
 		}

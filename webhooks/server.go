@@ -19,6 +19,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
 )
@@ -100,11 +101,11 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		v.limits, v.lanes = policies.Limits{}, nil
 	}
 	if opts.Cached != nil {
-		v.schemas = NewCRDSchemas(opts.Cached, opts.Live)
+		v.schemas = conversion.NewCRDSchemas(opts.Cached, opts.Live)
 	}
 	m := &Mutator{Definitions: opts.Cached}
 	if opts.Checker != nil {
-		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live}
+		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newSchemaMemo()}
 		if v.schemas != nil {
 			v.decider.schemas = v.schemas
 		}
@@ -194,7 +195,7 @@ type Validator struct {
 	// decider runs the schema and policies after the checks; nil skips them.
 	decider *policyCheck
 	// schemas are the generated CRDs' schemas, shared with the conversion webhook.
-	schemas *CRDSchemas
+	schemas *conversion.CRDSchemas
 	// status judges writes of a composition's status (StatusPath); nil refuses them.
 	status *StatusGuard
 	// limits bound every object before the checks; the zero value bounds nothing.

@@ -1,4 +1,4 @@
-package webhooks
+package conversion
 
 import (
 	"flag"
@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/compositor-dev/compositor/generators/crd"
 )
@@ -20,8 +19,6 @@ var (
 	conversionIterations = flag.Int("conversion.iterations", 20, "random objects per version pair in TestConversionRoundTrip")
 	conversionSeed       = flag.Uint64("conversion.seed", 1, "seed of TestConversionRoundTrip")
 )
-
-func rawObject(raw []byte) runtime.RawExtension { return runtime.RawExtension{Raw: raw} }
 
 // roundTrip counts what the round trips went through, so a test can tell it was not
 // vacuous.
@@ -38,11 +35,11 @@ func (rt *roundTrip) check(t *testing.T, fx *fireworksFixture, obj map[string]an
 	want := normalize(t, obj)
 	cur := want
 	for _, to := range slices.Concat(path[1:], path[:1]) {
-		got := fx.convertOne(t, to, cur)
+		got := convertOne(t, fx.schemas, to, cur)
 		assertObeysServerRules(t, cur, got, to)
 		assertShowsOnlyItsFields(t, fx, got, to)
 		rt.conversions++
-		if _, ok := annotation(got); ok {
+		if _, ok := stashOf(got); ok {
 			rt.stashed++
 		}
 		cur = got
@@ -97,13 +94,6 @@ func copyMap(v any) map[string]any {
 		m = map[string]any{}
 	}
 	return m
-}
-
-func annotation(obj map[string]any) (string, bool) {
-	metadata, _ := obj["metadata"].(map[string]any)
-	annotations, _ := metadata["annotations"].(map[string]any)
-	s, ok := annotations[ConversionDataAnnotation].(string)
-	return s, ok
 }
 
 // TestConversionRoundTrip converts random objects of every served version to every

@@ -1,152 +1,21 @@
-package webhooks
+package conversion
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/test/samplecharts"
 )
-
-// fireworksFixture is the CRD of every sample chart version, with what the tests need
-// to make and check objects of it.
-type fireworksFixture struct {
-	crd        *apiextensionsv1.CustomResourceDefinition
-	schemas    *Schemas
-	validators map[string]validation.SchemaValidator
-	conv       *converter
-}
-
-var (
-	fireworksOnce sync.Once
-	fireworksFx   *fireworksFixture
-	fireworksErr  error
-)
-
-// fireworksCRD builds the fireworks-app CRD with all sample versions, as the reconciler
-// does, with its conversion webhook at conversion.
-func fireworksCRD(conversion crd.ConversionWebhook) (*apiextensionsv1.CustomResourceDefinition, error) {
-	var versions []crd.ServedVersion
-	for _, v := range samplecharts.Versions() {
-		ch, err := samplecharts.Load(v)
-		if err != nil {
-			return nil, err
-		}
-		spec, _, err := crd.TranslateChart(ch)
-		if err != nil {
-			return nil, fmt.Errorf("translating %s: %w", v, err)
-		}
-		versions = append(versions, crd.ServedVersion{ChartVersion: v, Spec: spec})
-	}
-	out, _, err := crd.Build(crd.BuildOptions{ChartName: samplecharts.ChartName, Versions: versions, Conversion: conversion})
-	return out, err
-}
-
-func fireworks(t testing.TB) *fireworksFixture {
-	t.Helper()
-	fireworksOnce.Do(func() {
-		c, err := fireworksCRD(crd.ConversionWebhook{URL: "https://127.0.0.1:9443" + ConvertPath})
-		if err != nil {
-			fireworksErr = err
-			return
-		}
-		fireworksFx, fireworksErr = newFixture(c)
-	})
-	require.NoError(t, fireworksErr)
-	return fireworksFx
-}
-
-func newFixture(c *apiextensionsv1.CustomResourceDefinition) (*fireworksFixture, error) {
-	schemas, err := SchemasFromCRD(c)
-	if err != nil {
-		return nil, err
-	}
-	fx := &fireworksFixture{crd: c, schemas: schemas, validators: map[string]validation.SchemaValidator{}}
-	for _, v := range c.Spec.Versions {
-		internal := &apiextensions.JSONSchemaProps{}
-		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
-			return nil, err
-		}
-		validator, _, err := validation.NewSchemaValidator(internal)
-		if err != nil {
-			return nil, err
-		}
-		fx.validators[v.Name] = validator
-	}
-	fx.conv = &converter{schemas: staticSchemas(schemas)}
-	return fx, nil
-}
-
-// staticSchemas is a SchemaSource that knows one CRD.
-func staticSchemas(s *Schemas) SchemaSource {
-	return SchemaSourceFunc(func(_ context.Context, gk schema.GroupKind, _ []string) (*Schemas, error) {
-		if gk != s.GroupKind() {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gk)
-		}
-		return s, nil
-	})
-}
-
-// convert runs one ConversionReview request of objs to version through the converter
-// and returns the response.
-func (fx *fireworksFixture) convert(t testing.TB, version string, objs ...any) *apiextensionsv1.ConversionResponse {
-	t.Helper()
-	req := &apiextensionsv1.ConversionRequest{UID: "7f1c2a52-0d1e-4a0b-9a51-3c9e5e0f2d11", DesiredAPIVersion: crd.Group + "/" + version}
-	for _, o := range objs {
-		raw, ok := o.([]byte)
-		if !ok {
-			var err error
-			raw, err = json.Marshal(o)
-			require.NoError(t, err)
-		}
-		req.Objects = append(req.Objects, rawObject(raw))
-	}
-	return fx.conv.review(context.Background(), req)
-}
-
-// convertOne converts one object and decodes the result; the conversion must succeed.
-func (fx *fireworksFixture) convertOne(t testing.TB, version string, obj any) map[string]any {
-	t.Helper()
-	resp := fx.convert(t, version, obj)
-	require.Equal(t, "Success", resp.Result.Status, resp.Result.Message)
-	require.Len(t, resp.ConvertedObjects, 1)
-	return decodeJSON(t, resp.ConvertedObjects[0].Raw)
-}
-
-// decodeJSON decodes like the converter does, so values compare exactly.
-func decodeJSON(t testing.TB, raw []byte) map[string]any {
-	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var out map[string]any
-	require.NoError(t, dec.Decode(&out))
-	return out
-}
-
-// normalize gives v the types decodeJSON would give it.
-func normalize(t testing.TB, v map[string]any) map[string]any {
-	t.Helper()
-	raw, err := json.Marshal(v)
-	require.NoError(t, err)
-	return decodeJSON(t, raw)
-}
 
 // objectGen makes random objects valid under a served version's schema by walking its
 // structural schema. Fields a schema keeps unknown get extra keys no sample version

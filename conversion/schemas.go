@@ -1,4 +1,4 @@
-package webhooks
+package conversion
 
 import (
 	"context"
@@ -24,7 +24,7 @@ var (
 	ErrUnconvertibleCRD = errors.New("the CustomResourceDefinition cannot be converted")
 )
 
-// SchemaSource gives the converter the schemas of the CRD that defines a kind.
+// SchemaSource gives conversion the schemas of the CRD that defines a kind.
 type SchemaSource interface {
 	// Schemas returns the schemas of the CRD of gk. versions are the versions the
 	// caller is about to convert between; a source that reads a cache may use them to
@@ -138,12 +138,13 @@ func (s *Schemas) Structural(version string) *structuralschema.Structural {
 	return nil
 }
 
-// has tells whether version is the hub or another version of the CRD.
-func (s *Schemas) has(version string) bool {
+// Has tells whether version is the hub or another version of the CRD.
+func (s *Schemas) Has(version string) bool {
 	return version == s.hub || s.versions[version] != nil
 }
 
-func (s *Schemas) knownVersions() []string {
+// Versions lists every version of the CRD, the hub included, in lexical order.
+func (s *Schemas) Versions() []string {
 	out := []string{s.hub}
 	for v := range s.versions {
 		out = append(out, v)
@@ -190,7 +191,7 @@ func (c *CRDSchemas) Schemas(ctx context.Context, gk schema.GroupKind, versions 
 
 func hasAll(s *Schemas, versions []string) bool {
 	for _, v := range versions {
-		if !s.has(v) {
+		if !s.Has(v) {
 			return false
 		}
 	}
