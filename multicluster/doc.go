@@ -51,8 +51,8 @@
 // return only this replica's share as engaged. A replica that stops moves its clusters
 // to the others once its Leases lapse (test/e2e's TestReplicasShareTheClusters: six
 // clusters shared three and three, all on the survivor about 28 s after the other
-// stopped). Compositor's serve does not use it yet: its composition controllers run
-// on the leader only.
+// stopped). Compositor's serve uses it with --multicluster and --leader-election:
+// every replica installs on the clusters engaged there, and the leader keeps the rest.
 //
 // # Who may deliver where
 //

@@ -134,7 +134,9 @@ with --version, a direct https:// .tgz URL, or a Helm repository URL with --repo
 	fs.StringVar(&opts.Chart.Chart, "chart", opts.Chart.Chart, "Chart of the compositions: a directory or archive, or a chart URL")
 	fs.StringVar(&opts.DefinitionFile, "definition", opts.DefinitionFile, "CompositionDefinition whose chart the compositions are written for")
 	fs.StringVar(&opts.PolicyDir, "policy-dir", opts.PolicyDir, "Directory of *.rego policies, as the server's --policy-dir")
-	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable): "+joinIDs())
+	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin-policy", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable), as the server's flag: "+joinIDs())
+	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable)")
+	_ = fs.MarkDeprecated("disable-builtin", "use --disable-builtin-policy, as the server does")
 	fs.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "Namespace of the objects that name none")
 	fs.StringToStringVar(&opts.NamespaceLabels, "namespace-labels", opts.NamespaceLabels, "Labels of the objects' namespace, for namespaceSelector (k=v,...)")
 	fs.DurationVar(&opts.PolicyTimeout, "policy-timeout", opts.PolicyTimeout, "Deadline of the policy evaluation of one object")
@@ -285,7 +287,7 @@ func newChecker(ctx context.Context, opts *ValidateOptions) (*policies.Checker, 
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.FailOpen, DisabledBuiltins: opts.DisabledBuiltins})
 	if err != nil {
 		if errors.Is(err, policies.ErrUnknownBuiltin) {
-			return nil, usageError{fmt.Errorf("--disable-builtin: %w", err)}
+			return nil, usageError{fmt.Errorf("--disable-builtin-policy: %w", err)}
 		}
 		return nil, err
 	}

@@ -249,10 +249,14 @@ func TestValidateDefinitions(t *testing.T) {
 	}, "\n"), stderr)
 
 	_, stderr, err = runCLI(t, "", "validate", "-f", file,
+		"--disable-builtin-policy", "chart-url-scheme,exact-chart-version", "--disable-builtin-policy", "no-insecure-tls")
+	require.NoError(t, err, stderr)
+	// The old spelling still works (deprecated).
+	_, stderr, err = runCLI(t, "", "validate", "-f", file,
 		"--disable-builtin", "chart-url-scheme,exact-chart-version", "--disable-builtin", "no-insecure-tls")
 	require.NoError(t, err, stderr)
 
-	_, _, err = runCLI(t, "", "validate", "-f", file, "--disable-builtin", "no-such-policy")
+	_, _, err = runCLI(t, "", "validate", "-f", file, "--disable-builtin-policy", "no-such-policy")
 	require.ErrorIs(t, err, policies.ErrUnknownBuiltin)
 	assert.Equal(t, ExitUsage, ExitCode(err))
 }
