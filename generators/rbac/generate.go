@@ -37,7 +37,12 @@ const (
 	DefinitionGroup = "core.krateo.io"
 	// DefinitionResource is the resource of CompositionDefinitions.
 	DefinitionResource = "compositiondefinitions"
-	eventsGroup        = "events.k8s.io"
+	// PolicyGroup holds CompositionPolicies, which the controller reads to judge what
+	// it installs.
+	PolicyGroup = "policy.compositor.dev"
+	// PolicyResource is the resource of CompositionPolicies.
+	PolicyResource = "compositionpolicies"
+	eventsGroup    = "events.k8s.io"
 )
 
 // HelmVerbs are the verbs Helm needs on a type it installs: get to find the live
@@ -422,6 +427,8 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 		{APIGroups: []string{DefinitionGroup}, Resources: []string{DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
 		// To tell a namespace being deleted, where a release goes with its namespace.
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		// To judge what it installs with the rendered policies, as admission does.
+		{APIGroups: []string{PolicyGroup}, Resources: []string{PolicyResource}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 

@@ -85,6 +85,7 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"policy.compositor.dev"}, Resources: []string{"compositionpolicies"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	types := fireworksTypes(t)
 	for v, rules := range want {

@@ -23,13 +23,20 @@ import (
 type Reconciler struct {
 	Client client.Client
 	Engine *policies.Engine
+	// ReadOnly keeps the engine in step and writes no status: generated controllers
+	// judge what they install with the policies, and only Compositor reports on them.
+	ReadOnly bool
 }
 
 // SetupWithManager registers the reconciler with mgr. It runs on every replica: each
 // one serves admission requests with its own engine.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	name := "compositionpolicy"
+	if r.ReadOnly {
+		name = "compositionpolicy-reader"
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("compositionpolicy").
+		Named(name).
 		For(&policyv1alpha1.CompositionPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controllerOptionsEveryReplica()).
 		Complete(r)
@@ -52,6 +59,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err == nil {
 		err = r.Engine.Set(ctx, p)
 	}
+	if r.ReadOnly {
+		return ctrl.Result{}, nil // a policy that does not compile keeps its last good version
+	}
 	before := obj.DeepCopy()
 	obj.Status.ObservedGeneration = obj.Generation
 	obj.Status.Compiled = err == nil
@@ -68,4 +78,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // controllerOptionsEveryReplica runs a controller on every replica, leader or not.
 func controllerOptionsEveryReplica() controller.Options {
 	return controller.Options{NeedLeaderElection: ptr.To(false)}
+}
+
+// Load puts every CompositionPolicy that compiles into engine, before anything is
+// judged with it: the reconciler then keeps it in step. reader lists them.
+func Load(ctx context.Context, reader client.Reader, engine *policies.Engine) error {
+	list := &policyv1alpha1.CompositionPolicyList{}
+	if err := reader.List(ctx, list); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		obj := &list.Items[i]
+		if !obj.DeletionTimestamp.IsZero() {
+			continue
+		}
+		p, err := policies.FromCompositionPolicy(obj)
+		if err == nil {
+			err = engine.Set(ctx, p)
+		}
+		_ = err // a policy that does not compile is reported by Compositor, in its status
+	}
+	return nil
 }

@@ -52,6 +52,38 @@ var keptChart = &chart.Chart{
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {value: '{{ .Values.value }}'}\n")}},
 }
 
+// judgedPolicy refuses, on create, the ConfigMap of a KeptApp labelled judge=yes.
+const judgedPolicy = `apiVersion: policy.compositor.dev/v1alpha1
+kind: CompositionPolicy
+metadata:
+  name: no-judged-configmaps
+spec:
+  target: rendered
+  match:
+    kinds: [{group: composition.krateo.io, kind: KeptApp}]
+    operations: [CREATE]
+    labelSelector: {matchLabels: {judge: "yes"}}
+  rego: |
+    package compositor.nojudged
+
+    deny contains sprintf("ConfigMap %s may not be installed", [obj.metadata.name]) if {
+      some obj in input.rendered
+      obj.kind == "ConfigMap"
+    }
+`
+
+// readyReason is the reason of obj's Ready condition.
+func readyReason(obj unstructured.Unstructured) string {
+	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conditions {
+		if c, ok := c.(map[string]any); ok && c["type"] == "Ready" {
+			reason, _ := c["reason"].(string)
+			return reason
+		}
+	}
+	return ""
+}
+
 func keptApp(name string) *unstructured.Unstructured {
 	obj := &unstructured.Unstructured{}
 	obj.SetAPIVersion("composition.krateo.io/v0-1-0")
@@ -206,6 +238,43 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 			assert.Equal(c, "two", cm.Data["value"])
 		}
 	}, 2*time.Minute, 250*time.Millisecond, "installed from the kept chart, the chart source down")
+
+	t.Run("what the generated controller installs is judged with the rendered policies", func(t *testing.T) {
+		// The policy judges creates of compositions labelled judge=yes: a composition
+		// written without the label, then given it by an update, passes admission
+		// unjudged, and only the controller's install gate can refuse it.
+		res := cp.Kubectl(ctx, judgedPolicy, "apply", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		probe := keptApp("judged-probe")
+		probe.SetLabels(map[string]string{"judge": "yes"})
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			err := cp.Client.Create(ctx, probe.DeepCopy())
+			if assert.Error(c, err) {
+				assert.Contains(c, err.Error(), "[policy no-judged-configmaps]")
+			}
+		}, time.Minute, 250*time.Millisecond, "the policy is in force in admission")
+
+		judged := keptApp("judged")
+		judged.SetAnnotations(map[string]string{corev1alpha1.AnnotationPaused: "true"})
+		require.NoError(t, cp.Client.Create(ctx, judged))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			obj := keptApp("judged")
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.Equal(c, "Paused", readyReason(*obj), "the generated controller saw it")
+		}, time.Minute, 250*time.Millisecond)
+		res = cp.Kubectl(ctx, "", "label", "keptapps.v0-1-0.composition.krateo.io", "judged", "-n", keptNamespace, "judge=yes")
+		require.NoError(t, res.Err, res.Stderr)
+		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "keptapps.v0-1-0.composition.krateo.io", "judged", "-n", keptNamespace, corev1alpha1.AnnotationPaused+"=false")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			obj := keptApp("judged")
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.Equal(c, "PolicyDenied", readyReason(*obj), "%v", obj.Object["status"])
+		}, time.Minute, 250*time.Millisecond)
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: "judged"}, &corev1.ConfigMap{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing installed: %v", err)
+		require.NoError(t, cp.Client.Delete(ctx, keptApp("judged")))
+	})
 
 	t.Run("the identity reads its archive and the release seal, and no other Secret of Compositor's namespace", func(t *testing.T) {
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Secret{

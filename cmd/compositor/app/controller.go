@@ -23,8 +23,10 @@ import (
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/charts"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/policy"
 )
 
 // serviceAccountNamespaceFile names the namespace a pod runs in.
@@ -179,10 +181,20 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err != nil {
 		return err
 	}
+	// What it installs is judged with the CompositionPolicies, as admission judges
+	// what is written: loaded before the first install, then kept in step.
+	engine, err := policies.NewEngine(ctx, policies.Options{})
+	if err != nil {
+		return err
+	}
+	if err := policy.Load(ctx, live, engine); err != nil {
+		return fmt.Errorf("reading the CompositionPolicies, which judge what this controller installs: %w", err)
+	}
 	mgr, err := compositionctrl.NewManager(cfg, compositionctrl.ManagerOptions{
 		GVK:                 gvk,
 		Scheme:              scheme,
 		Charts:              source,
+		Checker:             &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
 		DefinitionNamespace: namespace,
 		MaxReconcileRate:    opts.MaxReconcileRate,
 		Sync:                opts.Sync,
@@ -191,6 +203,9 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 		MetricsAddr:         opts.MetricsAddr,
 	})
 	if err != nil {
+		return err
+	}
+	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine, ReadOnly: true}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
