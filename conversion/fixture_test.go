@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
@@ -109,5 +110,5 @@ func normalize(t testing.TB, v map[string]any) map[string]any {
 
 // stashOf is the StashAnnotation of obj, if it has one.
 func stashOf(obj map[string]any) (string, bool) {
-	return conversiontest.Annotation(obj, StashAnnotation)
+	return conversiontest.Annotation(obj, vocab.AnnotationConversionStash)
 }

@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/require"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 // objectGen makes random objects valid under a served version's schema by walking its
@@ -36,7 +35,7 @@ func (g objectGen) valid(t testing.TB, fx *fireworksFixture, version string) map
 		spec := root.Properties["spec"]
 		status := root.Properties["status"]
 		obj := map[string]any{
-			"apiVersion": crd.Group + "/" + version,
+			"apiVersion": vocab.CompositionGroup + "/" + version,
 			"kind":       fx.schemas.GroupKind().Kind,
 			"metadata":   g.metadata(version),
 			"spec":       g.value(&spec, 0),
@@ -62,7 +61,7 @@ func (g objectGen) metadata(version string) map[string]any {
 		"creationTimestamp": time.Unix(1.7e9+g.r.Int64N(1e7), 0).UTC().Format(time.RFC3339),
 		"labels":            map[string]any{"krateo.io/composition-version": version},
 		"managedFields": []any{map[string]any{
-			"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": crd.Group + "/" + version,
+			"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": vocab.CompositionGroup + "/" + version,
 			"time": "2025-01-02T03:04:05Z", "fieldsType": "FieldsV1",
 			"fieldsV1": map[string]any{"f:spec": map[string]any{"f:replicaCount": map[string]any{}}},
 		}},

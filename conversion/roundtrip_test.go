@@ -7,12 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
-
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 var (
@@ -53,7 +52,7 @@ func (rt *roundTrip) check(t *testing.T, fx *fireworksFixture, obj map[string]an
 // apiVersion and kind, and metadata unchanged but for labels and annotations.
 func assertObeysServerRules(t *testing.T, in, out map[string]any, version string) {
 	t.Helper()
-	assert.Equal(t, crd.Group+"/"+version, out["apiVersion"])
+	assert.Equal(t, vocab.CompositionGroup+"/"+version, out["apiVersion"])
 	assert.Equal(t, in["kind"], out["kind"])
 	inMeta, outMeta := copyMap(in["metadata"]), copyMap(out["metadata"])
 	assert.Equal(t, inMeta["labels"], outMeta["labels"], "labels")

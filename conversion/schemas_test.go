@@ -5,14 +5,13 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 // crdLister lists and gets a fixed set of CRDs and counts the calls of each.
@@ -47,7 +46,7 @@ func (l *crdLister) List(_ context.Context, list client.ObjectList, _ ...client.
 func TestCRDSchemas(t *testing.T) {
 	fx := fireworks(t)
 	ctx := context.Background()
-	gk := schema.GroupKind{Group: crd.Group, Kind: "FireworksApp"}
+	gk := schema.GroupKind{Group: vocab.CompositionGroup, Kind: "FireworksApp"}
 	withRV := func(rv string, versions int) apiextensionsv1.CustomResourceDefinition {
 		c := *fx.crd.DeepCopy()
 		c.UID, c.ResourceVersion = "uid-1", rv
@@ -101,7 +100,7 @@ func TestCRDSchemas(t *testing.T) {
 		_, err := src.Schemas(ctx, gk, nil)
 		require.NoError(t, err)
 		renamed := withRV("2", 2)
-		renamed.Name = "other." + crd.Group
+		renamed.Name = "other." + vocab.CompositionGroup
 		cached.crds = []apiextensionsv1.CustomResourceDefinition{renamed}
 		s, err := src.Schemas(ctx, gk, nil)
 		require.NoError(t, err)

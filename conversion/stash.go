@@ -8,14 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 )
-
-// StashAnnotation holds, on an object read through a served version, the values that
-// version does not have, as a JSON object from JSON Pointer (RFC 6901) to value, e.g.
-// {"/spec/exposure":"public"}. Writing the object back through that version restores
-// them; removing an entry drops its value.
-const StashAnnotation = "compositor.dev/conversion-data"
 
 var (
 	// ErrUnknownVersion means a version the CRD does not have.
@@ -25,7 +20,7 @@ var (
 	ErrMalformedObject = errors.New("malformed object")
 	// ErrBadStash means the StashAnnotation of an object written through a served
 	// version cannot be read, or points outside spec and status.
-	ErrBadStash = errors.New("unreadable " + StashAnnotation + " annotation")
+	ErrBadStash = errors.New("unreadable " + vocab.AnnotationConversionStash + " annotation")
 	// ErrStashTooLarge means the values a version lacks do not fit in the object's
 	// annotations.
 	ErrStashTooLarge = errors.New("the values the target version lacks do not fit in the annotations")
@@ -90,7 +85,7 @@ func HasStash(obj map[string]any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	_, ok := annotations[StashAnnotation]
+	_, ok := annotations[vocab.AnnotationConversionStash]
 	return ok, nil
 }
 
@@ -118,7 +113,7 @@ func restore(obj map[string]any) error {
 	if err != nil {
 		return err
 	}
-	raw, ok := annotations[StashAnnotation]
+	raw, ok := annotations[vocab.AnnotationConversionStash]
 	if !ok {
 		return nil
 	}
@@ -160,7 +155,7 @@ func (s *Schemas) stash(obj map[string]any, to string) error {
 		return err
 	}
 	// A stash on a hub object is stale: the hub keeps every value itself.
-	if _, ok := annotations[StashAnnotation]; ok {
+	if _, ok := annotations[vocab.AnnotationConversionStash]; ok {
 		removeAnnotation(obj, annotations)
 	}
 
@@ -199,7 +194,7 @@ func (s *Schemas) stash(obj map[string]any, to string) error {
 	}
 	encoded, err := compactJSON(stash)
 	if err != nil {
-		return fmt.Errorf("encoding the %s annotation: %w", StashAnnotation, err)
+		return fmt.Errorf("encoding the %s annotation: %w", vocab.AnnotationConversionStash, err)
 	}
 	annotations, err = annotationsOf(obj)
 	if err != nil {
@@ -214,7 +209,7 @@ func (s *Schemas) stash(obj map[string]any, to string) error {
 		}
 		metadata["annotations"] = annotations
 	}
-	annotations[StashAnnotation] = encoded
+	annotations[vocab.AnnotationConversionStash] = encoded
 	return checkAnnotationsSize(annotations, to)
 }
 
@@ -274,7 +269,7 @@ func annotationsOf(obj map[string]any) (map[string]any, error) {
 // removeAnnotation removes the stash, and the annotations with it when it was the only
 // one, so a round trip gives back the object it started from.
 func removeAnnotation(obj map[string]any, annotations map[string]any) {
-	delete(annotations, StashAnnotation)
+	delete(annotations, vocab.AnnotationConversionStash)
 	if len(annotations) == 0 {
 		delete(obj["metadata"].(map[string]any), "annotations")
 	}
@@ -288,7 +283,7 @@ func checkAnnotationsSize(annotations map[string]any, version string) error {
 	}
 	if total > apivalidation.TotalAnnotationSizeLimitB {
 		return fmt.Errorf("%w: version %s lacks %d bytes of values, and annotations may hold %d bytes in all; read the object through a newer version",
-			ErrStashTooLarge, version, len(annotations[StashAnnotation].(string)), apivalidation.TotalAnnotationSizeLimitB)
+			ErrStashTooLarge, version, len(annotations[vocab.AnnotationConversionStash].(string)), apivalidation.TotalAnnotationSizeLimitB)
 	}
 	return nil
 }

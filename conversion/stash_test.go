@@ -11,8 +11,8 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 func TestConversionExposureSurvivesV115(t *testing.T) {
@@ -39,7 +39,7 @@ func TestConversionServiceTypeSurvivesV200(t *testing.T) {
 
 	v2 := convertOne(t, fx.schemas, "v2-0-0", stored)
 	assert.Equal(t, map[string]any{"port": json.Number("80")}, conversiontest.Spec(v2)["service"])
-	assert.Equal(t, map[string]any{"team": "web", StashAnnotation: `{"/spec/service/type":"NodePort"}`}, v2["metadata"].(map[string]any)["annotations"])
+	assert.Equal(t, map[string]any{"team": "web", vocab.AnnotationConversionStash: `{"/spec/service/type":"NodePort"}`}, v2["metadata"].(map[string]any)["annotations"])
 
 	conversiontest.Spec(v2)["exposure"] = "internal"
 	stored = convertOne(t, fx.schemas, "hub", v2)
@@ -54,7 +54,7 @@ func TestConversionServedToServedGoesThroughTheHub(t *testing.T) {
 	fx := fireworks(t)
 	// Read through v1-1-5 from an object written through v2-0-0, then asked for in v2-0-0.
 	v115 := conversiontest.FireworksApp("v1-1-5", map[string]any{"service": map[string]any{"type": "LoadBalancer"}},
-		map[string]any{StashAnnotation: `{"/spec/exposure":"public"}`})
+		map[string]any{vocab.AnnotationConversionStash: `{"/spec/exposure":"public"}`})
 	v2 := convertOne(t, fx.schemas, "v2-0-0", v115)
 	assert.Equal(t, map[string]any{"exposure": "public", "service": map[string]any{}}, conversiontest.Spec(v2))
 	stash, _ := stashOf(v2)
@@ -106,7 +106,7 @@ func TestConversionRestoreRules(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := convertOne(t, fx.schemas, "hub", conversiontest.FireworksApp("v1-1-5", tt.spec, map[string]any{StashAnnotation: tt.stash}))
+			got := convertOne(t, fx.schemas, "hub", conversiontest.FireworksApp("v1-1-5", tt.spec, map[string]any{vocab.AnnotationConversionStash: tt.stash}))
 			assert.Equal(t, tt.want, conversiontest.Spec(got))
 			_, ok := stashOf(got)
 			assert.False(t, ok, "the hub never keeps the stash")
@@ -141,9 +141,9 @@ func closedCRD() *apiextensionsv1.CustomResourceDefinition {
 	integer, str := apiextensionsv1.JSONSchemaProps{Type: "integer"}, apiextensionsv1.JSONSchemaProps{Type: "string"}
 	preserve := true
 	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "closeds." + crd.Group},
+		ObjectMeta: metav1.ObjectMeta{Name: "closeds." + vocab.CompositionGroup},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: crd.Group,
+			Group: vocab.CompositionGroup,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Closed", Plural: "closeds"},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
 				version("v1", obj(map[string]apiextensionsv1.JSONSchemaProps{"a": obj(map[string]apiextensionsv1.JSONSchemaProps{"x": integer})})),
@@ -158,7 +158,7 @@ func TestConversionStashesWhatTheSchemaPrunes(t *testing.T) {
 	schemas, err := SchemasFromCRD(closedCRD())
 	require.NoError(t, err)
 	hub := map[string]any{
-		"apiVersion": crd.Group + "/hub", "kind": "Closed",
+		"apiVersion": vocab.CompositionGroup + "/hub", "kind": "Closed",
 		"metadata": map[string]any{"name": "c", "labels": map[string]any{"l": "v"}},
 		"spec":     map[string]any{"a": map[string]any{"x": 1, "y/z": "s", "w": true}, "~t": "t", "u": 5},
 	}
@@ -180,7 +180,7 @@ func TestConversionStashTooLarge(t *testing.T) {
 	schemas, err := SchemasFromCRD(closedCRD())
 	require.NoError(t, err)
 	hub := map[string]any{
-		"apiVersion": crd.Group + "/hub", "kind": "Closed", "metadata": map[string]any{"name": "big"},
+		"apiVersion": vocab.CompositionGroup + "/hub", "kind": "Closed", "metadata": map[string]any{"name": "big"},
 		"spec": map[string]any{"u": strings.Repeat("x", apivalidation.TotalAnnotationSizeLimitB)},
 	}
 	_, err = convert(schemas, "v1", hub)
@@ -194,7 +194,7 @@ func TestConvertRefusesUnknownVersions(t *testing.T) {
 		err := fx.schemas.Convert(obj, versions[0], versions[1])
 		assert.ErrorIs(t, err, ErrUnknownVersion, "%s → %s", versions[0], versions[1])
 		assert.ErrorContains(t, err, "of FireworksApp.composition.krateo.io (it has hub, v1-1-5, v1-1-6, v2-0-0)")
-		assert.Equal(t, crd.Group+"/"+versions[0], obj["apiVersion"], "the object is left alone")
+		assert.Equal(t, vocab.CompositionGroup+"/"+versions[0], obj["apiVersion"], "the object is left alone")
 	}
 }
 
@@ -203,7 +203,7 @@ func TestConvertRefusesUnknownVersions(t *testing.T) {
 func TestAsStored(t *testing.T) {
 	fx := fireworks(t)
 	obj := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": json.Number("1")}, map[string]any{
-		StashAnnotation: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
+		vocab.AnnotationConversionStash: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
 	before := deepCopyJSON(obj)
 	stored, err := fx.schemas.AsStored(obj, "v1-1-5")
 	require.NoError(t, err)
@@ -225,7 +225,7 @@ func TestHasStashAndParseStash(t *testing.T) {
 		{map[string]any{}, false, nil},
 		{map[string]any{"metadata": nil}, false, nil},
 		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{"a": "b"}}}, false, nil},
-		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{StashAnnotation: "{}"}}}, true, nil},
+		{map[string]any{"metadata": map[string]any{"annotations": map[string]any{vocab.AnnotationConversionStash: "{}"}}}, true, nil},
 		{map[string]any{"metadata": "x"}, false, ErrMalformedObject},
 		{map[string]any{"metadata": map[string]any{"annotations": []any{}}}, false, ErrMalformedObject},
 	} {

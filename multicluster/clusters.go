@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -263,8 +264,7 @@ func (c *Clusters) Start(ctx context.Context) error {
 // refusedAnnotation. A cluster so refused is registered and never engaged; one engaged
 // before is disengaged.
 const (
-	refusedAnnotation = "compositor.dev/kubeconfig-refused"
-	refusedServer     = "https://kubeconfig-refused.compositor.invalid"
+	refusedServer = "https://kubeconfig-refused.compositor.invalid"
 )
 
 var refusedKubeconfig = []byte(`apiVersion: v1
@@ -323,7 +323,7 @@ func screenKubeconfig(obj any) (any, error) {
 		if secret.Annotations == nil {
 			secret.Annotations = map[string]string{}
 		}
-		secret.Annotations[refusedAnnotation] = err.Error()
+		secret.Annotations[vocab.AnnotationKubeconfigRefused] = err.Error()
 	}
 	return secret, nil
 }
@@ -333,7 +333,7 @@ func screenKubeconfig(obj any) (any, error) {
 // what CheckRawKubeconfig refuses, in the parsed form.
 func CheckKubeconfig(cfg *rest.Config) error {
 	if cfg.Host == refusedServer {
-		return errors.New("the kubeconfig is refused: see the Secret's " + refusedAnnotation + " in Compositor's log and its compositions' status")
+		return errors.New("the kubeconfig is refused: see the Secret's " + vocab.AnnotationKubeconfigRefused + " in Compositor's log and its compositions' status")
 	}
 	var refused []string
 	if cfg.ExecProvider != nil {
@@ -358,7 +358,7 @@ func (c *Clusters) Unusable(ctx context.Context, name string) string {
 	if err := c.secrets.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, secret); err != nil {
 		return ""
 	}
-	if reason, refused := secret.Annotations[refusedAnnotation]; refused {
+	if reason, refused := secret.Annotations[vocab.AnnotationKubeconfigRefused]; refused {
 		return fmt.Sprintf("Secret %s/%s: %s", c.namespace, name, reason)
 	}
 	if _, err := OpenTo(secret.Annotations, nil); err != nil {

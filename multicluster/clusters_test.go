@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +53,7 @@ users: [{name: u, user: %s}, {name: spare, user: %s}]
 		if tc.refusal == "" {
 			assert.NoError(t, err, tc.user)
 			assert.Equal(t, data, got.Data[SecretKey], "an accepted kubeconfig is cached as it is")
-			assert.NotContains(t, got.Annotations, refusedAnnotation)
+			assert.NotContains(t, got.Annotations, vocab.AnnotationKubeconfigRefused)
 			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 			require.NoError(t, err)
 			assert.NoError(t, CheckKubeconfig(cfg))
@@ -63,7 +64,7 @@ users: [{name: u, user: %s}, {name: spare, user: %s}]
 		assert.NotContains(t, err.Error(), "/bin/sh", "commands and paths stay out of what compositions show")
 		assert.NotContains(t, err.Error(), dir)
 		assert.Equal(t, refusedKubeconfig, got.Data[SecretKey], "a refused kubeconfig never reaches the provider")
-		assert.Equal(t, err.Error(), got.Annotations[refusedAnnotation])
+		assert.Equal(t, err.Error(), got.Annotations[vocab.AnnotationKubeconfigRefused])
 		cfg, perr := clientcmd.RESTConfigFromKubeConfig(got.Data[SecretKey])
 		require.NoError(t, perr)
 		assert.ErrorContains(t, CheckKubeconfig(cfg), "the kubeconfig is refused", "the provider builds no cluster from it")

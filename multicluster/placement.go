@@ -5,34 +5,21 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"k8s.io/apimachinery/pkg/labels"
 )
-
-// PlacementAnnotation holds a composition's placement: a label selector over the
-// labels of the registered clusters (their kubeconfig Secrets' labels).
-const PlacementAnnotation = "compositor.dev/placement"
-
-// NamespaceSelectorAnnotation, on a cluster's kubeconfig Secret, opens the cluster to
-// the compositions of the namespaces it selects: a label selector over the labels of
-// the composition's namespace in Compositor's cluster (every namespace has
-// kubernetes.io/metadata.name=<name>). Without it the cluster takes no composition:
-// whoever may register a cluster decides who may deliver to it, not whoever may write
-// a composition. "" is refused like a placement's empty selector; to open a cluster to
-// every namespace, select on what every namespace has, e.g.
-// `kubernetes.io/metadata.name`.
-const NamespaceSelectorAnnotation = "compositor.dev/namespace-selector"
 
 // OpenTo reports whether a cluster whose kubeconfig Secret has annotations takes the
 // compositions of a namespace with namespaceLabels. An annotation that is not a valid
 // selector opens the cluster to no namespace, and is the error.
 func OpenTo(annotations, namespaceLabels map[string]string) (bool, error) {
-	raw, ok := annotations[NamespaceSelectorAnnotation]
+	raw, ok := annotations[vocab.AnnotationNamespaceSelector]
 	if !ok {
 		return false, nil
 	}
 	selector, err := ParseSelector(raw)
 	if err != nil {
-		return false, fmt.Errorf("annotation %s: %w", NamespaceSelectorAnnotation, err)
+		return false, fmt.Errorf("annotation %s: %w", vocab.AnnotationNamespaceSelector, err)
 	}
 	return selector.Matches(labels.Set(namespaceLabels)), nil
 }
@@ -60,13 +47,13 @@ func (p Placement) String() string {
 // selector that selects on something (ParseSelector); the error names the annotation
 // and the reason.
 func ParsePlacement(annotations map[string]string) (Placement, error) {
-	raw, ok := annotations[PlacementAnnotation]
+	raw, ok := annotations[vocab.AnnotationPlacement]
 	if !ok {
 		return Placement{}, nil
 	}
 	selector, err := ParseSelector(raw)
 	if err != nil {
-		return Placement{}, fmt.Errorf("annotation %s: %w", PlacementAnnotation, err)
+		return Placement{}, fmt.Errorf("annotation %s: %w", vocab.AnnotationPlacement, err)
 	}
 	return Placement{Selector: selector}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -21,11 +22,11 @@ func TestParsePlacement(t *testing.T) {
 	}{
 		{name: "no annotations", annotations: nil, local: true},
 		{name: "other annotations", annotations: map[string]string{"krateo.io/paused": "true"}, local: true},
-		{name: "equality", annotations: map[string]string{PlacementAnnotation: "env=prod"}, matches: []labels.Set{prodEU, prodUS}, misses: []labels.Set{dev}},
-		{name: "set and equality", annotations: map[string]string{PlacementAnnotation: "env in (prod),region=eu"}, matches: []labels.Set{prodEU}, misses: []labels.Set{prodUS, dev}},
-		{name: "exists", annotations: map[string]string{PlacementAnnotation: "region"}, matches: []labels.Set{prodEU, prodUS, dev}, misses: []labels.Set{{"env": "prod"}}},
-		{name: "not", annotations: map[string]string{PlacementAnnotation: "env!=dev"}, matches: []labels.Set{prodEU}, misses: []labels.Set{dev}},
-		{name: "spaces", annotations: map[string]string{PlacementAnnotation: "  env = prod , region notin (us) "}, matches: []labels.Set{prodEU}, misses: []labels.Set{prodUS, dev}},
+		{name: "equality", annotations: map[string]string{vocab.AnnotationPlacement: "env=prod"}, matches: []labels.Set{prodEU, prodUS}, misses: []labels.Set{dev}},
+		{name: "set and equality", annotations: map[string]string{vocab.AnnotationPlacement: "env in (prod),region=eu"}, matches: []labels.Set{prodEU}, misses: []labels.Set{prodUS, dev}},
+		{name: "exists", annotations: map[string]string{vocab.AnnotationPlacement: "region"}, matches: []labels.Set{prodEU, prodUS, dev}, misses: []labels.Set{{"env": "prod"}}},
+		{name: "not", annotations: map[string]string{vocab.AnnotationPlacement: "env!=dev"}, matches: []labels.Set{prodEU}, misses: []labels.Set{dev}},
+		{name: "spaces", annotations: map[string]string{vocab.AnnotationPlacement: "  env = prod , region notin (us) "}, matches: []labels.Set{prodEU}, misses: []labels.Set{prodUS, dev}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := ParsePlacement(tc.annotations)
@@ -71,12 +72,12 @@ func TestParsePlacementRefuses(t *testing.T) {
 		{"(env=prod)", "not a valid label selector"},
 	} {
 		t.Run(tc.value, func(t *testing.T) {
-			p, err := ParsePlacement(map[string]string{PlacementAnnotation: tc.value})
+			p, err := ParsePlacement(map[string]string{vocab.AnnotationPlacement: tc.value})
 			if err == nil {
 				t.Fatalf("ParsePlacement(%q) = %s, want an error", tc.value, p)
 			}
-			if !strings.Contains(err.Error(), PlacementAnnotation) || !strings.Contains(err.Error(), tc.reason) {
-				t.Errorf("error %q does not name %s and %q", err, PlacementAnnotation, tc.reason)
+			if !strings.Contains(err.Error(), vocab.AnnotationPlacement) || !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("error %q does not name %s and %q", err, vocab.AnnotationPlacement, tc.reason)
 			}
 			if !p.Local() {
 				t.Errorf("a refused placement is %s, want the zero Placement", p)
@@ -90,9 +91,9 @@ func FuzzParsePlacement(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		p, err := ParsePlacement(map[string]string{PlacementAnnotation: value})
+		p, err := ParsePlacement(map[string]string{vocab.AnnotationPlacement: value})
 		if err != nil {
-			if !strings.Contains(err.Error(), PlacementAnnotation) {
+			if !strings.Contains(err.Error(), vocab.AnnotationPlacement) {
 				t.Fatalf("error %q does not name the annotation", err)
 			}
 			return
@@ -101,7 +102,7 @@ func FuzzParsePlacement(f *testing.F) {
 			t.Fatalf("ParsePlacement(%q) accepted the annotation as local", value)
 		}
 		// The canonical form parses to the same selector.
-		again, err := ParsePlacement(map[string]string{PlacementAnnotation: p.String()})
+		again, err := ParsePlacement(map[string]string{vocab.AnnotationPlacement: p.String()})
 		if err != nil {
 			t.Fatalf("the canonical form %q of %q does not parse: %v", p, value, err)
 		}
@@ -121,12 +122,12 @@ func TestOpenTo(t *testing.T) {
 	}{
 		{annotations: nil, open: false},
 		{annotations: map[string]string{"other": "x"}, open: false},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=shop"}, open: true},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name"}, open: true},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: "tier in (gold,silver),kubernetes.io/metadata.name!=kube-system"}, open: true},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=other"}, open: false},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: ""}, open: false, err: "compositor.dev/namespace-selector: is empty"},
-		{annotations: map[string]string{NamespaceSelectorAnnotation: "tier in (gold"}, open: false, err: "compositor.dev/namespace-selector: \"tier in (gold\" is not a valid label selector"},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name=shop"}, open: true},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name"}, open: true},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: "tier in (gold,silver),kubernetes.io/metadata.name!=kube-system"}, open: true},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name=other"}, open: false},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: ""}, open: false, err: "compositor.dev/namespace-selector: is empty"},
+		{annotations: map[string]string{vocab.AnnotationNamespaceSelector: "tier in (gold"}, open: false, err: "compositor.dev/namespace-selector: \"tier in (gold\" is not a valid label selector"},
 	} {
 		open, err := OpenTo(tc.annotations, shop)
 		assert.Equal(t, tc.open, open, "%v", tc.annotations)

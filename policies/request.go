@@ -13,6 +13,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // Request is what policies are evaluated on: an admission request (or, for the audit
@@ -96,7 +97,7 @@ func NewRequest(operation string, obj map[string]any, defaultNamespace string) *
 	}
 	release := name
 	if ann, ok := md["annotations"].(map[string]any); ok {
-		if rn, ok := ann[corev1alpha1.AnnotationReleaseName].(string); ok && rn != "" {
+		if rn, ok := ann[vocab.AnnotationReleaseName].(string); ok && rn != "" {
 			release = rn
 		}
 	}

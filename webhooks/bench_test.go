@@ -19,6 +19,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -43,7 +44,7 @@ func (oneDefinition) List(_ context.Context, list client.ObjectList, _ ...client
 	if defs, ok := list.(*corev1alpha1.CompositionDefinitionList); ok {
 		def := corev1alpha1.CompositionDefinition{}
 		def.Namespace, def.Name = "fireworksapp-system", "fireworksapp"
-		def.Status.APIVersion, def.Status.Kind, def.Status.Digest = CompositionGroup+"/v1-1-5", "FireworksApp", "sha256:bench"
+		def.Status.APIVersion, def.Status.Kind, def.Status.Digest = vocab.CompositionGroup+"/v1-1-5", "FireworksApp", "sha256:bench"
 		defs.Items = []corev1alpha1.CompositionDefinition{def}
 	}
 	return nil
@@ -71,7 +72,7 @@ func BenchmarkAdmitComposition(b *testing.B) {
 	ctx := context.Background()
 	engine, err := policies.NewEngine(ctx, policies.Options{})
 	require.NoError(b, err)
-	compositions := policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}}
+	compositions := policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: vocab.CompositionGroup, Kind: "*"}}}
 	for name, rego := range map[string]string{
 		"registries": "package registries\n\ndeny contains \"use registry.example.com\" if {\n\tnot startswith(input.review.object.spec.image.repository, \"registry.example.com/\")\n}\n",
 		"replicas":   "package replicas\n\nwarn contains \"one replica has no redundancy\" if {\n\tobject.get(input.review.object.spec, \"replicaCount\", 1) < 2\n}\n",
@@ -90,7 +91,7 @@ func BenchmarkAdmitComposition(b *testing.B) {
 	mutate, validate := guard(mutator), guard(validator)
 
 	object := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-	object["metadata"].(map[string]any)["labels"] = map[string]any{"team": "web", LabelCompositionVersion: "v1-1-5"}
+	object["metadata"].(map[string]any)["labels"] = map[string]any{"team": "web", vocab.LabelCompositionVersion: "v1-1-5"}
 	object["spec"] = map[string]any{
 		"replicaCount": 3,
 		"image":        map[string]any{"repository": "registry.example.com/web/nginx", "tag": "1.27"},

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -43,7 +44,7 @@ func TestAdmissionBoundsItsWaitForAChart(t *testing.T) {
 	obj.SetName("one")
 	req := &Request{
 		Request: admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-			Kind: metav1.GroupVersionKind{Group: CompositionGroup, Version: "v1-0-0", Kind: "DemoApp"}, Namespace: "team", Name: "one",
+			Kind: metav1.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v1-0-0", Kind: "DemoApp"}, Namespace: "team", Name: "one",
 		}},
 		Object: obj, definitionRead: true, definition: def,
 	}

@@ -21,28 +21,22 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
-// CompositionGroup is the API group of every generated composition kind.
-const CompositionGroup = "composition.krateo.io"
-
-// LabelCompositionVersion names the served version a composition was last written
-// through; it selects which version's controller owns the composition.
-const LabelCompositionVersion = "krateo.io/composition-version"
-
 var (
-	releaseNamePath = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationReleaseName)
-	pausedPath      = field.NewPath("metadata", "annotations").Key(corev1alpha1.AnnotationPaused)
-	placementPath   = field.NewPath("metadata", "annotations").Key(multicluster.PlacementAnnotation)
+	releaseNamePath = field.NewPath("metadata", "annotations").Key(vocab.AnnotationReleaseName)
+	pausedPath      = field.NewPath("metadata", "annotations").Key(vocab.AnnotationPaused)
+	placementPath   = field.NewPath("metadata", "annotations").Key(vocab.AnnotationPlacement)
 )
 
 // defaultComposition sets the release name, the pause annotation and the version label
 // of a composition being created or updated. It never touches spec: Helm merges the
 // chart's defaults at render time.
 func defaultComposition(ctx context.Context, definitions client.Reader, req *Request) error {
-	releaseName := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	releaseName := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
 	if releaseName == "" {
 		var err error
 		if releaseName, err = defaultReleaseName(ctx, definitions, req); err != nil {
@@ -61,11 +55,11 @@ func DefaultComposition(obj *unstructured.Unstructured, version, releaseName str
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	if annotations[corev1alpha1.AnnotationReleaseName] == "" && releaseName != "" {
-		annotations[corev1alpha1.AnnotationReleaseName] = releaseName
+	if annotations[vocab.AnnotationReleaseName] == "" && releaseName != "" {
+		annotations[vocab.AnnotationReleaseName] = releaseName
 	}
-	if _, ok := annotations[corev1alpha1.AnnotationPaused]; !ok {
-		annotations[corev1alpha1.AnnotationPaused] = "false"
+	if _, ok := annotations[vocab.AnnotationPaused]; !ok {
+		annotations[vocab.AnnotationPaused] = "false"
 	}
 	obj.SetAnnotations(annotations)
 
@@ -73,7 +67,7 @@ func DefaultComposition(obj *unstructured.Unstructured, version, releaseName str
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels[LabelCompositionVersion] = version
+	labels[vocab.LabelCompositionVersion] = version
 	obj.SetLabels(labels)
 }
 
@@ -112,7 +106,7 @@ func escapePointer(key string) string {
 // own name. It is empty when none is known yet (metadata.generateName on create).
 func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
 	if req.OldObject != nil {
-		if name := req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; name != "" {
+		if name := req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName]; name != "" {
 			return name, nil
 		}
 	}
@@ -121,7 +115,7 @@ func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Req
 		return "", err
 	}
 	if def != nil {
-		if name := def.Annotations[corev1alpha1.AnnotationReleaseName]; name != "" {
+		if name := def.Annotations[vocab.AnnotationReleaseName]; name != "" {
 			return name, nil
 		}
 	}
@@ -170,7 +164,7 @@ func checkReleaseName(_ context.Context, req *Request) (field.ErrorList, admissi
 	if req.Object == nil {
 		return nil, nil
 	}
-	name, ok := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	name, ok := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
 	var errs field.ErrorList
 	switch {
 	case !ok || name == "":
@@ -181,7 +175,7 @@ func checkReleaseName(_ context.Context, req *Request) (field.ErrorList, admissi
 		}
 	}
 	if req.OldObject != nil {
-		if old := req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; old != "" && name != old {
+		if old := req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName]; old != "" && name != old {
 			errs = append(errs, field.Invalid(releaseNamePath, name, fmt.Sprintf("field is immutable: the Helm release is %q", old)))
 		}
 	}
@@ -193,7 +187,7 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 	if req.Object == nil {
 		return nil, nil
 	}
-	value, ok := req.Object.GetAnnotations()[corev1alpha1.AnnotationPaused]
+	value, ok := req.Object.GetAnnotations()[vocab.AnnotationPaused]
 	if !ok || value == "true" || value == "false" {
 		return nil, nil
 	}
@@ -206,7 +200,7 @@ func checkPlacement(_ context.Context, req *Request) (field.ErrorList, admission
 	if req.Object == nil {
 		return nil, nil
 	}
-	raw, ok := req.Object.GetAnnotations()[multicluster.PlacementAnnotation]
+	raw, ok := req.Object.GetAnnotations()[vocab.AnnotationPlacement]
 	if !ok {
 		return nil, nil
 	}
@@ -243,8 +237,8 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 	if req.Object == nil {
 		return nil, nil
 	}
-	name := req.Object.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
-	if name == "" || (req.OldObject != nil && req.OldObject.GetAnnotations()[corev1alpha1.AnnotationReleaseName] == name) {
+	name := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
+	if name == "" || (req.OldObject != nil && req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName] == name) {
 		return nil, nil
 	}
 	if u.names != nil {
@@ -283,16 +277,16 @@ func warnPausedDeletion(_ context.Context, req *Request) (field.ErrorList, admis
 	if req.Operation != admissionv1.Delete || req.OldObject == nil {
 		return nil, nil
 	}
-	if req.OldObject.GetAnnotations()[corev1alpha1.AnnotationPaused] != "true" {
+	if req.OldObject.GetAnnotations()[vocab.AnnotationPaused] != "true" {
 		return nil, nil
 	}
 	return nil, admission.Warnings{fmt.Sprintf("%s %s/%s is paused: its deletion waits until %s is \"false\"",
-		req.Kind.Kind, req.Namespace, req.OldObject.GetName(), corev1alpha1.AnnotationPaused)}
+		req.Kind.Kind, req.Namespace, req.OldObject.GetName(), vocab.AnnotationPaused)}
 }
 
 // unsupportedKind answers a request for a group Compositor does not serve.
 func unsupportedKind(kind metav1.GroupVersionKind) admission.Response {
 	return admission.Errored(http.StatusBadRequest, fmt.Errorf(
 		"compositor does not admit %s.%s/%s: its webhooks serve only the groups %s, %s and %s",
-		kind.Kind, kind.Group, kind.Version, CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup))
+		kind.Kind, kind.Group, kind.Version, vocab.CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup))
 }

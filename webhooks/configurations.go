@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // ConfigurationName names both webhook configurations Compositor installs.
@@ -78,7 +79,7 @@ func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.Mutatin
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "compositions.mutate.compositor.dev",
 			ClientConfig:            mutateClient,
-			Rules:                   rules(write, CompositionGroup),
+			Rules:                   rules(write, vocab.CompositionGroup),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -93,7 +94,7 @@ func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.Mutatin
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:                    "validate.compositor.dev",
 			ClientConfig:            validateClient,
-			Rules:                   rules(append(write, admissionregistrationv1.Delete), CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup),
+			Rules:                   rules(append(write, admissionregistrationv1.Delete), vocab.CompositionGroup, corev1alpha1.GroupVersion.Group, policyGroup),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -107,7 +108,7 @@ func Configurations(opts ConfigurationOptions) (*admissionregistrationv1.Mutatin
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 				Rule: admissionregistrationv1.Rule{
-					APIGroups:   []string{CompositionGroup},
+					APIGroups:   []string{vocab.CompositionGroup},
 					APIVersions: []string{"*"},
 					Resources:   []string{"*/status"},
 					Scope:       ptr.To(admissionregistrationv1.AllScopes),

@@ -17,6 +17,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
@@ -104,10 +105,10 @@ type decodedObject struct {
 func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.ConversionRequest) ([]runtime.RawExtension, error) {
 	desired, err := schema.ParseGroupVersion(req.DesiredAPIVersion)
 	if err != nil || desired.Version == "" {
-		return nil, fmt.Errorf("desiredAPIVersion %q: %w: expected %s/<version>", req.DesiredAPIVersion, conversion.ErrUnknownVersion, CompositionGroup)
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w: expected %s/<version>", req.DesiredAPIVersion, conversion.ErrUnknownVersion, vocab.CompositionGroup)
 	}
-	if desired.Group != CompositionGroup {
-		return nil, fmt.Errorf("desiredAPIVersion %q: %w: only %s is converted here", req.DesiredAPIVersion, ErrForeignGroup, CompositionGroup)
+	if desired.Group != vocab.CompositionGroup {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w: only %s is converted here", req.DesiredAPIVersion, ErrForeignGroup, vocab.CompositionGroup)
 	}
 	if len(req.Objects) == 0 {
 		return []runtime.RawExtension{}, nil

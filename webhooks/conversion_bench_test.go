@@ -7,8 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 // BenchmarkConvert500 converts a ConversionReview of 500 compositions through the HTTP
@@ -35,13 +35,13 @@ func BenchmarkConvert500(b *testing.B) {
 		}
 		stored[i] = obj
 	}
-	read := conversionReviewBody(b, crd.Group+"/v1-1-5", stored...)
+	read := conversionReviewBody(b, vocab.CompositionGroup+"/v1-1-5", stored...)
 	resp := fx.convert(b, "v1-1-5", anySlice(stored)...)
 	views := make([]map[string]any, n)
 	for i, raw := range resp.ConvertedObjects {
 		views[i] = decodeJSON(b, raw.Raw)
 	}
-	write := conversionReviewBody(b, crd.Group+"/hub", views...)
+	write := conversionReviewBody(b, vocab.CompositionGroup+"/hub", views...)
 
 	for _, bench := range []struct {
 		name string

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -117,7 +118,7 @@ func TestConversionOnTheAPIServer(t *testing.T) {
 	require.NoError(t, cp.Client.Create(ctx, fireworksCRD))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, v := range []string{"v1-1-5", "v1-1-6", "v2-0-0"} {
-			res := cp.Kubectl(ctx, "", "get", "fireworksapps."+v+"."+crd.Group, "-A")
+			res := cp.Kubectl(ctx, "", "get", "fireworksapps."+v+"."+vocab.CompositionGroup, "-A")
 			assert.NoError(c, res.Err, res.Stderr)
 		}
 	}, time.Minute, 200*time.Millisecond)

@@ -6,9 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/compositor-dev/compositor/conversion"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
-	"github.com/compositor-dev/compositor/generators/crd"
 )
 
 // FuzzConvert asserts that whatever the body, the converter answers with a
@@ -17,10 +16,10 @@ import (
 func FuzzConvert(f *testing.F) {
 	fx := fireworks(f)
 	h := NewConverter(staticSchemas(fx.schemas))
-	f.Add(conversionReviewBody(f, crd.Group+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil)))
-	f.Add(conversionReviewBody(f, crd.Group+"/hub", conversiontest.FireworksApp("v1-1-5", map[string]any{"service": map[string]any{"port": 80}},
-		map[string]any{conversion.StashAnnotation: `{"/spec/exposure":"public","/spec/service/type":"NodePort"}`})))
-	f.Add(conversionReviewBody(f, crd.Group+"/v2-0-0", conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: `{"/spec/a~1b/0/c":[1,{"d":null}]}`})))
+	f.Add(conversionReviewBody(f, vocab.CompositionGroup+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil)))
+	f.Add(conversionReviewBody(f, vocab.CompositionGroup+"/hub", conversiontest.FireworksApp("v1-1-5", map[string]any{"service": map[string]any{"port": 80}},
+		map[string]any{vocab.AnnotationConversionStash: `{"/spec/exposure":"public","/spec/service/type":"NodePort"}`})))
+	f.Add(conversionReviewBody(f, vocab.CompositionGroup+"/v2-0-0", conversiontest.FireworksApp("v1-1-5", nil, map[string]any{vocab.AnnotationConversionStash: `{"/spec/a~1b/0/c":[1,{"d":null}]}`})))
 	f.Add([]byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","desiredAPIVersion":"composition.krateo.io/hub","objects":[{"apiVersion":"composition.krateo.io/v1-1-5","kind":"FireworksApp","metadata":{"annotations":[]}}]}}`))
 	f.Add([]byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","desiredAPIVersion":"composition.krateo.io/v1-1-5","objects":[{"apiVersion":"composition.krateo.io/hub","kind":"FireworksApp","spec":7,"status":[]}]}}`))
 	f.Add([]byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"u","objects":[null,1]}}`))

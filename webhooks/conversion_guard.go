@@ -13,17 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 )
 
-// The conversion stash (conversion.StashAnnotation) carries values into the stored object
+// The conversion stash (vocab.AnnotationConversionStash) carries values into the stored object
 // that the version a client writes through does not show. Only Compositor's conversion
 // may write it: a client could otherwise put any value into the stored object past the
 // schema and the policies, which judge what the client wrote. Two guards close that:
 // checkConversionData admits a stash only as conversion produced it, and asStored has
 // the schema and the policies judge the object as it will be stored and read.
 
-var conversionDataPath = field.NewPath("metadata", "annotations").Key(conversion.StashAnnotation)
+var conversionDataPath = field.NewPath("metadata", "annotations").Key(vocab.AnnotationConversionStash)
 
 // checkConversionData refuses a stash that Compositor's conversion did not write. A
 // create has no stored object, so no stash either. An update may keep the stash the
@@ -33,7 +34,7 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
-	text, ok := req.Object.GetAnnotations()[conversion.StashAnnotation]
+	text, ok := req.Object.GetAnnotations()[vocab.AnnotationConversionStash]
 	if !ok {
 		return nil, nil
 	}
@@ -43,7 +44,7 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 	}
 	var read map[string]any
 	if req.OldObject != nil {
-		if oldText, ok := req.OldObject.GetAnnotations()[conversion.StashAnnotation]; ok {
+		if oldText, ok := req.OldObject.GetAnnotations()[vocab.AnnotationConversionStash]; ok {
 			if read, err = conversion.ParseStash(oldText); err != nil {
 				read = nil // a stash conversion did not write: nothing of it is kept
 			}

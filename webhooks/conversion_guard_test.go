@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
-	"github.com/compositor-dev/compositor/conversion"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/policies"
@@ -33,7 +33,7 @@ deny contains "not nginx" if {
 	not startswith(repository, "nginx")
 }
 `,
-		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
+		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: vocab.CompositionGroup, Kind: "*"}}},
 	}))
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
@@ -49,9 +49,9 @@ func storedReadThroughV115(t testing.TB) map[string]any {
 	t.Helper()
 	hub := conversiontest.FireworksApp(crd.HubVersion, map[string]any{"replicaCount": 2, "exposure": "public"}, map[string]any{
 		"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-	hub["metadata"].(map[string]any)["labels"] = map[string]any{LabelCompositionVersion: "v1-1-5"}
+	hub["metadata"].(map[string]any)["labels"] = map[string]any{vocab.LabelCompositionVersion: "v1-1-5"}
 	read := fireworks(t).convertOne(t, "v1-1-5", hub)
-	require.Equal(t, `{"/spec/exposure":"public"}`, read["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation])
+	require.Equal(t, `{"/spec/exposure":"public"}`, read["metadata"].(map[string]any)["annotations"].(map[string]any)[vocab.AnnotationConversionStash])
 	return read
 }
 
@@ -63,9 +63,9 @@ func TestConversionDataIsCompositorsAlone(t *testing.T) {
 		obj := decodeJSON(t, mustJSON(t, old))
 		annotations := obj["metadata"].(map[string]any)["annotations"].(map[string]any)
 		if stash == nil {
-			delete(annotations, conversion.StashAnnotation)
+			delete(annotations, vocab.AnnotationConversionStash)
 		} else {
-			annotations[conversion.StashAnnotation] = stash
+			annotations[vocab.AnnotationConversionStash] = stash
 		}
 		if spec != nil {
 			obj["spec"] = spec
@@ -108,23 +108,23 @@ func TestConversionDataIsCompositorsAlone(t *testing.T) {
 func TestAsStoredJudgesRestoredValues(t *testing.T) {
 	ctx := context.Background()
 	schemas := staticSchemas(fireworks(t).schemas)
-	gvk := schema.GroupVersionKind{Group: CompositionGroup, Version: "v1-1-5", Kind: "FireworksApp"}
+	gvk := schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v1-1-5", Kind: "FireworksApp"}
 
 	obj := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, map[string]any{
-		conversion.StashAnnotation: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
+		vocab.AnnotationConversionStash: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
 	stored, err := asStored(ctx, schemas, gvk, obj)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]any{"replicaCount": int64(1), "image": map[string]any{"repository": "evil.io/miner"}}, stored["spec"],
 		"the image v1-1-5 shows is judged; exposure, which it does not show, stays stashed; the client's replicaCount wins")
-	assert.Equal(t, `{"/spec/exposure":"public"}`, stored["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation])
-	assert.Equal(t, "v1-1-5", obj["apiVersion"].(string)[len(CompositionGroup)+1:], "obj itself is left alone")
+	assert.Equal(t, `{"/spec/exposure":"public"}`, stored["metadata"].(map[string]any)["annotations"].(map[string]any)[vocab.AnnotationConversionStash])
+	assert.Equal(t, "v1-1-5", obj["apiVersion"].(string)[len(vocab.CompositionGroup)+1:], "obj itself is left alone")
 
 	plain := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, nil)
 	same, err := asStored(ctx, nil, gvk, plain)
 	require.NoError(t, err)
 	assert.Equal(t, plain, same, "without a stash nothing is read")
 
-	_, err = asStored(ctx, schemas, schema.GroupVersionKind{Group: CompositionGroup, Version: "v9-9-9", Kind: "FireworksApp"}, obj)
+	_, err = asStored(ctx, schemas, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v9-9-9", Kind: "FireworksApp"}, obj)
 	assert.ErrorContains(t, err, "has no served version v9-9-9")
 }
 
@@ -150,7 +150,7 @@ func FuzzStashCannotSmuggle(f *testing.F) {
 		}
 		obj := decodeJSON(t, mustJSON(t, old))
 		obj["spec"] = spec
-		obj["metadata"].(map[string]any)["annotations"].(map[string]any)[conversion.StashAnnotation] = stash
+		obj["metadata"].(map[string]any)["annotations"].(map[string]any)[vocab.AnnotationConversionStash] = stash
 		ctx := context.Background()
 		req := admissionRequest(t, compositionRequest("UPDATE", obj, old))
 		if !mutator.Handle(ctx, req).Allowed || !validator.Handle(ctx, req).Allowed {

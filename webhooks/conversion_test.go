@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/conversion/conversiontest"
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -68,7 +69,7 @@ func staticSchemas(s *conversion.Schemas) conversion.SchemaSource {
 // and returns the response.
 func (fx *fireworksFixture) convert(t testing.TB, version string, objs ...any) *apiextensionsv1.ConversionResponse {
 	t.Helper()
-	req := &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: crd.Group + "/" + version}
+	req := &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: vocab.CompositionGroup + "/" + version}
 	for _, o := range objs {
 		raw, ok := o.([]byte)
 		if !ok {
@@ -102,7 +103,7 @@ func rawObject(raw []byte) runtime.RawExtension { return runtime.RawExtension{Ra
 
 // stashOf is the conversion stash of obj, if it has one.
 func stashOf(obj map[string]any) (string, bool) {
-	return conversiontest.Annotation(obj, conversion.StashAnnotation)
+	return conversiontest.Annotation(obj, vocab.AnnotationConversionStash)
 }
 
 // A conversion the engine refuses fails the whole review, naming the object.
@@ -114,7 +115,7 @@ func TestConversionStashTooLarge(t *testing.T) {
 	assert.Contains(t, resp.Result.Message, "object 0 (default/demo)")
 	assert.Empty(t, resp.ConvertedObjects)
 	_, err := fx.conv.convertAll(context.Background(), &apiextensionsv1.ConversionRequest{
-		UID: reviewUID, DesiredAPIVersion: crd.Group + "/v1-1-5", Objects: fx.convert(t, "hub", hub).ConvertedObjects,
+		UID: reviewUID, DesiredAPIVersion: vocab.CompositionGroup + "/v1-1-5", Objects: fx.convert(t, "hub", hub).ConvertedObjects,
 	})
 	assert.ErrorIs(t, err, conversion.ErrStashTooLarge)
 }
@@ -134,7 +135,7 @@ func TestConversionKeepsOrderAndEchoesUID(t *testing.T) {
 	var names []string
 	for _, raw := range resp.ConvertedObjects {
 		obj := decodeJSON(t, raw.Raw)
-		assert.Equal(t, crd.Group+"/v1-1-6", obj["apiVersion"])
+		assert.Equal(t, vocab.CompositionGroup+"/v1-1-6", obj["apiVersion"])
 		assert.Equal(t, "FireworksApp", obj["kind"])
 		names = append(names, obj["metadata"].(map[string]any)["name"].(string))
 	}
@@ -170,9 +171,9 @@ func TestConversionRefusesBadRequests(t *testing.T) {
 		{"object of an unknown version", "composition.krateo.io/hub", []any{good, conversiontest.FireworksApp("v3-0-0", nil, nil)}, conversion.ErrUnknownVersion, "object 1: unknown version v3-0-0 of FireworksApp.composition.krateo.io"},
 		{"unknown kind", "composition.krateo.io/hub", []any{map[string]any{"apiVersion": "composition.krateo.io/v1", "kind": "Nope"}}, conversion.ErrUnknownKind, "schemas of Nope.composition.krateo.io"},
 		{"metadata not an object", "composition.krateo.io/hub", []any{good, map[string]any{"apiVersion": "composition.krateo.io/v1-1-5", "kind": "FireworksApp", "metadata": "x"}}, conversion.ErrMalformedObject, "object 1 (): malformed object: metadata is a string"},
-		{"stash not JSON", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: "{"})}, conversion.ErrBadStash, "object 0 (default/demo): unreadable compositor.dev/conversion-data annotation"},
-		{"stash outside spec and status", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: `{"/metadata/name":"x"}`})}, conversion.ErrBadStash, `"/metadata/name" is not inside spec or status`},
-		{"stash with a bad pointer", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{conversion.StashAnnotation: `{"/spec/a~2":1}`})}, conversion.ErrBadStash, "~ must be followed by 0 or 1"},
+		{"stash not JSON", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{vocab.AnnotationConversionStash: "{"})}, conversion.ErrBadStash, "object 0 (default/demo): unreadable compositor.dev/conversion-data annotation"},
+		{"stash outside spec and status", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{vocab.AnnotationConversionStash: `{"/metadata/name":"x"}`})}, conversion.ErrBadStash, `"/metadata/name" is not inside spec or status`},
+		{"stash with a bad pointer", "composition.krateo.io/hub", []any{conversiontest.FireworksApp("v1-1-5", nil, map[string]any{vocab.AnnotationConversionStash: `{"/spec/a~2":1}`})}, conversion.ErrBadStash, "~ must be followed by 0 or 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,7 +204,7 @@ func TestConversionSourceFailureIsAnInternalError(t *testing.T) {
 		return nil, unavailable
 	})}
 	raw, _ := json.Marshal(conversiontest.FireworksApp("v1-1-5", nil, nil))
-	resp := c.review(context.Background(), &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: crd.Group + "/hub", Objects: []runtime.RawExtension{rawObject(raw)}})
+	resp := c.review(context.Background(), &apiextensionsv1.ConversionRequest{UID: reviewUID, DesiredAPIVersion: vocab.CompositionGroup + "/hub", Objects: []runtime.RawExtension{rawObject(raw)}})
 	assert.Equal(t, metav1.StatusFailure, resp.Result.Status)
 	assert.Equal(t, int32(http.StatusInternalServerError), resp.Result.Code)
 	assert.Contains(t, resp.Result.Message, "cache not synced")
@@ -242,7 +243,7 @@ func conversionReviewBody(t testing.TB, desired string, objects ...map[string]an
 func TestConverterHTTP(t *testing.T) {
 	fx := fireworks(t)
 	h := NewConverter(staticSchemas(fx.schemas))
-	good := conversionReviewBody(t, crd.Group+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil))
+	good := conversionReviewBody(t, vocab.CompositionGroup+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", map[string]any{"exposure": "public"}, nil))
 
 	code, review := postConvert(t, h, http.MethodPost, good, "application/json; charset=utf-8")
 	assert.Equal(t, http.StatusOK, code)
@@ -287,7 +288,7 @@ func TestConverterHTTP(t *testing.T) {
 	}
 
 	t.Run("an unconvertible review is a Failure with status 200", func(t *testing.T) {
-		body := conversionReviewBody(t, crd.Group+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", nil, nil), conversiontest.FireworksApp("v7", nil, nil))
+		body := conversionReviewBody(t, vocab.CompositionGroup+"/v1-1-5", conversiontest.FireworksApp("v2-0-0", nil, nil), conversiontest.FireworksApp("v7", nil, nil))
 		code, review := postConvert(t, h, http.MethodPost, body, "application/json")
 		assert.Equal(t, http.StatusOK, code)
 		assert.Equal(t, types.UID(reviewUID), review.Response.UID)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
@@ -218,7 +219,7 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("decoding the definition: %w", err))}, nil
 	}
 	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-	if err != nil || gv.Group != CompositionGroup || def.Status.Kind == "" {
+	if err != nil || gv.Group != vocab.CompositionGroup || def.Status.Kind == "" {
 		return nil, nil // it never served an API
 	}
 
@@ -251,7 +252,7 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	}
 	compositions := &metav1.PartialObjectMetadataList{}
 	compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: gv.Group, Version: via, Kind: def.Status.Kind + "List"})
-	if err := k.reader.List(ctx, compositions, client.MatchingLabels{LabelCompositionVersion: gv.Version}); err != nil {
+	if err := k.reader.List(ctx, compositions, client.MatchingLabels{vocab.LabelCompositionVersion: gv.Version}); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing %s compositions: %w", def.Status.Kind, err))}, nil
 	}
 	if n := len(compositions.Items); n > 0 {

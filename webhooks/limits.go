@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
 )
@@ -83,7 +84,7 @@ func newLanes(perLane int) *fairshare.Lanes {
 // laneOf is the lane of req.
 func laneOf(req *Request) string {
 	switch req.Kind.Group {
-	case CompositionGroup:
+	case vocab.CompositionGroup:
 		return policies.CompositionsLane(req.Namespace)
 	case corev1alpha1.GroupVersion.Group:
 		return "definitions of namespace " + req.Namespace

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -59,7 +60,7 @@ func countingHandlers(t *testing.T, timeout time.Duration, perLane int, release 
 func named(spec map[string]any) map[string]any {
 	object := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
 	object["spec"] = spec
-	return withLabel(object, LabelCompositionVersion, "v1-1-5")
+	return withLabel(object, vocab.LabelCompositionVersion, "v1-1-5")
 }
 
 func inNamespace(req map[string]any, namespace string) map[string]any {
@@ -232,7 +233,7 @@ func refusals(reason string) float64 {
 // sees it (compare with BenchmarkAdmitComposition, the whole write).
 func BenchmarkBoundObject(b *testing.B) {
 	object := composition(map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"})
-	object["metadata"].(map[string]any)["labels"] = map[string]any{"team": "web", LabelCompositionVersion: "v1-1-5"}
+	object["metadata"].(map[string]any)["labels"] = map[string]any{"team": "web", vocab.LabelCompositionVersion: "v1-1-5"}
 	object["spec"] = map[string]any{
 		"replicaCount": 3,
 		"image":        map[string]any{"repository": "registry.example.com/web/nginx", "tag": "1.27"},
@@ -304,7 +305,7 @@ func TestHugeRangeInAPolicyIsRefusedAndCounted(t *testing.T) {
 	require.NoError(t, engine.Set(ctx, policies.Policy{
 		Name: "huge", Origin: policies.OriginObject, File: "huge.rego",
 		Rego:  "package huge\n\ndeny contains \"never\" if {\n\tcount(numbers.range(1, input.review.object.spec.replicaCount * 10000000000)) < 0\n}\n",
-		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
+		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: vocab.CompositionGroup, Kind: "*"}}},
 	}))
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)

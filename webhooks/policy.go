@@ -22,6 +22,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
@@ -86,10 +87,10 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 	}
 	if req.Object != nil {
 		r.Object = req.Object.Object
-		if req.Kind.Group == CompositionGroup {
+		if req.Kind.Group == vocab.CompositionGroup {
 			stored, err := asStored(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object)
 			if err != nil {
-				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", conversion.StashAnnotation, err))
+				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", vocab.AnnotationConversionStash, err))
 			}
 			r.Object = stored
 		}
@@ -105,7 +106,7 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 		r.NamespaceLabels = labels
 	}
 	switch req.Kind.Group {
-	case CompositionGroup:
+	case vocab.CompositionGroup:
 		if err := p.describeComposition(ctx, req, r); err != nil {
 			return nil, err
 		}
@@ -127,7 +128,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if current == nil {
 		current = req.OldObject
 	}
-	r.ReleaseName = current.GetAnnotations()[corev1alpha1.AnnotationReleaseName]
+	r.ReleaseName = current.GetAnnotations()[vocab.AnnotationReleaseName]
 	def, err := cachedOwningDefinition(ctx, p.cached, req)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves

@@ -15,8 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/lightinformer"
 )
 
@@ -102,7 +101,7 @@ func (n *ReleaseNames) Start(ctx context.Context) error {
 
 // retire stops the informer of group/plural unless current still serves its version.
 func (n *ReleaseNames) retire(group, plural string, current *apiextensionsv1.CustomResourceDefinition) {
-	if group != crd.Group {
+	if group != vocab.CompositionGroup {
 		return
 	}
 	resource := schema.GroupResource{Group: group, Resource: plural}
@@ -188,7 +187,7 @@ func byReleaseName(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	name := o.Annotations[corev1alpha1.AnnotationReleaseName]
+	name := o.Annotations[vocab.AnnotationReleaseName]
 	if name == "" {
 		return nil, nil
 	}

@@ -19,8 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api"
-	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -58,20 +57,20 @@ func TestReleaseNamesWatchEachKindWrittenUntilItIsRetired(t *testing.T) {
 			},
 		}
 	}
-	other, generated := newCRD("other.example"), newCRD(crd.Group)
+	other, generated := newCRD("other.example"), newCRD(vocab.CompositionGroup)
 	for _, obj := range []*apiextensionsv1.CustomResourceDefinition{other, generated} {
 		require.NoError(t, cp.Client.Create(ctx, obj))
 	}
 	tinies := func(v string) schema.GroupVersionResource {
-		return schema.GroupVersionResource{Group: crd.Group, Version: v, Resource: "tinies"}
+		return schema.GroupVersionResource{Group: vocab.CompositionGroup, Version: v, Resource: "tinies"}
 	}
 	create := func(name, namespace, release string) {
 		t.Helper()
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: "v1", Kind: "Tiny"})
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v1", Kind: "Tiny"})
 		obj.SetName(name)
 		obj.SetNamespace(namespace)
-		obj.SetAnnotations(map[string]string{corev1alpha1.AnnotationReleaseName: release})
+		obj.SetAnnotations(map[string]string{vocab.AnnotationReleaseName: release})
 		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.NoError(c, cp.Client.Create(ctx, obj)) }, 30*time.Second, 50*time.Millisecond)
 	}
 	create("first", "default", "shared")
@@ -92,7 +91,7 @@ func TestReleaseNamesWatchEachKindWrittenUntilItIsRetired(t *testing.T) {
 	users, err = names.Users(asked, tinies("v1"), "default", "unused")
 	require.NoError(t, err)
 	assert.Empty(t, users)
-	tiny := schema.GroupResource{Group: crd.Group, Resource: "tinies"}
+	tiny := schema.GroupResource{Group: vocab.CompositionGroup, Resource: "tinies"}
 	assert.Equal(t, map[schema.GroupResource]string{tiny: "v2"}, names.watching(), "one informer for the kind, at the version first asked")
 
 	unserve := func(obj *apiextensionsv1.CustomResourceDefinition, i int) {

@@ -19,6 +19,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/policies"
@@ -140,7 +141,7 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 		return *bad
 	}
 	switch req.Kind.Group {
-	case CompositionGroup:
+	case vocab.CompositionGroup:
 	case corev1alpha1.GroupVersion.Group, policyGroup:
 		return admission.Allowed("")
 	default:
@@ -232,9 +233,9 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 // subresources are left to the API server's authorization.
 func (v *Validator) subresource(ctx context.Context, ar admission.Request) admission.Response {
 	switch {
-	case ar.Kind.Group != CompositionGroup && ar.Kind.Group != corev1alpha1.GroupVersion.Group && ar.Kind.Group != policyGroup:
+	case ar.Kind.Group != vocab.CompositionGroup && ar.Kind.Group != corev1alpha1.GroupVersion.Group && ar.Kind.Group != policyGroup:
 		return unsupportedKind(ar.Kind)
-	case ar.Kind.Group != CompositionGroup || ar.SubResource != "status":
+	case ar.Kind.Group != vocab.CompositionGroup || ar.SubResource != "status":
 		return admission.Allowed("")
 	case v.status == nil:
 		return statusRefused(ar)
@@ -249,7 +250,7 @@ func (v *Validator) subresource(ctx context.Context, ar admission.Request) admis
 func (v *Validator) review(ctx context.Context, req *Request, built *policies.Request) (admission.Response, policies.Decision) {
 	var checks Chain
 	switch req.Kind.Group {
-	case CompositionGroup:
+	case vocab.CompositionGroup:
 		checks = v.Compositions
 	case corev1alpha1.GroupVersion.Group:
 		checks = v.Definitions

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -62,8 +63,8 @@ func review(t testing.TB, req map[string]any) []byte {
 func compositionRequest(op string, object, oldObject map[string]any) map[string]any {
 	req := map[string]any{
 		"uid":       "b0d7b6e4-2b1a-4a9e-9d5e-0c5a1d2e3f40",
-		"kind":      map[string]any{"group": CompositionGroup, "version": "v1-1-5", "kind": "FireworksApp"},
-		"resource":  map[string]any{"group": CompositionGroup, "version": "v1-1-5", "resource": "fireworksapps"},
+		"kind":      map[string]any{"group": vocab.CompositionGroup, "version": "v1-1-5", "kind": "FireworksApp"},
+		"resource":  map[string]any{"group": vocab.CompositionGroup, "version": "v1-1-5", "resource": "fireworksapps"},
 		"name":      "demo",
 		"namespace": "default",
 		"operation": op,
@@ -84,7 +85,7 @@ func composition(annotations map[string]any) map[string]any {
 		metadata["annotations"] = annotations
 	}
 	return map[string]any{
-		"apiVersion": CompositionGroup + "/v1-1-5",
+		"apiVersion": vocab.CompositionGroup + "/v1-1-5",
 		"kind":       "FireworksApp",
 		"metadata":   metadata,
 		"spec":       map[string]any{"replicaCount": 2},
@@ -220,12 +221,12 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	require.Len(t, mutating.Webhooks, 1)
 	m := mutating.Webhooks[0]
 	assert.Equal(t, "https://127.0.0.1:9443/mutate", *m.ClientConfig.URL)
-	assert.Equal(t, []string{CompositionGroup}, m.Rules[0].APIGroups)
+	assert.Equal(t, []string{vocab.CompositionGroup}, m.Rules[0].APIGroups)
 
 	require.Len(t, validating.Webhooks, 2)
 	v := validating.Webhooks[0]
 	assert.Equal(t, "https://127.0.0.1:9443/validate", *v.ClientConfig.URL)
-	assert.ElementsMatch(t, []string{CompositionGroup, "core.krateo.io", "policy.compositor.dev"}, v.Rules[0].APIGroups)
+	assert.ElementsMatch(t, []string{vocab.CompositionGroup, "core.krateo.io", "policy.compositor.dev"}, v.Rules[0].APIGroups)
 	assert.Equal(t, []string{"*"}, v.Rules[0].APIVersions)
 	assert.Equal(t, []string{"*"}, v.Rules[0].Resources)
 	// The status of compositions, and nothing else, goes to the status webhook.
@@ -234,7 +235,7 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	assert.Equal(t, "https://127.0.0.1:9443"+StatusPath, *s.ClientConfig.URL)
 	require.Len(t, s.Rules, 1)
 	assert.Equal(t, []admissionregistrationv1.OperationType{admissionregistrationv1.Update}, s.Rules[0].Operations)
-	assert.Equal(t, []string{CompositionGroup}, s.Rules[0].APIGroups)
+	assert.Equal(t, []string{vocab.CompositionGroup}, s.Rules[0].APIGroups)
 	assert.Equal(t, []string{"*"}, s.Rules[0].APIVersions)
 	assert.Equal(t, []string{"*/status"}, s.Rules[0].Resources)
 	for _, w := range []struct {
@@ -272,7 +273,7 @@ func denyAll(t *testing.T) (*Mutator, *Validator) {
 	require.NoError(t, engine.Set(ctx, policies.Policy{
 		Name: "deny-all", Origin: policies.OriginObject, File: "deny-all.rego",
 		Rego:  "package denyall\n\ndeny contains \"nothing is allowed\"\n",
-		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: CompositionGroup, Kind: "*"}}},
+		Match: policyv1alpha1.Match{Kinds: []policyv1alpha1.KindMatcher{{Group: vocab.CompositionGroup, Kind: "*"}}},
 	}))
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
@@ -322,7 +323,7 @@ func TestValidateLetsADeletedCompositionGo(t *testing.T) {
 	// As stored: written through v1-1-5, with a value the schema refuses (say, a
 	// policy added since).
 	invalid := func() map[string]any {
-		return withLabel(withReplicas(composition(named), 11), LabelCompositionVersion, "v1-1-5")
+		return withLabel(withReplicas(composition(named), 11), vocab.LabelCompositionVersion, "v1-1-5")
 	}
 	old := deleting(invalid(), "composition.krateo.io/finalizer")
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
 )
@@ -57,10 +58,10 @@ func (g *StatusGuard) Handle(ctx context.Context, ar admission.Request) admissio
 	if ar.UID == "" || ar.Kind.Kind == "" || ar.Operation == "" {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview has no request, or its request lacks uid, kind or operation"))
 	}
-	if ar.Kind.Group != CompositionGroup || ar.SubResource != "status" {
+	if ar.Kind.Group != vocab.CompositionGroup || ar.SubResource != "status" {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf(
 			"compositor's status webhook judges only the status of %s kinds, not %s %s.%s/%s",
-			CompositionGroup, subresourceOf(ar.SubResource), ar.Kind.Kind, ar.Kind.Group, ar.Kind.Version))
+			vocab.CompositionGroup, subresourceOf(ar.SubResource), ar.Kind.Kind, ar.Kind.Group, ar.Kind.Version))
 	}
 	if ar.Operation != admissionv1.Update {
 		// The status subresource is only ever updated (a patch is an update at

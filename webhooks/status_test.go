@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
@@ -76,7 +77,7 @@ func (d *indexedDefinitions) List(_ context.Context, list client.ObjectList, opt
 // resource (kind) at version.
 func servingDefinition(namespace, name, kind, resource, version string) corev1alpha1.CompositionDefinition {
 	def := corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	def.Status.APIVersion, def.Status.Kind, def.Status.Resource = CompositionGroup+"/"+version, kind, resource
+	def.Status.APIVersion, def.Status.Kind, def.Status.Resource = vocab.CompositionGroup+"/"+version, kind, resource
 	return def
 }
 
@@ -85,8 +86,8 @@ func servingDefinition(namespace, name, kind, resource, version string) corev1al
 func statusWrite(user, version string) admission.Request {
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID:         "5d1e3c7a-0a44-4d3e-9d7e-2f1f4b8c9a10",
-		Kind:        metav1.GroupVersionKind{Group: CompositionGroup, Version: version, Kind: "FireworksApp"},
-		Resource:    metav1.GroupVersionResource{Group: CompositionGroup, Version: version, Resource: "fireworksapps"},
+		Kind:        metav1.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: "FireworksApp"},
+		Resource:    metav1.GroupVersionResource{Group: vocab.CompositionGroup, Version: version, Resource: "fireworksapps"},
 		SubResource: "status",
 		Namespace:   "team-a",
 		Name:        "web",

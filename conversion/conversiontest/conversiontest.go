@@ -8,6 +8,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -38,7 +39,7 @@ func FireworksApp(version string, spec map[string]any, annotations map[string]an
 	if annotations != nil {
 		metadata["annotations"] = annotations
 	}
-	return map[string]any{"apiVersion": crd.Group + "/" + version, "kind": "FireworksApp", "metadata": metadata, "spec": spec}
+	return map[string]any{"apiVersion": vocab.CompositionGroup + "/" + version, "kind": "FireworksApp", "metadata": metadata, "spec": spec}
 }
 
 // Spec is the spec of obj, nil when it has none.

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 )
 
@@ -36,8 +36,6 @@ const (
 	// TmpDir is the writable emptyDir of the otherwise read-only container: Helm's
 	// cache, config and data live under it.
 	TmpDir = "/tmp"
-	// LabelName is the app.kubernetes.io/name of every controller pod.
-	LabelName = "app.kubernetes.io/name"
 	// AppName is the value of LabelName on controller pods.
 	AppName = "compositor-controller"
 	// runAsID is the non-root user and group the container runs as (distroless "nonroot").
@@ -54,7 +52,7 @@ type Options struct {
 	Plural string
 	// Version is the served CRD version, e.g. v1-1-5.
 	Version string
-	// Group of the generated CRD; defaults to crd.Group.
+	// Group of the generated CRD; defaults to vocab.CompositionGroup.
 	Group string
 	// Image of Compositor; defaults to DefaultImage.
 	Image string
@@ -108,7 +106,7 @@ func DefaultResources() corev1.ResourceRequirements {
 // a Deployment, whose selector is immutable.
 func SelectorLabels(namespace, plural, version string) map[string]string {
 	labels := rbac.IdentityLabels(namespace, plural, version)
-	labels[LabelName] = AppName
+	labels[vocab.LabelName] = AppName
 	return labels
 }
 
@@ -121,7 +119,7 @@ func Deployment(opts Options) *appsv1.Deployment {
 		def = &corev1alpha1.CompositionDefinition{}
 	}
 	if opts.Group == "" {
-		opts.Group = crd.Group
+		opts.Group = vocab.CompositionGroup
 	}
 	if opts.Image == "" {
 		opts.Image = DefaultImage
@@ -137,7 +135,7 @@ func Deployment(opts Options) *appsv1.Deployment {
 		labels = map[string]string{}
 	}
 	if def.Name != "" {
-		labels[rbac.LabelDefinitionName] = rbac.LabelValue(def.Name)
+		labels[vocab.LabelDefinitionName] = rbac.LabelValue(def.Name)
 	}
 	maps.Copy(labels, selector)
 
@@ -231,7 +229,7 @@ func env(def *corev1alpha1.CompositionDefinition) []corev1.EnvVar {
 		{Name: "HELM_CONFIG_HOME", Value: TmpDir + "/helm/config"},
 		{Name: "HELM_DATA_HOME", Value: TmpDir + "/helm/data"},
 	}
-	if def.Annotations[corev1alpha1.AnnotationConnectorVerbose] == "true" {
+	if def.Annotations[vocab.AnnotationConnectorVerbose] == "true" {
 		vars = append(vars, corev1.EnvVar{Name: "CORE_PROVIDER_DEBUG", Value: "true"})
 	}
 	return vars

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/golden"
 )
@@ -72,7 +73,7 @@ func TestDeployment(t *testing.T) {
 		assert.Equal(t, v, d.Labels[k])
 		assert.Equal(t, v, d.Spec.Template.Labels[k])
 	}
-	assert.Equal(t, def.Name, d.Labels[rbac.LabelDefinitionName])
+	assert.Equal(t, def.Name, d.Labels[vocab.LabelDefinitionName])
 
 	// Hardening, container by container.
 	assert.True(t, *pod.SecurityContext.RunAsNonRoot)
@@ -95,12 +96,12 @@ func TestDeployment(t *testing.T) {
 
 func TestDeploymentOptions(t *testing.T) {
 	limits := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
-	opts := fireworksOptions(definition(map[string]string{corev1alpha1.AnnotationConnectorVerbose: "true"}))
+	opts := fireworksOptions(definition(map[string]string{vocab.AnnotationConnectorVerbose: "true"}))
 	opts.Group = "example.compositor.dev"
 	opts.Image = "registry.local/compositor:v1.2.3"
 	opts.ImagePullPolicy = corev1.PullIfNotPresent
 	opts.Resources = &limits
-	opts.Labels = map[string]string{"team": "blue", rbac.LabelVersion: "ignored"}
+	opts.Labels = map[string]string{"team": "blue", vocab.LabelVersion: "ignored"}
 	opts.AllowChartNetworks = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd00:1::/64")}
 	d := Deployment(opts)
 
@@ -114,13 +115,13 @@ func TestDeploymentOptions(t *testing.T) {
 		"the controller may fetch from the ranges Compositor may")
 	assert.Equal(t, "blue", d.Labels["team"])
 	assert.Equal(t, "blue", d.Spec.Template.Labels["team"])
-	assert.Equal(t, "v1-1-5", d.Labels[rbac.LabelVersion], "identity labels win")
+	assert.Equal(t, "v1-1-5", d.Labels[vocab.LabelVersion], "identity labels win")
 	assert.Equal(t, SelectorLabels("fireworksapp-system", "fireworksapps", "v1-1-5"), d.Spec.Selector.MatchLabels, "user labels never reach the immutable selector")
 
 	limits.Limits[corev1.ResourceCPU] = resource.MustParse("1")
 	assert.NotContains(t, c.Resources.Limits, corev1.ResourceCPU, "the options are copied")
 
-	quiet := Deployment(fireworksOptions(definition(map[string]string{corev1alpha1.AnnotationConnectorVerbose: "false"})))
+	quiet := Deployment(fireworksOptions(definition(map[string]string{vocab.AnnotationConnectorVerbose: "false"})))
 	assert.NotContains(t, container(quiet).Env, corev1.EnvVar{Name: "CORE_PROVIDER_DEBUG", Value: "true"})
 }
 

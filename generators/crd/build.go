@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/compositor-dev/compositor/api/vocab"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -15,8 +16,6 @@ import (
 )
 
 const (
-	// Group is the API group of every generated CRD.
-	Group = "composition.krateo.io"
 	// HubVersion is the unserved storage version: it keeps every field, so objects
 	// stored through any served version never need migrating
 	// (docs/conversion.md#versions-and-the-hub).
@@ -89,7 +88,7 @@ type ConversionWebhook struct {
 func Build(opts BuildOptions) (*apiextensionsv1.CustomResourceDefinition, Report, error) {
 	group := opts.Group
 	if group == "" {
-		group = Group
+		group = vocab.CompositionGroup
 	}
 	kind, err := Kind(opts.ChartName)
 	if err != nil {

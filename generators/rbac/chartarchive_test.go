@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 )
 
@@ -30,8 +31,8 @@ func TestChartArchiveRoleShape(t *testing.T) {
 	require.NoError(t, err)
 	name := "compositor:fireworksapp-system:fireworksapps-v1-1-5:chart-archive"
 	labels := map[string]string{
-		LabelManagedBy: ManagedBy, LabelDefinitionNamespace: "fireworksapp-system", LabelDefinitionName: "fireworksapp-1-1-5",
-		LabelResource: "fireworksapps", LabelVersion: "v1-1-5",
+		vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: "fireworksapp-system", vocab.LabelDefinitionName: "fireworksapp-1-1-5",
+		vocab.LabelResource: "fireworksapps", vocab.LabelVersion: "v1-1-5",
 	}
 	assert.Equal(t, &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},

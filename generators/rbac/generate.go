@@ -16,33 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
-	"github.com/compositor-dev/compositor/generators/crd"
-)
-
-// Labels on every generated object. Together, LabelDefinitionNamespace, LabelResource
-// and LabelVersion select the objects of one definition version (IdentityLabels).
-const (
-	LabelManagedBy           = "app.kubernetes.io/managed-by"
-	ManagedBy                = "compositor"
-	LabelDefinitionNamespace = "compositor.dev/definition-namespace"
-	LabelDefinitionName      = "compositor.dev/definition-name"
-	LabelResource            = "compositor.dev/resource"
-	LabelVersion             = "compositor.dev/version"
 )
 
 // API groups the controller of a generated API reads or writes besides the chart's.
 const (
-	// DefinitionGroup holds CompositionDefinitions, which the controller reads.
-	DefinitionGroup = "core.krateo.io"
-	// DefinitionResource is the resource of CompositionDefinitions.
-	DefinitionResource = "compositiondefinitions"
-	// PolicyGroup holds CompositionPolicies, which the controller reads to judge what
-	// it installs.
-	PolicyGroup = "policy.compositor.dev"
-	// PolicyResource is the resource of CompositionPolicies.
-	PolicyResource = "compositionpolicies"
-	eventsGroup    = "events.k8s.io"
+	eventsGroup = "events.k8s.io"
 )
 
 // HelmVerbs are the verbs Helm needs on a type it installs: get to find the live
@@ -72,7 +52,7 @@ type Options struct {
 	Plural string
 	// Version is the served CRD version, e.g. v1-1-5.
 	Version string
-	// Group of the generated CRD; defaults to crd.Group.
+	// Group of the generated CRD; defaults to vocab.CompositionGroup.
 	Group string
 	// Types are what the chart creates, from ResourceTypes.
 	Types []ResourceType
@@ -146,10 +126,10 @@ func NamesFor(namespace, plural, version string) Names {
 // namespace: the ServiceAccount, the roles, the bindings and the controller.
 func IdentityLabels(namespace, plural, version string) map[string]string {
 	return map[string]string{
-		LabelManagedBy:           ManagedBy,
-		LabelDefinitionNamespace: namespace,
-		LabelResource:            plural,
-		LabelVersion:             version,
+		vocab.LabelManagedBy:           vocab.ManagedBy,
+		vocab.LabelDefinitionNamespace: namespace,
+		vocab.LabelResource:            plural,
+		vocab.LabelVersion:             version,
 	}
 }
 
@@ -217,7 +197,7 @@ type Objects struct {
 // Generate returns the RBAC objects of one definition version. They pass Check.
 func Generate(opts Options) (*Objects, error) {
 	if opts.Group == "" {
-		opts.Group = crd.Group
+		opts.Group = vocab.CompositionGroup
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -228,7 +208,7 @@ func Generate(opts Options) (*Objects, error) {
 		labels = map[string]string{}
 	}
 	if opts.DefinitionName != "" {
-		labels[LabelDefinitionName] = LabelValue(opts.DefinitionName)
+		labels[vocab.LabelDefinitionName] = LabelValue(opts.DefinitionName)
 	}
 	maps.Copy(labels, IdentityLabels(opts.Namespace, opts.Plural, opts.Version))
 
@@ -424,11 +404,11 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 		{APIGroups: []string{group}, Resources: []string{plural + "/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{eventsGroup}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{DefinitionGroup}, Resources: []string{DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{vocab.DefinitionGroup}, Resources: []string{vocab.DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
 		// To tell a namespace being deleted, where a release goes with its namespace.
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 		// To judge what it installs with the rendered policies, as admission does.
-		{APIGroups: []string{PolicyGroup}, Resources: []string{PolicyResource}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{vocab.PolicyGroup}, Resources: []string{vocab.PolicyResource}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 

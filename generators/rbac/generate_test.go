@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/test/golden"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -166,7 +167,7 @@ func TestGenerateLabels(t *testing.T) {
 	long := strings.Repeat("a-very-long-definition-name", 5)
 	objs, err := Generate(Options{
 		Namespace: "ns", DefinitionName: long, Plural: "fireworksapps", Version: "v1-1-5",
-		Labels: map[string]string{"team": "blue", LabelVersion: "overridden"},
+		Labels: map[string]string{"team": "blue", vocab.LabelVersion: "overridden"},
 	})
 	require.NoError(t, err)
 	for _, o := range append(objs.List(), objs.ReleaseBinding("team-a")) {
@@ -175,8 +176,8 @@ func TestGenerateLabels(t *testing.T) {
 		for k, v := range IdentityLabels("ns", "fireworksapps", "v1-1-5") {
 			assert.Equal(t, v, labels[k], "identity labels win")
 		}
-		assert.Empty(t, validation.IsValidLabelValue(labels[LabelDefinitionName]))
-		assert.True(t, strings.HasPrefix(labels[LabelDefinitionName], "a-very-long"))
+		assert.Empty(t, validation.IsValidLabelValue(labels[vocab.LabelDefinitionName]))
+		assert.True(t, strings.HasPrefix(labels[vocab.LabelDefinitionName], "a-very-long"))
 	}
 	assert.NotEqual(t, LabelValue(long), LabelValue(long+"x"), "a hash tells long names apart")
 	assert.Equal(t, "short", LabelValue("short"))

@@ -3,6 +3,7 @@ package rbac
 import (
 	"testing"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -23,8 +24,8 @@ func TestReleaseSealRoleShape(t *testing.T) {
 	require.NoError(t, err)
 	name := "compositor:fireworksapp-system:fireworksapps-v1-1-5:release-seal"
 	labels := map[string]string{
-		LabelManagedBy: ManagedBy, LabelDefinitionNamespace: "fireworksapp-system", LabelDefinitionName: "fireworksapp-1-1-5",
-		LabelResource: "fireworksapps", LabelVersion: "v1-1-5",
+		vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: "fireworksapp-system", vocab.LabelDefinitionName: "fireworksapp-1-1-5",
+		vocab.LabelResource: "fireworksapps", vocab.LabelVersion: "v1-1-5",
 	}
 	assert.Equal(t, &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},

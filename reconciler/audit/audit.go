@@ -29,11 +29,10 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
-	"github.com/compositor-dev/compositor/reconciler/composition"
-	"github.com/compositor-dev/compositor/reconciler/definition"
 )
 
 const (
@@ -152,7 +151,7 @@ func (p *auditPass) run(ctx context.Context) error {
 		return err
 	}
 	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := p.Reader.List(ctx, crds, client.MatchingLabels{definition.LabelManaged: "true"}); err != nil {
+	if err := p.Reader.List(ctx, crds, client.MatchingLabels{vocab.LabelManaged: "true"}); err != nil {
 		return fmt.Errorf("listing generated CRDs: %w", err)
 	}
 	for i := range crds.Items {
@@ -222,12 +221,12 @@ func (p *auditPass) auditCompositions(ctx context.Context, generated *apiextensi
 		return nil
 	}
 	for _, version := range served {
-		selector := labels.SelectorFromSet(labels.Set{composition.LabelCompositionVersion: version})
+		selector := labels.SelectorFromSet(labels.Set{vocab.LabelCompositionVersion: version})
 		if err := p.auditVersion(ctx, generated, version, selector); err != nil {
 			return err
 		}
 	}
-	unlabelled, err := labels.NewRequirement(composition.LabelCompositionVersion, selection.NotIn, served)
+	unlabelled, err := labels.NewRequirement(vocab.LabelCompositionVersion, selection.NotIn, served)
 	if err != nil {
 		return fmt.Errorf("selecting compositions of %s outside its served versions: %w", generated.Name, err)
 	}

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
-	"github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
@@ -92,6 +92,6 @@ func (r *Reconciler) metadataList() client.ObjectList {
 // holdsCompositions reports whether namespace holds compositions of the version.
 func (r *Reconciler) holdsCompositions(ctx context.Context, reader client.Reader, list client.ObjectList, namespace string) (bool, error) {
 	err := reader.List(ctx, list, client.InNamespace(namespace),
-		client.MatchingLabels{composition.LabelCompositionVersion: r.GVK.Version}, client.Limit(1))
+		client.MatchingLabels{vocab.LabelCompositionVersion: r.GVK.Version}, client.Limit(1))
 	return meta.LenList(list) > 0, err
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
@@ -92,12 +93,12 @@ var ErrChartChanged = errors.New("the chart source serves different content for 
 // AnnotationAcceptChartDigest. A new chart version records its first digest.
 func checkPinned(def *corev1alpha1.CompositionDefinition, digest string) error {
 	pinned := def.Status.Digest
-	if pinned == "" || pinned == digest || !servesSpecVersion(def) || def.Annotations[corev1alpha1.AnnotationAcceptChartDigest] == digest {
+	if pinned == "" || pinned == digest || !servesSpecVersion(def) || def.Annotations[vocab.AnnotationAcceptChartDigest] == digest {
 		return nil
 	}
 	return &condition.Error{Reason: ReasonChartChanged, Terminal: true, Err: fmt.Errorf(
 		"%w: chart %s %s was recorded as %s and is now %s; nothing of the new content is used. If the change is expected, accept it: kubectl annotate compositiondefinition %s -n %s %s=%s",
-		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned, digest, def.Name, def.Namespace, corev1alpha1.AnnotationAcceptChartDigest, digest)}
+		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned, digest, def.Name, def.Namespace, vocab.AnnotationAcceptChartDigest, digest)}
 }
 
 // servesSpecVersion tells whether the status describes the chart version the spec

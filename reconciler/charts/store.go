@@ -12,14 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 )
 
 // Labels, annotation and type of the Secrets that keep chart archives in the cluster.
 const (
-	LabelChartArchive      = "compositor.dev/chart-archive"
-	LabelManagedBy         = "app.kubernetes.io/managed-by"
-	AnnotationChartDigest  = "compositor.dev/chart-digest"
 	SecretTypeChartArchive = corev1.SecretType("compositor.dev/chart-archive")
 	archiveKey             = "chart.tgz"
 )
@@ -87,8 +85,8 @@ func (s *Store) Put(ctx context.Context, digest string, archive []byte) error {
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   s.Namespace,
 			Name:        SecretName(digest),
-			Labels:      map[string]string{LabelChartArchive: "true", LabelManagedBy: "compositor"},
-			Annotations: map[string]string{AnnotationChartDigest: digest},
+			Labels:      map[string]string{vocab.LabelChartArchive: "true", vocab.LabelManagedBy: "compositor"},
+			Annotations: map[string]string{vocab.AnnotationChartDigest: digest},
 		},
 		Type: SecretTypeChartArchive,
 		Data: map[string][]byte{archiveKey: archive},
@@ -135,7 +133,7 @@ func (s *Store) Get(ctx context.Context, digest string) ([]byte, error) {
 		return nil, fmt.Errorf("reading the chart archive of %s from Secret %s/%s: %w", digest, s.Namespace, SecretName(digest), err)
 	}
 	data := secret.Data[archiveKey]
-	if secret.Annotations[AnnotationChartDigest] != digest || digestOf(data) != digest {
+	if secret.Annotations[vocab.AnnotationChartDigest] != digest || digestOf(data) != digest {
 		return nil, fmt.Errorf("%w: Secret %s/%s holds %s, not %s", ErrStoredMismatch, s.Namespace, secret.Name, digestOf(data), digest)
 	}
 	return data, nil
@@ -150,13 +148,13 @@ func (s *Store) Prune(ctx context.Context, inUse func(digest string) bool) error
 	// archives of up to a MiB each are not read to learn their digests.
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if err := s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelChartArchive: "true"}); err != nil {
+	if err := s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{vocab.LabelChartArchive: "true"}); err != nil {
 		return fmt.Errorf("listing the chart archives kept in the cluster: %w", err)
 	}
 	var errs []error
 	for i := range list.Items {
 		secret := &list.Items[i]
-		if inUse(secret.Annotations[AnnotationChartDigest]) {
+		if inUse(secret.Annotations[vocab.AnnotationChartDigest]) {
 			continue
 		}
 		secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
@@ -40,13 +41,6 @@ import (
 	"github.com/compositor-dev/compositor/reconciler/charts"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
-
-// Finalizer holds a composition until its release is uninstalled.
-const Finalizer = "compositor.dev/composition"
-
-// LabelCompositionVersion is the label the mutating webhook stamps on compositions: it
-// selects the compositions a version's controller owns.
-const LabelCompositionVersion = "krateo.io/composition-version"
 
 // Events of the composition controller.
 const (
@@ -174,7 +168,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.GVK.Kind)+"-"+r.GVK.Version).
 		For(r.NewComposition(), builder.WithPredicates(
-			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[LabelCompositionVersion] == r.GVK.Version }),
+			predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[vocab.LabelCompositionVersion] == r.GVK.Version }),
 			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}, DeletionStarted{}, Resynced{}))).
 		Watches(&corev1alpha1.CompositionDefinition{}, handler.EnqueueRequestsFromMapFunc(r.compositionsOfDefinition)).
 		WithOptions(controller.Options{
@@ -217,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if obj.GetLabels()[LabelCompositionVersion] != r.GVK.Version {
+	if obj.GetLabels()[vocab.LabelCompositionVersion] != r.GVK.Version {
 		return ctrl.Result{}, nil // another version's controller owns it now
 	}
 	def, err := r.definition(ctx, obj)
@@ -234,7 +228,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var result ctrl.Result
 	switch {
 	case isPaused(obj) || (def != nil && isPaused(def)):
-		r.setConditions(obj, false, condition.ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", corev1alpha1.AnnotationPaused))
+		r.setConditions(obj, false, condition.ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", vocab.AnnotationPaused))
 	case !obj.GetDeletionTimestamp().IsZero():
 		result, err = r.remove(ctx, obj, def)
 	case def == nil:
@@ -251,7 +245,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			result, err = r.installPlaced(ctx, obj, def, placement, true)
 		}
 	}
-	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, Finalizer) {
+	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
 		return r.settle(ctx, before, obj, result, err)
 	}
 	return result, err
@@ -439,7 +433,7 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
-	if last != nil && last.Info.Status == release.StatusDeployed && last.Labels[LabelFingerprint] == releaseFingerprint(w.fingerprint) {
+	if last != nil && last.Info.Status == release.StatusDeployed && last.Labels[vocab.LabelFingerprint] == releaseFingerprint(w.fingerprint) {
 		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", name, s.on(), w.chart.Metadata.Version, last.Version)
 		return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), revision: last.Version}
 	}
@@ -494,9 +488,9 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 // what it installs and, on a target shared among replicas, the replica that runs the
 // operation (stillRunning).
 func releaseLabels(obj client.Object, w work, s site) map[string]string {
-	labels := map[string]string{LabelCompositionUID: string(obj.GetUID()), LabelFingerprint: releaseFingerprint(w.fingerprint)}
+	labels := map[string]string{vocab.LabelCompositionUID: string(obj.GetUID()), vocab.LabelFingerprint: releaseFingerprint(w.fingerprint)}
 	if s.shared != nil {
-		labels[LabelReplica] = s.shared.self
+		labels[vocab.LabelReplica] = s.shared.self
 	}
 	return labels
 }
@@ -521,13 +515,13 @@ func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, s site, 
 // the API server refuses the update (a webhook, a quota, RBAC), the composition says
 // so in its conditions: the status is patched apart from the object.
 func (r *Reconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstructured) error {
-	if !controllerutil.AddFinalizer(obj, Finalizer) {
+	if !controllerutil.AddFinalizer(obj, vocab.CompositionFinalizer) {
 		return nil
 	}
 	withFinalizer := obj.DeepCopy()
 	if err := r.Client.Update(ctx, withFinalizer); err != nil {
-		controllerutil.RemoveFinalizer(obj, Finalizer)
-		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", Finalizer, err)
+		controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
+		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", vocab.CompositionFinalizer, err)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventUpdateRefused, "Install", "%s", message)
 		r.setConditions(obj, false, ReasonUpdateRefused, message)
 		return fmt.Errorf("adding the finalizer: %w", err)
@@ -563,7 +557,7 @@ func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) 
 // and in the local cluster, then lets the composition go. A target cluster that does
 // not answer holds the deletion until it does, or is no longer registered.
 func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+	if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
@@ -579,7 +573,7 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 			return ctrl.Result{}, err
 		}
 	}
-	controllerutil.RemoveFinalizer(obj, Finalizer)
+	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
 }
 
@@ -644,7 +638,7 @@ func (r *Reconciler) compositionsOfDefinition(ctx context.Context, obj client.Ob
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.GVK.GroupVersion().WithKind(r.GVK.Kind + "List"))
-	if err := r.Client.List(ctx, list, client.MatchingLabels{LabelCompositionVersion: r.GVK.Version}); err != nil {
+	if err := r.Client.List(ctx, list, client.MatchingLabels{vocab.LabelCompositionVersion: r.GVK.Version}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing compositions to map a definition event")
 		return nil
 	}
@@ -724,14 +718,14 @@ func spec(obj *unstructured.Unstructured) map[string]interface{} {
 // releaseName is the composition's release: the annotation the webhook defaults, else
 // its name.
 func releaseName(obj client.Object) string {
-	if name := obj.GetAnnotations()[corev1alpha1.AnnotationReleaseName]; name != "" {
+	if name := obj.GetAnnotations()[vocab.AnnotationReleaseName]; name != "" {
 		return name
 	}
 	return obj.GetName()
 }
 
 func isPaused(obj client.Object) bool {
-	return obj.GetAnnotations()[corev1alpha1.AnnotationPaused] == "true"
+	return obj.GetAnnotations()[vocab.AnnotationPaused] == "true"
 }
 
 func ptrTo[T any](v T) *T { return &v }

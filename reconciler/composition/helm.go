@@ -291,11 +291,6 @@ func (h *Helm) Uninstall(namespace, name string, gate *installGate, clusterResou
 	return true, nil
 }
 
-// LabelFingerprint is the Helm release label with the fingerprint of what the release
-// was installed from (releaseFingerprint): the fingerprint skip reads it from the
-// release itself.
-const LabelFingerprint = "compositor.dev/fingerprint"
-
 // releaseFingerprint is a fingerprint as a label value holds it: its first 63 hex
 // digits (252 bits).
 func releaseFingerprint(fingerprint string) string {

@@ -27,19 +27,9 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 )
-
-// LabelCompositionUID is the Helm release label that marks a release as installed by
-// Compositor for one composition: its UID. A release without it, or with another UID,
-// belongs to someone else and is never upgraded or uninstalled.
-const LabelCompositionUID = "compositor.dev/composition-uid"
-
-// AnnotationAllowClusterScoped, on a CompositionDefinition, lists the cluster-scoped
-// kinds its compositions may create, as Kind.group (Kind alone for the core group),
-// separated by commas: e.g. "IngressClass.networking.k8s.io". Every other
-// cluster-scoped kind is refused, and the kinds of neverInstalled always are.
-const AnnotationAllowClusterScoped = "compositor.dev/allow-cluster-scoped"
 
 // Reasons of the install gate's refusals: nothing was applied.
 const (
@@ -208,7 +198,7 @@ func (g *installGate) checkObject(obj policies.RenderedObject) *GateError {
 		}
 		return &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
 			"%s: %s is cluster-scoped, and compositions create only namespaced objects unless their definition lists the kind in annotation %s (%s)",
-			where, kind, AnnotationAllowClusterScoped, gk.String())}
+			where, kind, vocab.AnnotationAllowClusterScoped, gk.String())}
 	}
 	if namespace != "" && namespace != g.namespace {
 		return &GateError{Reason: ReasonObjectOutsideNamespace, Message: fmt.Sprintf("%s: rendered into namespace %s, outside the composition's namespace %s", where, namespace, g.namespace)}
@@ -263,7 +253,7 @@ func checkOwner(last *release.Release, namespace, name string, uid types.UID) er
 	if last == nil {
 		return nil
 	}
-	switch owner := last.Labels[LabelCompositionUID]; owner {
+	switch owner := last.Labels[vocab.LabelCompositionUID]; owner {
 	case string(uid):
 		return nil
 	case "":
@@ -273,7 +263,7 @@ func checkOwner(last *release.Release, namespace, name string, uid types.UID) er
 		}
 		return &GateError{Reason: ReasonReleaseConflict, Message: fmt.Sprintf(
 			"Helm release %s in namespace %s (chart %s, revision %d) was not installed by Compositor for this composition (it has no %s label): it is left alone; give the composition another %s",
-			name, namespace, chart, last.Version, LabelCompositionUID, "krateo.io/release-name")}
+			name, namespace, chart, last.Version, vocab.LabelCompositionUID, "krateo.io/release-name")}
 	default:
 		return &GateError{Reason: ReasonReleaseConflict, Message: fmt.Sprintf(
 			"Helm release %s in namespace %s belongs to another composition (UID %s): it is left alone; give this composition another krateo.io/release-name",
@@ -553,7 +543,7 @@ func allowedClusterScoped(def *corev1alpha1.CompositionDefinition, mapper meta.R
 	}
 	kinds := map[schema.GroupKind]bool{}
 	var resources []schema.GroupResource
-	for _, entry := range strings.Split(def.Annotations[AnnotationAllowClusterScoped], ",") {
+	for _, entry := range strings.Split(def.Annotations[vocab.AnnotationAllowClusterScoped], ",") {
 		gk := schema.ParseGroupKind(strings.TrimSpace(entry))
 		if gk.Kind == "" || neverInstalled[gk] {
 			continue

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // testMapper knows a few namespaced and cluster-scoped kinds, as discovery would.
@@ -100,7 +101,7 @@ func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 
 func TestReleaseOwnership(t *testing.T) {
 	foreign := &release.Release{Name: "db", Version: 1, Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "opschart", Version: "1.0.0"}}}
-	mine := &release.Release{Name: "db", Version: 3, Labels: map[string]string{LabelCompositionUID: "uid-1"}}
+	mine := &release.Release{Name: "db", Version: 3, Labels: map[string]string{vocab.LabelCompositionUID: "uid-1"}}
 	assert.NoError(t, checkOwner(nil, "ops", "db", "uid-1"), "no release yet")
 	assert.NoError(t, checkOwner(mine, "ops", "db", "uid-1"))
 
@@ -206,7 +207,7 @@ func TestConfinedClientBelowAPath(t *testing.T) {
 func TestClusterScopedKindsByOptIn(t *testing.T) {
 	mapper := testMapper()
 	def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		AnnotationAllowClusterScoped: "Widget.example.com, CustomResourceDefinition.apiextensions.k8s.io,Gadget.example.com,ConfigMap",
+		vocab.AnnotationAllowClusterScoped: "Widget.example.com, CustomResourceDefinition.apiextensions.k8s.io,Gadget.example.com,ConfigMap",
 	}}}
 	kinds, resources := allowedClusterScoped(def, mapper)
 	assert.Equal(t, map[schema.GroupKind]bool{{Group: "example.com", Kind: "Widget"}: true}, kinds,

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
@@ -83,7 +84,7 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
-				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{LabelCompositionVersion: opts.GVK.Version})},
+				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{vocab.LabelCompositionVersion: opts.GVK.Version})},
 			},
 		},
 		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
@@ -413,7 +414,7 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	if r.Targets == nil {
 		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
 			"the composition is placed (%s %q), but this controller installs in its own cluster only: run Compositor with --multicluster and its controllers in process",
-			multicluster.PlacementAnnotation, placement))
+			vocab.AnnotationPlacement, placement))
 		return ctrl.Result{}, nil
 	}
 	if lead {
@@ -535,7 +536,7 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	var closed string
 	if len(selection.Closed) > 0 {
 		closed = fmt.Sprintf("; placement %q also matches %s, not open to namespace %s (their kubeconfig Secret's %s)",
-			placement, strings.Join(selection.Closed, ", "), obj.GetNamespace(), multicluster.NamespaceSelectorAnnotation)
+			placement, strings.Join(selection.Closed, ", "), obj.GetNamespace(), vocab.AnnotationNamespaceSelector)
 	}
 	switch {
 	case len(installs) == 0 && len(pending) == 0 && len(waiting) == 0:
@@ -816,7 +817,7 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 // there is nothing to do: a paused composition, a placement that is no selector (the
 // releases stay), no definition to install from.
 func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if r.Targets == nil || !controllerutil.ContainsFinalizer(obj, Finalizer) || isPaused(obj) || (def != nil && isPaused(def)) {
+	if r.Targets == nil || !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) || isPaused(obj) || (def != nil && isPaused(def)) {
 		return ctrl.Result{}, nil
 	}
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err == nil && placement.Local() && len(Clusters(obj)) == 0 {
@@ -828,7 +829,7 @@ func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured,
 		if err := r.Live.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
-		if !controllerutil.ContainsFinalizer(obj, Finalizer) || isPaused(obj) {
+		if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) || isPaused(obj) {
 			return ctrl.Result{}, nil
 		}
 	}

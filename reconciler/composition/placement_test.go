@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/multicluster"
 )
 
@@ -174,7 +175,7 @@ func TestPlacementProgressedPassesEntriesAndFinalizers(t *testing.T) {
 	entry := old.DeepCopy()
 	setClusters(entry, map[string]ClusterStatus{"eu-1": {Name: "eu-1"}})
 	finalized := old.DeepCopy()
-	finalized.SetFinalizers([]string{Finalizer})
+	finalized.SetFinalizers([]string{vocab.CompositionFinalizer})
 	conditions := old.DeepCopy()
 	_ = unstructured.SetNestedField(conditions.Object, int64(2), "status", "observedGeneration")
 	reworded := entry.DeepCopy()
@@ -194,7 +195,7 @@ func TestAPendingRevisionOfAnotherReplicaIsWaitedFor(t *testing.T) {
 	alive := map[string]bool{"r2": true}
 	shared := site{cluster: "eu-1", shared: &replicas{self: "r1", alive: func(_ context.Context, id string) bool { return alive[id] }}}
 	pending := func(by string, since time.Time) *release.Release {
-		return &release.Release{Name: "shop", Version: 3, Labels: map[string]string{LabelReplica: by},
+		return &release.Release{Name: "shop", Version: 3, Labels: map[string]string{vocab.LabelReplica: by},
 			Info: &release.Info{Status: release.StatusPendingUpgrade, LastDeployed: helmtime.Time{Time: since}}}
 	}
 	a, running := stillRunning(context.Background(), shared, pending("r2", time.Now()))
@@ -210,7 +211,7 @@ func TestAPendingRevisionOfAnotherReplicaIsWaitedFor(t *testing.T) {
 		"a replica that is gone": pending("r3", time.Now()),
 		"no replica recorded":    pending("", time.Now()),
 		"pending for too long":   pending("r2", time.Now().Add(-maxPending-time.Minute)),
-		"not pending":            {Name: "shop", Labels: map[string]string{LabelReplica: "r2"}, Info: &release.Info{Status: release.StatusDeployed}},
+		"not pending":            {Name: "shop", Labels: map[string]string{vocab.LabelReplica: "r2"}, Info: &release.Info{Status: release.StatusDeployed}},
 	} {
 		_, running := stillRunning(context.Background(), shared, rel)
 		assert.False(t, running, name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"helm.sh/helm/v3/pkg/release"
 	helmtime "helm.sh/helm/v3/pkg/time"
 )
@@ -49,10 +50,6 @@ func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (rele
 	return stuck, nil
 }
 
-// LabelReplica is the release label naming the replica of Compositor that ran the
-// operation of a revision, on a target cluster shared among replicas.
-const LabelReplica = "compositor.dev/replica"
-
 // maxPending is how long a revision may stay pending on a shared target while the
 // replica that started it runs still; past that it is taken for interrupted.
 const maxPending = 30 * time.Minute
@@ -67,7 +64,7 @@ func stillRunning(ctx context.Context, s site, last *release.Release) (attempt, 
 	if s.shared == nil || last == nil || last.Info == nil || !last.Info.Status.IsPending() {
 		return attempt{}, false
 	}
-	by := last.Labels[LabelReplica]
+	by := last.Labels[vocab.LabelReplica]
 	since := last.Info.LastDeployed.Time
 	if by == "" || by == s.shared.self || time.Since(since) > maxPending || !s.shared.alive(ctx, by) {
 		return attempt{}, false

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
@@ -36,9 +37,6 @@ import (
 // format (type helm.sh/release.v1, base64 of gzipped JSON, Helm's labels), so `helm
 // list` and `helm history` still read it; a record written or changed by anyone else
 // (`helm upgrade` by hand included) is refused as tampered.
-
-// AnnotationReleaseSeal holds a record's seal: "v1:" and the hex HMAC-SHA256.
-const AnnotationReleaseSeal = "compositor.dev/release-seal"
 
 // ReasonReleaseTampered is the condition reason of a composition whose release record
 // failed its seal: nothing was installed or deleted.
@@ -256,7 +254,7 @@ func (d *sealedSecrets) record(key string, rel *release.Release, stamp string) (
 		Type:       releaseSecretType,
 		Data:       map[string][]byte{"release": []byte(data)},
 	}
-	secret.Annotations = map[string]string{AnnotationReleaseSeal: d.seal.sum(d.namespace, secret)}
+	secret.Annotations = map[string]string{vocab.AnnotationReleaseSeal: d.seal.sum(d.namespace, secret)}
 	return secret, nil
 }
 
@@ -266,10 +264,10 @@ func (d *sealedSecrets) open(secret *corev1.Secret) (*release.Release, error) {
 	tampered := func(reason string) error {
 		return &TamperedError{Namespace: d.namespace, Secret: secret.Name, Reason: reason}
 	}
-	got, sealed := secret.Annotations[AnnotationReleaseSeal]
+	got, sealed := secret.Annotations[vocab.AnnotationReleaseSeal]
 	if !sealed {
-		return nil, &TamperedError{Namespace: d.namespace, Secret: secret.Name, Unsealed: true, Owner: secret.Labels[LabelCompositionUID],
-			Reason: "has no seal (" + AnnotationReleaseSeal + "): Compositor did not write it"}
+		return nil, &TamperedError{Namespace: d.namespace, Secret: secret.Name, Unsealed: true, Owner: secret.Labels[vocab.LabelCompositionUID],
+			Reason: "has no seal (" + vocab.AnnotationReleaseSeal + "): Compositor did not write it"}
 	}
 	if !hmac.Equal([]byte(got), []byte(d.seal.sum(d.namespace, secret))) {
 		return nil, tampered("was changed after Compositor wrote it: its seal does not match its contents")

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -52,7 +53,7 @@ func sealedRecord(t *testing.T, d *sealedSecrets) *corev1.Secret {
 		Config:   map[string]any{"replicas": float64(1)},
 		Manifest: "---\n# Source: app/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo}\n",
 		Hooks:    []*release.Hook{{Name: "pre", Kind: "ConfigMap", Events: []release.HookEvent{release.HookPreDelete}, Manifest: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pre}\n"}},
-		Labels:   map[string]string{LabelCompositionUID: "uid-1", LabelFingerprint: "abc"},
+		Labels:   map[string]string{vocab.LabelCompositionUID: "uid-1", vocab.LabelFingerprint: "abc"},
 	}
 	secret, err := d.record("sh.helm.release.v1.demo.v2", rel, "createdAt")
 	require.NoError(t, err)
@@ -67,7 +68,7 @@ func TestSealedRecordsRefuseEveryChange(t *testing.T) {
 	d := &sealedSecrets{namespace: "team", seal: testSeal(t)}
 	rel, err := d.open(sealedRecord(t, d))
 	require.NoError(t, err)
-	assert.Equal(t, "uid-1", rel.Labels[LabelCompositionUID])
+	assert.Equal(t, "uid-1", rel.Labels[vocab.LabelCompositionUID])
 	assert.Len(t, rel.Hooks, 1)
 	assert.NotContains(t, rel.Labels, "owner", "Helm's own labels are not the release's")
 
@@ -91,17 +92,17 @@ func TestSealedRecordsRefuseEveryChange(t *testing.T) {
 		"info.status":         reencode(func(r *release.Release) { r.Info.Status = release.StatusFailed }),
 		"config":              reencode(func(r *release.Release) { r.Config["replicas"] = float64(9) }),
 		"version":             reencode(func(r *release.Release) { r.Version = 1 }),
-		"label uid":           func(s *corev1.Secret) { s.Labels[LabelCompositionUID] = "uid-2" },
-		"label fingerprint":   func(s *corev1.Secret) { s.Labels[LabelFingerprint] = "def" },
+		"label uid":           func(s *corev1.Secret) { s.Labels[vocab.LabelCompositionUID] = "uid-2" },
+		"label fingerprint":   func(s *corev1.Secret) { s.Labels[vocab.LabelFingerprint] = "def" },
 		"label status":        func(s *corev1.Secret) { s.Labels["status"] = "failed" },
 		"label added":         func(s *corev1.Secret) { s.Labels["extra"] = "x" },
-		"label removed":       func(s *corev1.Secret) { delete(s.Labels, LabelFingerprint) },
+		"label removed":       func(s *corev1.Secret) { delete(s.Labels, vocab.LabelFingerprint) },
 		"type":                func(s *corev1.Secret) { s.Type = corev1.SecretTypeOpaque },
 		"name":                func(s *corev1.Secret) { s.Name = "sh.helm.release.v1.demo.v3" },
 		"data key added":      func(s *corev1.Secret) { s.Data["more"] = []byte("x") },
-		"seal removed":        func(s *corev1.Secret) { delete(s.Annotations, AnnotationReleaseSeal) },
-		"seal of another key": func(s *corev1.Secret) { s.Annotations[AnnotationReleaseSeal] = testSeal(t).sum("team", s) },
-		"seal garbled":        func(s *corev1.Secret) { s.Annotations[AnnotationReleaseSeal] = "v1:00" },
+		"seal removed":        func(s *corev1.Secret) { delete(s.Annotations, vocab.AnnotationReleaseSeal) },
+		"seal of another key": func(s *corev1.Secret) { s.Annotations[vocab.AnnotationReleaseSeal] = testSeal(t).sum("team", s) },
+		"seal garbled":        func(s *corev1.Secret) { s.Annotations[vocab.AnnotationReleaseSeal] = "v1:00" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

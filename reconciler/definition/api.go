@@ -7,6 +7,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
@@ -25,10 +26,10 @@ type generatedAPI struct {
 }
 
 // CRDName is the name of the generated CRD.
-func (a *generatedAPI) CRDName() string { return a.Plural + "." + crd.Group }
+func (a *generatedAPI) CRDName() string { return a.Plural + "." + vocab.CompositionGroup }
 
 // APIVersion is group/version of the served version.
-func (a *generatedAPI) APIVersion() string { return crd.Group + "/" + a.Version }
+func (a *generatedAPI) APIVersion() string { return vocab.CompositionGroup + "/" + a.Version }
 
 // describeAPI names the generated API and translates the chart's schema.
 func (r *Reconciler) describeAPI(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result) (*generatedAPI, error) {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -41,7 +42,7 @@ type ConversionKeeper struct {
 // SetupWithManager registers the keeper with mgr.
 func (k *ConversionKeeper) SetupWithManager(mgr ctrl.Manager) error {
 	k.rotated = make(chan event.GenericEvent, 1)
-	managed := predicate.NewPredicateFuncs(func(obj client.Object) bool { return obj.GetLabels()[LabelManaged] == "true" })
+	managed := predicate.NewPredicateFuncs(func(obj client.Object) bool { return obj.GetLabels()[vocab.LabelManaged] == "true" })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("conversionkeeper").
 		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(managed)).
@@ -67,7 +68,7 @@ func (k *ConversionKeeper) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := k.Client.Get(ctx, req.NamespacedName, current); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if current.Labels[LabelManaged] != "true" || current.Spec.Conversion == nil || current.Spec.Conversion.Webhook == nil {
+	if current.Labels[vocab.LabelManaged] != "true" || current.Spec.Conversion == nil || current.Spec.Conversion.Webhook == nil {
 		return ctrl.Result{}, nil
 	}
 	was := current.Spec.Conversion.Webhook.ClientConfig
@@ -109,7 +110,7 @@ func (k *ConversionKeeper) clientConfig(was *apiextensionsv1.WebhookClientConfig
 // managedCRDs are requests for every generated CRD.
 func (k *ConversionKeeper) managedCRDs(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := k.Client.List(ctx, list, client.MatchingLabels{LabelManaged: "true"}); err != nil {
+	if err := k.Client.List(ctx, list, client.MatchingLabels{vocab.LabelManaged: "true"}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing generated CRDs after a CA bundle change")
 		return nil
 	}

@@ -12,14 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
-
-// LabelManaged marks the CRDs Compositor generates.
-const LabelManaged = "compositor.dev/managed"
 
 // applyCRD serves the definition's version in the CRD of its kind, which every
 // definition of that chart shares. It keeps the other served versions that a
@@ -78,7 +75,7 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 	if generated.Labels == nil {
 		generated.Labels = map[string]string{}
 	}
-	generated.Labels[LabelManaged] = "true"
+	generated.Labels[vocab.LabelManaged] = "true"
 	return ssa.Apply(ctx, r.Client, generated)
 }
 
@@ -107,7 +104,7 @@ func (r *Reconciler) claimedVersions(ctx context.Context, kind string, except *c
 // previousVersion is the served version the definition's status reports.
 func previousVersion(def *corev1alpha1.CompositionDefinition) string {
 	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-	if err != nil || gv.Group != crd.Group {
+	if err != nil || gv.Group != vocab.CompositionGroup {
 		return ""
 	}
 	return gv.Version
@@ -117,8 +114,8 @@ func previousVersion(def *corev1alpha1.CompositionDefinition) string {
 // read through the served version via.
 func (r *Reconciler) compositions(ctx context.Context, api *generatedAPI, via, version string) ([]metav1.PartialObjectMetadata, error) {
 	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: via, Kind: api.Kind + "List"})
-	if err := r.Live.List(ctx, list, client.MatchingLabels{composition.LabelCompositionVersion: version}); err != nil {
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: via, Kind: api.Kind + "List"})
+	if err := r.Live.List(ctx, list, client.MatchingLabels{vocab.LabelCompositionVersion: version}); err != nil {
 		return nil, fmt.Errorf("listing %s compositions of version %s: %w", api.Kind, version, err)
 	}
 	return list.Items, nil
@@ -134,10 +131,10 @@ func (r *Reconciler) moveCompositions(ctx context.Context, api *generatedAPI, fr
 	}
 	for _, item := range items {
 		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind})
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: api.Version, Kind: api.Kind})
 		obj.SetNamespace(item.Namespace)
 		obj.SetName(item.Name)
-		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, composition.LabelCompositionVersion, api.Version))
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, vocab.LabelCompositionVersion, api.Version))
 		if err := r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("moving %s %s/%s to %s: %w", api.Kind, item.Namespace, item.Name, api.Version, err)
 		}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -35,9 +36,6 @@ import (
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 )
-
-// Finalizer holds a CompositionDefinition until its generated objects are removed.
-const Finalizer = "compositor.dev/definition"
 
 // BundleSource knows the CA bundle the API server trusts the webhooks with.
 type BundleSource interface {
@@ -98,7 +96,7 @@ func indexDefinitions(ctx context.Context, indexer client.FieldIndexer) error {
 	}
 	return indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, crdIndex, func(obj client.Object) []string {
 		if resource := obj.(*corev1alpha1.CompositionDefinition).Status.Resource; resource != "" {
-			return []string{resource + "." + crd.Group}
+			return []string{resource + "." + vocab.CompositionGroup}
 		}
 		return nil
 	})
@@ -138,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var result ctrl.Result
 	var err error
 	switch {
-	case def.Annotations[corev1alpha1.AnnotationPaused] == "true":
+	case def.Annotations[vocab.AnnotationPaused] == "true":
 		r.pause(def)
 	case !def.DeletionTimestamp.IsZero():
 		result, err = r.finalize(ctx, def)
@@ -172,12 +170,12 @@ func (r *Reconciler) recordEvents(before, after *corev1alpha1.CompositionDefinit
 
 // pause touches nothing but the status, which says that the definition is paused.
 func (r *Reconciler) pause(def *corev1alpha1.CompositionDefinition) {
-	failed(def, condition.ReasonPaused, fmt.Sprintf("%s is \"true\": nothing is reconciled until it is removed or \"false\"", corev1alpha1.AnnotationPaused))
+	failed(def, condition.ReasonPaused, fmt.Sprintf("%s is \"true\": nothing is reconciled until it is removed or \"false\"", vocab.AnnotationPaused))
 }
 
 // sync is the life of a definition: chart → schema → CRD version → status.
 func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if controllerutil.AddFinalizer(def, Finalizer) {
+	if controllerutil.AddFinalizer(def, vocab.DefinitionFinalizer) {
 		if err := r.Client.Update(ctx, def); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -254,7 +252,7 @@ func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.Composition
 		}
 		return generators.ContentDigest(ch) == content, nil
 	}
-	gvk := schema.GroupVersionKind{Group: crd.Group, Version: api.Version, Kind: api.Kind}
+	gvk := schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: api.Version, Kind: api.Kind}
 	owner, err := ownership.Conflict(list.Items, def, gvk, same)
 	if err != nil || owner == nil {
 		return err
@@ -309,7 +307,7 @@ func (r *Reconciler) definitionsOfSecret(ctx context.Context, secret client.Obje
 }
 
 func (r *Reconciler) definitionsOfCRD(ctx context.Context, obj client.Object) []reconcile.Request {
-	if obj.GetLabels()[LabelManaged] != "true" {
+	if obj.GetLabels()[vocab.LabelManaged] != "true" {
 		return nil
 	}
 	return r.definitionsIndexed(ctx, crdIndex, obj.GetName())

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
@@ -23,7 +23,7 @@ const waitForCompositions = 30 * time.Second
 // finalize removes what the definition generated once no composition of its version is
 // left, then lets the definition go.
 func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(def, Finalizer) {
+	if !controllerutil.ContainsFinalizer(def, vocab.DefinitionFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	if version := previousVersion(def); version != "" {
@@ -32,7 +32,7 @@ func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.Composition
 			return ctrl.Result{RequeueAfter: waitForCompositions}, err
 		}
 	}
-	controllerutil.RemoveFinalizer(def, Finalizer)
+	controllerutil.RemoveFinalizer(def, vocab.DefinitionFinalizer)
 	return ctrl.Result{}, r.Client.Update(ctx, def)
 }
 
@@ -83,5 +83,5 @@ func (r *Reconciler) servedByAnother(ctx context.Context, def *corev1alpha1.Comp
 	if err := r.Client.List(ctx, list); err != nil {
 		return false, err
 	}
-	return ownership.ServedByAnother(list.Items, def, schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: def.Status.Kind}), nil
+	return ownership.ServedByAnother(list.Items, def, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: def.Status.Kind}), nil
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -64,7 +65,7 @@ func TestEventsFindTheirDefinitionsThroughIndexes(t *testing.T) {
 	crd := func(name string, managed bool) client.Object {
 		obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if managed {
-			obj.Labels = map[string]string{LabelManaged: "true"}
+			obj.Labels = map[string]string{vocab.LabelManaged: "true"}
 		}
 		return obj
 	}

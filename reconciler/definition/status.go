@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
@@ -19,7 +20,7 @@ func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetch
 	def.Status.PackageURL = fetched.PackageURL
 	def.Status.Digest = fetched.Digest
 	def.Status.Managed = corev1alpha1.Managed{
-		Group: crd.Group,
+		Group: vocab.CompositionGroup,
 		Kind:  api.Kind,
 		VersionInfo: []corev1alpha1.VersionInfo{
 			{Version: api.Version, Served: true, Stored: false, Chart: api.ChartVersion},

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/controller"
-	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
@@ -54,7 +54,7 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		DefinitionName: def.Name,
 		Plural:         api.Plural,
 		Version:        api.Version,
-		Group:          crd.Group,
+		Group:          vocab.CompositionGroup,
 		Types:          types,
 	}
 	if c := def.Spec.Chart.Credentials; c != nil {
@@ -136,7 +136,7 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		Definition:         def,
 		Plural:             api.Plural,
 		Version:            api.Version,
-		Group:              crd.Group,
+		Group:              vocab.CompositionGroup,
 		Image:              r.ControllerImage,
 		AllowChartNetworks: r.AllowChartNetworks,
 		// With the RBAC above, the controller installs from the kept archive while the

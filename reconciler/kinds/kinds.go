@@ -40,11 +40,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
-	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/binding"
 	"github.com/compositor-dev/compositor/reconciler/charts"
@@ -345,7 +344,7 @@ func (k *Runtime) serveDefined(ctx context.Context) error {
 	for i := range list.Items {
 		def := &list.Items[i]
 		gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-		if err != nil || gv.Group != crd.Group || gv.Version == "" || def.Status.Kind == "" || def.Status.Resource == "" {
+		if err != nil || gv.Group != vocab.CompositionGroup || gv.Version == "" || def.Status.Kind == "" || def.Status.Resource == "" {
 			continue
 		}
 		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version}
@@ -414,7 +413,7 @@ func (k *Runtime) ensure(ctx context.Context, def *corev1alpha1.CompositionDefin
 	if _, ok := k.versions[key]; ok {
 		return nil
 	}
-	v, err := k.newVersion(def, key, schema.GroupVersionKind{Group: crd.Group, Version: version, Kind: kind})
+	v, err := k.newVersion(def, key, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: kind})
 	if err != nil {
 		return fmt.Errorf("serving %s %s: %w", plural, version, err)
 	}
@@ -482,8 +481,8 @@ func (k *Runtime) newInformer(key VersionKey, handler toolscache.ResourceEventHa
 		sync = time.Hour
 	}
 	opts := lightinformer.Options{
-		Resource:      schema.GroupVersionResource{Group: crd.Group, Version: key.Version, Resource: key.Plural},
-		LabelSelector: labels.SelectorFromSet(labels.Set{composition.LabelCompositionVersion: key.Version}).String(),
+		Resource:      schema.GroupVersionResource{Group: vocab.CompositionGroup, Version: key.Version, Resource: key.Plural},
+		LabelSelector: labels.SelectorFromSet(labels.Set{vocab.LabelCompositionVersion: key.Version}).String(),
 		Handler:       handler,
 		Resync:        sync,
 	}
@@ -495,7 +494,7 @@ func (k *Runtime) newInformer(key VersionKey, handler toolscache.ResourceEventHa
 
 // newVersion builds what serves one version, not yet started.
 func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key VersionKey, gvk schema.GroupVersionKind) (*servedVersion, error) {
-	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: crd.Group})
+	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: vocab.CompositionGroup})
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
@@ -662,7 +661,7 @@ func (k *Runtime) ClustersChanged() {
 			if !ok {
 				continue
 			}
-			_, placed := obj.GetAnnotations()[multicluster.PlacementAnnotation]
+			_, placed := obj.GetAnnotations()[vocab.AnnotationPlacement]
 			_, wasPlaced, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "clusters")
 			if placed || wasPlaced {
 				k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
@@ -701,10 +700,10 @@ func (k *Runtime) eachComposition(kind string, fn func(key VersionKey, obj metav
 // bindingOf maps a release RoleBinding to its version and namespace.
 func bindingOf(_ context.Context, binding *rbacv1.RoleBinding) []request {
 	l := binding.GetLabels()
-	if l[rbac.LabelManagedBy] != rbac.ManagedBy || l[rbac.LabelResource] == "" || l[rbac.LabelVersion] == "" {
+	if l[vocab.LabelManagedBy] != vocab.ManagedBy || l[vocab.LabelResource] == "" || l[vocab.LabelVersion] == "" {
 		return nil
 	}
-	key := VersionKey{Namespace: l[rbac.LabelDefinitionNamespace], Plural: l[rbac.LabelResource], Version: l[rbac.LabelVersion]}
+	key := VersionKey{Namespace: l[vocab.LabelDefinitionNamespace], Plural: l[vocab.LabelResource], Version: l[vocab.LabelVersion]}
 	return []request{{Version: key, NamespacedName: types.NamespacedName{Namespace: binding.Namespace}, Binding: true}}
 }
 

@@ -11,13 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 )
 
 // measureThroughAPIServer creates compositions through the API server, as a user's
@@ -163,7 +162,7 @@ func createThroughAPIServer(ctx context.Context, d *dev, namespace string, spec 
 				obj := &unstructured.Unstructured{Object: composition(namespace, i, spec)}
 				md := obj.Object["metadata"].(map[string]any)
 				delete(md, "uid")
-				md["annotations"].(map[string]any)[corev1alpha1.AnnotationPaused] = "true"
+				md["annotations"].(map[string]any)[vocab.AnnotationPaused] = "true"
 				began := time.Now()
 				err := d.client.Create(ctx, obj)
 				took := time.Since(began)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/webhooks"
 )
 
@@ -27,7 +28,7 @@ var successStatus = metav1.Status{Status: metav1.StatusSuccess}
 var benchUser = authenticationv1.UserInfo{Username: "dev@example.com", Groups: []string{"team-a", "system:authenticated"}}
 
 const (
-	compositionGroup   = webhooks.CompositionGroup
+	compositionGroup   = vocab.CompositionGroup
 	compositionKind    = "FireworksApp"
 	compositionVersion = "v1-1-5"
 )
@@ -46,10 +47,10 @@ func composition(namespace string, i int, spec map[string]any) map[string]any {
 			"name":      name,
 			"namespace": namespace,
 			"uid":       string(uuid.NewUUID()),
-			"labels":    map[string]any{"team": "a", webhooks.LabelCompositionVersion: compositionVersion},
+			"labels":    map[string]any{"team": "a", vocab.LabelCompositionVersion: compositionVersion},
 			"annotations": map[string]any{
-				corev1alpha1.AnnotationReleaseName: name,
-				corev1alpha1.AnnotationPaused:      "false",
+				vocab.AnnotationReleaseName: name,
+				vocab.AnnotationPaused:      "false",
 			},
 		},
 		"spec": s,

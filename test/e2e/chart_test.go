@@ -29,9 +29,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -208,7 +208,7 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		archives := &corev1.SecretList{}
 		if assert.NoError(c, cp.Client.List(ctx, archives, client.InNamespace("compositor-system"),
-			client.MatchingLabels{charts.LabelChartArchive: "true"})) && assert.NotEmpty(c, archives.Items, "a kept chart archive") {
+			client.MatchingLabels{vocab.LabelChartArchive: "true"})) && assert.NotEmpty(c, archives.Items, "a kept chart archive") {
 			owners := archives.Items[0].OwnerReferences
 			if assert.Len(c, owners, 1) {
 				assert.Equal(c, "ServiceAccount", owners[0].Kind)

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/reconciler/charts"
@@ -157,7 +158,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	sum := sha256.Sum256(served)
 	accepted := "sha256:" + hex.EncodeToString(sum[:])
 	require.NotEqual(t, def.Status.Digest, accepted)
-	res := cp.Kubectl(ctx, "", "annotate", "compositiondefinition", keptDefinition, "-n", keptNamespace, corev1alpha1.AnnotationAcceptChartDigest+"="+accepted)
+	res := cp.Kubectl(ctx, "", "annotate", "compositiondefinition", keptDefinition, "-n", keptNamespace, vocab.AnnotationAcceptChartDigest+"="+accepted)
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptDefinition}, def))
@@ -255,7 +256,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}, time.Minute, 250*time.Millisecond, "the policy is in force in admission")
 
 		judged := keptApp("judged")
-		judged.SetAnnotations(map[string]string{corev1alpha1.AnnotationPaused: "true"})
+		judged.SetAnnotations(map[string]string{vocab.AnnotationPaused: "true"})
 		require.NoError(t, cp.Client.Create(ctx, judged))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			obj := keptApp("judged")
@@ -264,7 +265,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}, time.Minute, 250*time.Millisecond)
 		res = cp.Kubectl(ctx, "", "label", "keptapps.v0-1-0.composition.krateo.io", "judged", "-n", keptNamespace, "judge=yes")
 		require.NoError(t, res.Err, res.Stderr)
-		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "keptapps.v0-1-0.composition.krateo.io", "judged", "-n", keptNamespace, corev1alpha1.AnnotationPaused+"=false")
+		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "keptapps.v0-1-0.composition.krateo.io", "judged", "-n", keptNamespace, vocab.AnnotationPaused+"=false")
 		require.NoError(t, res.Err, res.Stderr)
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			obj := keptApp("judged")

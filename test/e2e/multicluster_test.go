@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/multicluster"
 	compositionhelm "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
@@ -63,7 +64,7 @@ func TestMulticluster(t *testing.T) {
 
 	for name, target := range map[string]*controlplane.ControlPlane{"target-a": targetA, "target-b": targetB} {
 		require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=team"}, Labels: map[string]string{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name=team"}, Labels: map[string]string{
 				multicluster.SecretLabel: "true",
 				"env":                    name[len(name)-1:],
 			}},
@@ -83,7 +84,7 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 `, targetA.Config.Host, ran)
 	require.NoError(t, hub.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "plugin", Namespace: ns, Labels: map[string]string{multicluster.SecretLabel: "true", "env": "a"},
-			Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=team"}},
+			Annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name=team"}},
 		Data: map[string][]byte{multicluster.SecretKey: []byte(plugin)},
 	}))
 
@@ -120,7 +121,7 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 	require.Len(t, selected, 1)
 	b := selected[0]
 	require.Equal(t, "target-b", b.Name)
-	placement, err := multicluster.ParsePlacement(map[string]string{multicluster.PlacementAnnotation: "env in (a,b),env!=a"})
+	placement, err := multicluster.ParsePlacement(map[string]string{vocab.AnnotationPlacement: "env in (a,b),env!=a"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"target-b"}, names(clusters.Select(ctx, placement.Selector, team).Engaged))
 	assert.Equal(t, []string{"target-a", "target-b"}, names(clusters.Select(ctx, labels.Everything(), team).Engaged))

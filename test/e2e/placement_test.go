@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/multicluster"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
@@ -136,7 +137,7 @@ func TestPlacedCompositionReachesEveryTarget(t *testing.T) {
 	assert.Equal(t, updated, clusterStatuses(t, hub, "hello"), "a skip changes no cluster's entry")
 
 	// Moving the selector uninstalls from the cluster left, and only there.
-	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", placedResource, "hello", "-n", placedNamespace, multicluster.PlacementAnnotation+"=env=prod,name=target-a")
+	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", placedResource, "hello", "-n", placedNamespace, vocab.AnnotationPlacement+"=env=prod,name=target-a")
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "True Available release hello is installed on target-a", readyCondition(c, hub, placedResource, placedNamespace, "hello"))
@@ -288,7 +289,7 @@ func kubeconfigSecret(t *testing.T, name string, target *controlplane.ControlPla
 	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: name, Labels: all,
-			Annotations: map[string]string{multicluster.NamespaceSelectorAnnotation: "kubernetes.io/metadata.name=" + placedNamespace}},
+			Annotations: map[string]string{vocab.AnnotationNamespaceSelector: "kubernetes.io/metadata.name=" + placedNamespace}},
 		Data: map[string][]byte{multicluster.SecretKey: kubeconfigOf(t, target)},
 	}
 }
@@ -355,7 +356,7 @@ func TestPlacementChecksTheTargetsRights(t *testing.T) {
 	ctx := context.Background()
 	secret := kubeconfigSecret(t, "narrow", target, map[string]string{"env": "prod"})
 	secret.Data[multicluster.SecretKey] = target.UserKubeconfig(t, "deliverer")
-	delete(secret.Annotations, multicluster.NamespaceSelectorAnnotation)
+	delete(secret.Annotations, vocab.AnnotationNamespaceSelector)
 	require.NoError(t, hub.Client.Create(ctx, secret))
 	applyDefinition(t, hub, serveCharts(t, placedChart).URL, placedNamespace, "placed-app", "0.1.0")
 	nothingInstalled := func() {
@@ -374,7 +375,7 @@ func TestPlacementChecksTheTargetsRights(t *testing.T) {
 			readyCondition(c, hub, placedResource, placedNamespace, "hello"))
 	}, time.Minute, 100*time.Millisecond)
 	nothingInstalled()
-	res = hub.Kubectl(ctx, "", "annotate", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop,other)")
+	res = hub.Kubectl(ctx, "", "annotate", "secret", "narrow", "-n", "compositor-system", vocab.AnnotationNamespaceSelector+"=kubernetes.io/metadata.name in (shop,other)")
 	require.NoError(t, res.Err, res.Stderr)
 
 	// Open, with no rights at all: every one the install needs is missing.
@@ -451,7 +452,7 @@ subjects: [{kind: User, name: deliverer}]
 	// A typo in the Secret's namespace selector does not close the cluster, which would
 	// uninstall every release there: the release stays, the composition says what is
 	// wrong, and the fix brings it back.
-	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop")
+	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", vocab.AnnotationNamespaceSelector+"=kubernetes.io/metadata.name in (shop")
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, `False ClusterUnavailable cluster narrow: the cluster cannot be used: Secret compositor-system/narrow: annotation compositor.dev/namespace-selector: `+
@@ -460,7 +461,7 @@ subjects: [{kind: User, name: deliverer}]
 	}, time.Minute, 100*time.Millisecond)
 	assertOnTargets(t, map[string]*controlplane.ControlPlane{"narrow": target}, "hello", map[string]string{"narrow": "one"})
 	require.NoError(t, target.Helm(ctx, "status", "hello", "-n", placedNamespace).Err)
-	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", multicluster.NamespaceSelectorAnnotation+"=kubernetes.io/metadata.name in (shop)")
+	res = hub.Kubectl(ctx, "", "annotate", "--overwrite", "secret", "narrow", "-n", "compositor-system", vocab.AnnotationNamespaceSelector+"=kubernetes.io/metadata.name in (shop)")
 	require.NoError(t, res.Err, res.Stderr)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, "True Available release hello is installed on narrow", readyCondition(c, hub, placedResource, placedNamespace, "hello"))

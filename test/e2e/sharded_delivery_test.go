@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
-	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -116,7 +116,7 @@ func TestReplicasShareTheDelivery(t *testing.T) {
 		assert.Equal(t, int64(1), statuses[name].Revision, "%s got the release once", name)
 		records := releaseRecords(t, targets[name], "hello")
 		if assert.Len(t, records, 1, "%s keeps one revision of the release", name) {
-			assert.Equal(t, held[name], records[0].Labels[compositionctl.LabelReplica], "%s was installed by the replica holding it", name)
+			assert.Equal(t, held[name], records[0].Labels[vocab.LabelReplica], "%s was installed by the replica holding it", name)
 		}
 	}
 

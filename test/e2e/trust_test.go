@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
@@ -277,7 +278,7 @@ func TestTamperedReleaseRecordsAreNotActedOn(t *testing.T) {
 	t.Run("labels of the record", func(t *testing.T) {
 		installed(t, cp, "labels", 1)
 		secret, _ := record(t, cp, "labels")
-		secret.Labels[compositionctl.LabelFingerprint] = "0"
+		secret.Labels[vocab.LabelFingerprint] = "0"
 		require.NoError(t, tenantClient.Update(ctx, secret))
 		res := cp.Kubectl(ctx, "", "annotate", fireworks, "labels", "-n", trustNamespace, "--as="+tenant, "touch=1")
 		require.NoError(t, res.Err, res.Stderr)
@@ -370,7 +371,7 @@ func TestGzipBombRecordsCostNothing(t *testing.T) {
 		version := strconv.Itoa(100 + i)
 		require.NoError(t, tenantClient.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: trustNamespace, Name: "sh.helm.release.v1.bombed.v" + version,
-				Labels: map[string]string{"owner": "helm", "name": "bombed", "version": version, "status": "deployed", compositionctl.LabelCompositionUID: uid.Stdout}},
+				Labels: map[string]string{"owner": "helm", "name": "bombed", "version": version, "status": "deployed", vocab.LabelCompositionUID: uid.Stdout}},
 			Type: "helm.sh/release.v1",
 			Data: map[string][]byte{"release": bomb},
 		}))

@@ -4,20 +4,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Annotations a CompositionDefinition (and, for the first two, a composition) understands.
-const (
-	// AnnotationPaused set to "true" stops all reconciliation of the object.
-	AnnotationPaused = "krateo.io/paused"
-	// AnnotationReleaseName is the Helm release name; on a definition it is the default
-	// for compositions that carry none.
-	AnnotationReleaseName = "krateo.io/release-name"
-	// AnnotationConnectorVerbose set to "true" turns on verbose logs for this definition.
-	AnnotationConnectorVerbose = "krateo.io/connector-verbose"
-	// AnnotationAcceptChartDigest names the digest a person accepts for a chart version
-	// whose source now serves other bytes than the ones recorded in status.digest.
-	AnnotationAcceptChartDigest = "compositor.dev/accept-chart-digest"
-)
-
 // Condition types of a CompositionDefinition.
 const (
 	// ConditionReady is True when the generated API is served and its controller runs.

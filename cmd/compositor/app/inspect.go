@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
@@ -372,7 +373,7 @@ func (l *linter) naming(ch *chart.Chart) {
 		return
 	}
 	l.plural, l.version = plural, version
-	l.add(SeverityInfo, "Chart.yaml", "API %s/%s, kind %s, resource %s.%s", crd.Group, version, kind, plural, crd.Group)
+	l.add(SeverityInfo, "Chart.yaml", "API %s/%s, kind %s, resource %s.%s", vocab.CompositionGroup, version, kind, plural, vocab.CompositionGroup)
 }
 
 // schemas checks that every chart of the tree has a schema that compiles, and that

@@ -40,11 +40,11 @@ import (
 	"github.com/compositor-dev/compositor/api"
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
@@ -154,7 +154,7 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 // release binder watches and the definition reconciler deletes.
 func cachedByObject() map[client.Object]cache.ByObject {
 	byObject := secretCache()
-	byObject[&rbacv1.RoleBinding{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{rbac.LabelManagedBy: rbac.ManagedBy})}
+	byObject[&rbacv1.RoleBinding{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{vocab.LabelManagedBy: vocab.ManagedBy})}
 	return byObject
 }
 
@@ -415,7 +415,7 @@ func watchPolicyDir(mgr manager.Manager, engine *policies.Engine, dir string) er
 // Compositor generated.
 func injectIntoGeneratedCRDs(ctx context.Context, c client.Client, bundle []byte) error {
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := c.List(ctx, list, client.MatchingLabels{definition.LabelManaged: "true"}); err != nil {
+	if err := c.List(ctx, list, client.MatchingLabels{vocab.LabelManaged: "true"}); err != nil {
 		return err
 	}
 	objs := make([]client.Object, 0, len(list.Items))

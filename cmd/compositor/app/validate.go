@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/webhooks"
@@ -362,7 +363,7 @@ func loadTarget(ctx context.Context, opts *ValidateOptions) (*target, error) {
 	return &target{
 		chart:       lc,
 		definition:  &policies.ChartRef{URL: spec.URL, Version: spec.Version},
-		releaseName: def.Annotations[corev1alpha1.AnnotationReleaseName],
+		releaseName: def.Annotations[vocab.AnnotationReleaseName],
 	}, nil
 }
 
@@ -378,7 +379,7 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 		req.Definition = &policies.ChartRef{URL: url, Version: version}
 		req.NamespaceLabels = namespaceLabels(req.Namespace, opts.NamespaceLabels)
 		return req, nil
-	case gvk.Group == crd.Group:
+	case gvk.Group == vocab.CompositionGroup:
 		if t == nil {
 			return nil, errors.New("a composition needs its chart: give --chart or --definition")
 		}
@@ -395,7 +396,7 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 		return req, nil
 	default:
 		return nil, fmt.Errorf("%s %s is neither a composition (%s) nor a CompositionDefinition (%s): the validating webhook does not admit it",
-			obj.GetAPIVersion(), gvk.Kind, crd.Group, corev1alpha1.GroupVersion.Group)
+			obj.GetAPIVersion(), gvk.Kind, vocab.CompositionGroup, corev1alpha1.GroupVersion.Group)
 	}
 }
 
@@ -413,7 +414,7 @@ func servedBy(gvk schema.GroupVersionKind, lc *loadedChart) (string, error) {
 	}
 	if gvk.Kind != kind || gvk.Version != version {
 		return "", fmt.Errorf("chart %s %s serves %s, kind %s, not %s, kind %s",
-			ch.Name(), ch.Metadata.Version, schema.GroupVersion{Group: crd.Group, Version: version}, kind, gvk.GroupVersion(), gvk.Kind)
+			ch.Name(), ch.Metadata.Version, schema.GroupVersion{Group: vocab.CompositionGroup, Version: version}, kind, gvk.GroupVersion(), gvk.Kind)
 	}
 	return crd.Plural(ch.Name())
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -31,7 +32,7 @@ func composition(t *testing.T, chartVersion, name string, values []byte) string 
 		spec = map[string]any{}
 	}
 	b, err := yaml.Marshal(map[string]any{
-		"apiVersion": crd.Group + "/" + version,
+		"apiVersion": vocab.CompositionGroup + "/" + version,
 		"kind":       "FireworksApp",
 		"metadata":   map[string]any{"name": name},
 		"spec":       spec,
@@ -351,7 +352,7 @@ func TestReadObjectsKeepsIntegersAndExpandsLists(t *testing.T) {
 	assert.Equal(t, int64(3), n, "integers decode as the API server's JSON decoder does")
 	r, _, _ := unstructured.NestedFieldNoCopy(objs[1].Object, "spec", "ratio")
 	assert.Equal(t, 0.5, r)
-	assert.Equal(t, schema.GroupVersionKind{Group: crd.Group, Version: "v1-1-5", Kind: "FireworksApp"}, objs[2].GroupVersionKind())
+	assert.Equal(t, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v1-1-5", Kind: "FireworksApp"}, objs[2].GroupVersionKind())
 
 	_, err = readObjects("-", strings.NewReader("a: [\n"))
 	require.Error(t, err)

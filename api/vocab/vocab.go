@@ -1,0 +1,98 @@
+// Package vocab is Compositor's vocabulary on the Kubernetes objects it reads and
+// writes: API groups, labels, annotations and finalizers, each declared once. Users
+// and tools meet these names in kubectl; the code reads them from here.
+package vocab
+
+// API groups and resources.
+const (
+	// CompositionGroup is the API group of every generated kind (one CRD per chart).
+	CompositionGroup = "composition.krateo.io"
+	// DefinitionGroup holds CompositionDefinitions.
+	DefinitionGroup = "core.krateo.io"
+	// DefinitionResource is the resource of CompositionDefinitions.
+	DefinitionResource = "compositiondefinitions"
+	// PolicyGroup holds CompositionPolicies.
+	PolicyGroup = "policy.compositor.dev"
+	// PolicyResource is the resource of CompositionPolicies.
+	PolicyResource = "compositionpolicies"
+)
+
+// Annotations users write.
+const (
+	// AnnotationPaused set to "true" on a composition or its definition stops all
+	// reconciliation of it, deletion included.
+	AnnotationPaused = "krateo.io/paused"
+	// AnnotationReleaseName is a composition's Helm release name; on a definition it is
+	// the default for compositions that carry none.
+	AnnotationReleaseName = "krateo.io/release-name"
+	// AnnotationConnectorVerbose set to "true" turns on verbose logs for a definition.
+	AnnotationConnectorVerbose = "krateo.io/connector-verbose"
+	// AnnotationAcceptChartDigest names the digest a person accepts for a chart version
+	// whose source now serves other bytes than the ones recorded in status.digest.
+	AnnotationAcceptChartDigest = "compositor.dev/accept-chart-digest"
+	// AnnotationAllowClusterScoped, on a definition, lists the cluster-scoped kinds
+	// (Kind.group, comma-separated) its compositions may create.
+	AnnotationAllowClusterScoped = "compositor.dev/allow-cluster-scoped"
+	// AnnotationPlacement, on a composition, is the label selector over the target
+	// clusters it is installed on.
+	AnnotationPlacement = "compositor.dev/placement"
+	// AnnotationNamespaceSelector, on a target cluster's kubeconfig Secret, selects the
+	// namespaces whose compositions may be placed there.
+	AnnotationNamespaceSelector = "compositor.dev/namespace-selector"
+)
+
+// Annotations Compositor writes.
+const (
+	// AnnotationConversionStash holds, on an object read through a served version, the
+	// values that version cannot show, so that nothing is lost in a round trip.
+	AnnotationConversionStash = "compositor.dev/conversion-data"
+	// AnnotationReleaseSeal holds a Helm release record's seal: "v1:" and the hex
+	// HMAC-SHA256 of what Compositor wrote.
+	AnnotationReleaseSeal = "compositor.dev/release-seal"
+	// AnnotationChartDigest holds the digest of the chart archive a Secret keeps.
+	AnnotationChartDigest = "compositor.dev/chart-digest"
+	// AnnotationKubeconfigRefused, on a target cluster's kubeconfig Secret, says why
+	// the kubeconfig is refused.
+	AnnotationKubeconfigRefused = "compositor.dev/kubeconfig-refused"
+)
+
+// Labels.
+const (
+	// LabelCompositionVersion is the served version a composition was last written
+	// through, which selects the controller that owns it.
+	LabelCompositionVersion = "krateo.io/composition-version"
+	// LabelManagedBy and ManagedBy mark the objects Compositor generates.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "compositor"
+	// LabelName is the app.kubernetes.io/name of every generated controller pod.
+	LabelName = "app.kubernetes.io/name"
+	// LabelManaged marks the CRDs Compositor generates.
+	LabelManaged = "compositor.dev/managed"
+	// LabelDefinitionNamespace, LabelResource and LabelVersion together select the
+	// generated objects of one definition version; LabelDefinitionName names the
+	// definition.
+	LabelDefinitionNamespace = "compositor.dev/definition-namespace"
+	LabelDefinitionName      = "compositor.dev/definition-name"
+	LabelResource            = "compositor.dev/resource"
+	LabelVersion             = "compositor.dev/version"
+	// LabelChartArchive marks the Secrets that keep chart archives.
+	LabelChartArchive = "compositor.dev/chart-archive"
+	// LabelCompositionUID, on a Helm release record, names the composition whose
+	// release it is.
+	LabelCompositionUID = "compositor.dev/composition-uid"
+	// LabelFingerprint, on a Helm release record, is the fingerprint of what the
+	// release was installed from (the chart digest and the values).
+	LabelFingerprint = "compositor.dev/fingerprint"
+	// LabelReplica, on a Helm release record on a shared target cluster, names the
+	// replica of Compositor that runs the operation.
+	LabelReplica = "compositor.dev/replica"
+)
+
+// Finalizers.
+const (
+	// DefinitionFinalizer holds a CompositionDefinition until its generated objects
+	// are removed.
+	DefinitionFinalizer = "compositor.dev/definition"
+	// CompositionFinalizer holds a composition until its releases are uninstalled.
+	CompositionFinalizer = "compositor.dev/composition"
+)
