@@ -9,28 +9,19 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartlint"
 	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/generators/rbac"
-	"github.com/compositor-dev/compositor/policies"
 )
 
 // ChartOptions say where the chart of `validate`, `crd` and `lint` comes from: a local
@@ -206,7 +197,7 @@ func RunCRD(ctx context.Context, out, errOut io.Writer, opts *CRDOptions) error 
 	if err != nil {
 		return err
 	}
-	obj, report, err := generateCRD(lc.Chart, crd.ConversionWebhook{URL: opts.ConversionURL})
+	obj, report, err := crd.ForChart(lc.Chart, crd.ConversionWebhook{URL: opts.ConversionURL})
 	if err != nil {
 		return err
 	}
@@ -219,24 +210,6 @@ func RunCRD(ctx context.Context, out, errOut io.Writer, opts *CRDOptions) error 
 	}
 	_, err = io.WriteString(errOut, report.String())
 	return err
-}
-
-// generateCRD is what the reconciler generates for one chart version, with the
-// translation and size reports joined.
-func generateCRD(ch *chart.Chart, conversion crd.ConversionWebhook) (*apiextensionsv1.CustomResourceDefinition, crd.Report, error) {
-	spec, report, err := crd.TranslateChart(ch)
-	if err != nil {
-		return nil, nil, fmt.Errorf("translating the schema of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
-	}
-	obj, dropped, err := crd.Build(crd.BuildOptions{
-		ChartName:  ch.Name(),
-		Versions:   []crd.ServedVersion{{ChartVersion: ch.Metadata.Version, Spec: spec}},
-		Conversion: conversion,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("building the CRD of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
-	}
-	return obj, append(report, dropped...), nil
 }
 
 // encodeCRD writes the CRD as a manifest to apply: no status, no empty timestamps.
@@ -297,278 +270,15 @@ func RunLint(ctx context.Context, out, _ io.Writer, opts *LintOptions) error {
 		return err
 	}
 	fmt.Fprintf(out, "==> Linting %s %s\n", lc.Chart.Name(), lc.Chart.Metadata.Version)
-	findings := LintChart(ctx, lc.Chart)
-	counts := map[Severity]int{}
+	findings := chartlint.Lint(ctx, lc.Chart, crd.ConversionWebhook{URL: DefaultConversionURL})
+	counts := map[chartlint.Severity]int{}
 	for _, f := range findings {
 		counts[f.Severity]++
 		fmt.Fprintln(out, f)
 	}
-	fmt.Fprintf(out, "%d error(s), %d warning(s)\n", counts[SeverityError], counts[SeverityWarning])
-	if counts[SeverityError] > 0 {
-		return fmt.Errorf("%w: %s %s: %d error(s)", ErrLint, lc.Chart.Name(), lc.Chart.Metadata.Version, counts[SeverityError])
+	fmt.Fprintf(out, "%d error(s), %d warning(s)\n", counts[chartlint.SeverityError], counts[chartlint.SeverityWarning])
+	if counts[chartlint.SeverityError] > 0 {
+		return fmt.Errorf("%w: %s %s: %d error(s)", ErrLint, lc.Chart.Name(), lc.Chart.Metadata.Version, counts[chartlint.SeverityError])
 	}
 	return nil
-}
-
-// Severity grades a lint finding. Errors are what would make Compositor refuse the
-// chart or its compositions; warnings what works but is likely a mistake.
-type Severity string
-
-// Severities of lint findings.
-const (
-	SeverityError   Severity = "ERROR"
-	SeverityWarning Severity = "WARNING"
-	SeverityInfo    Severity = "INFO"
-)
-
-// LintFinding is one result of lint.
-type LintFinding struct {
-	Severity Severity
-	// File is the chart file the finding is about, relative to the chart root, e.g.
-	// "charts/cache/values.schema.json".
-	File    string
-	Message string
-}
-
-// String is the line lint prints; continuation lines of a long message are indented.
-func (f LintFinding) String() string {
-	return fmt.Sprintf("[%s] %s: %s", f.Severity, f.File, strings.ReplaceAll(f.Message, "\n", "\n    "))
-}
-
-// LintChart runs every lint check on ch, in order: naming, schemas, translation, RBAC.
-func LintChart(ctx context.Context, ch *chart.Chart) []LintFinding {
-	l := &linter{}
-	l.naming(ch)
-	if l.schemas(ctx, ch) {
-		l.translation(ch)
-	}
-	l.rbac(ch)
-	return l.findings
-}
-
-type linter struct {
-	findings []LintFinding
-	plural   string
-	version  string
-}
-
-func (l *linter) add(s Severity, file, format string, args ...any) {
-	l.findings = append(l.findings, LintFinding{Severity: s, File: file, Message: fmt.Sprintf(format, args...)})
-}
-
-func (l *linter) naming(ch *chart.Chart) {
-	if err := ch.Validate(); err != nil {
-		l.add(SeverityError, "Chart.yaml", "%v", err)
-	}
-	kind, err := crd.Kind(ch.Name())
-	if err != nil {
-		l.add(SeverityError, "Chart.yaml", "name: %v", err)
-	}
-	plural, perr := crd.Plural(ch.Name())
-	version, verr := crd.VersionName(ch.Metadata.Version)
-	if verr != nil {
-		l.add(SeverityError, "Chart.yaml", "version: %v", verr)
-	}
-	if err != nil || perr != nil || verr != nil {
-		return
-	}
-	l.plural, l.version = plural, version
-	l.add(SeverityInfo, "Chart.yaml", "API %s/%s, kind %s, resource %s.%s", vocab.CompositionGroup, version, kind, plural, vocab.CompositionGroup)
-}
-
-// schemas checks that every chart of the tree has a schema that compiles, and that
-// the default values pass them. It reports whether every schema compiled.
-func (l *linter) schemas(ctx context.Context, ch *chart.Chart) bool {
-	ok := true
-	validator := policies.NewJSONSchemaValidator(0)
-	walkCharts(ch, "", func(c *chart.Chart, dir string) {
-		file := dir + "values.schema.json"
-		if len(c.Schema) == 0 {
-			if dir == "" {
-				l.add(SeverityWarning, file, "missing: the generated API accepts any spec and the webhook cannot check the values")
-			} else {
-				l.add(SeverityWarning, file, "missing: the values under %s are not checked", c.Name())
-			}
-			return
-		}
-		// Each schema alone, so the finding names its file.
-		alone := &chart.Chart{Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: c.Name(), Version: c.Metadata.Version}, Schema: c.Schema}
-		if _, err := validator.ValidateValues(ctx, alone, "", nil); err != nil {
-			// The file is named already; the validator's "which chart" prefix is noise.
-			l.add(SeverityError, file, "%s", strings.TrimPrefix(err.Error(), "values.schema.json of chart "+c.Name()+": "))
-			ok = false
-		}
-	})
-	if !ok {
-		return false
-	}
-	vs, err := validator.ValidateValues(ctx, ch, "", map[string]any{})
-	if err != nil {
-		l.add(SeverityError, "values.schema.json", "%v", err)
-		return false
-	}
-	for _, v := range vs {
-		l.add(SeverityWarning, "values.yaml", "a composition with an empty spec would be denied: %s", v)
-	}
-	return true
-}
-
-func (l *linter) translation(ch *chart.Chart) {
-	_, report, err := generateCRD(ch, crd.ConversionWebhook{URL: DefaultConversionURL})
-	if err != nil {
-		l.add(SeverityError, "values.schema.json", "%v", err)
-		return
-	}
-	for _, loss := range report {
-		file := "values.schema.json"
-		switch {
-		case strings.HasPrefix(loss.SchemaPath, "#"):
-			file += loss.SchemaPath
-		case loss.SchemaPath != "":
-			file = loss.SchemaPath
-		}
-		l.add(SeverityInfo, file, "CRD: %s", loss)
-	}
-}
-
-func (l *linter) rbac(ch *chart.Chart) {
-	mapper := builtinRESTMapper()
-	types, err := rbac.ResourceTypes(ch, mapper)
-	if errors.Is(err, rbac.ErrUnknownKind) && !errors.Is(err, rbac.ErrForbiddenKind) {
-		l.add(SeverityWarning, "templates", "%v; a cluster must serve them (the preview assumes namespaced types)", err)
-		types, err = rbac.ResourceTypes(ch, guessingMapper{mapper})
-	}
-	if err != nil {
-		if errors.Is(err, rbac.ErrUnknownKind) && !errors.Is(err, rbac.ErrForbiddenKind) {
-			return // already reported; some kinds cannot even be guessed
-		}
-		l.add(SeverityError, "templates", "%v", err)
-		return
-	}
-	if l.plural == "" {
-		return // naming failed: no names to preview RBAC objects under
-	}
-	objs, err := rbac.Generate(rbac.Options{Namespace: "default", Plural: l.plural, Version: l.version, Types: types})
-	if err != nil {
-		l.add(SeverityError, "templates", "%v", err)
-		return
-	}
-	for _, r := range objs.ReleaseRole.Rules {
-		l.add(SeverityInfo, "templates", "RBAC in each composition namespace: %s", formatRule(r))
-	}
-	if objs.ClusterRole != nil {
-		for _, r := range objs.ClusterRole.Rules {
-			l.add(SeverityInfo, "templates", "RBAC cluster-wide: %s", formatRule(r))
-		}
-	}
-}
-
-// walkCharts calls fn for ch and every subchart, depth first, with the directory of
-// each inside the chart ("" for ch, "charts/<name>/" below).
-func walkCharts(ch *chart.Chart, dir string, fn func(c *chart.Chart, dir string)) {
-	fn(ch, dir)
-	for _, d := range ch.Dependencies() {
-		walkCharts(d, dir+"charts/"+d.Name()+"/", fn)
-	}
-}
-
-// formatRule renders a rule as "verbs on resources", e.g.
-// "get, list on deployments.apps, statefulsets.apps".
-func formatRule(r rbacv1.PolicyRule) string {
-	var resources []string
-	for _, g := range r.APIGroups {
-		for _, res := range r.Resources {
-			resources = append(resources, schema.GroupResource{Group: g, Resource: res}.String())
-		}
-	}
-	return strings.Join(r.Verbs, ", ") + " on " + strings.Join(resources, ", ")
-}
-
-// gaVersion matches the API versions a default API server serves for built-in types:
-// alpha versions are off by default, and the beta versions of the built-in scheme
-// are either removed or off by default.
-var gaVersion = regexp.MustCompile(`^v[0-9]+$`)
-
-// clusterScopedKinds are the built-in kinds (and those of the API server's own
-// extension groups) that are not namespaced. Anything else in the scheme is.
-var clusterScopedKinds = map[schema.GroupKind]bool{
-	{Kind: "Namespace"}:        true,
-	{Kind: "Node"}:             true,
-	{Kind: "PersistentVolume"}: true,
-	{Kind: "ComponentStatus"}:  true,
-	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:     true,
-	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}:   true,
-	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}:        true,
-	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}: true,
-	{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicy"}:          true,
-	{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicyBinding"}:   true,
-	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:                 true,
-	{Group: "apiregistration.k8s.io", Kind: "APIService"}:                             true,
-	{Group: "authentication.k8s.io", Kind: "TokenReview"}:                             true,
-	{Group: "authentication.k8s.io", Kind: "SelfSubjectReview"}:                       true,
-	{Group: "authorization.k8s.io", Kind: "SubjectAccessReview"}:                      true,
-	{Group: "authorization.k8s.io", Kind: "SelfSubjectAccessReview"}:                  true,
-	{Group: "authorization.k8s.io", Kind: "SelfSubjectRulesReview"}:                   true,
-	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}:                 true,
-	{Group: "certificates.k8s.io", Kind: "ClusterTrustBundle"}:                        true,
-	{Group: "flowcontrol.apiserver.k8s.io", Kind: "FlowSchema"}:                       true,
-	{Group: "flowcontrol.apiserver.k8s.io", Kind: "PriorityLevelConfiguration"}:       true,
-	{Group: "networking.k8s.io", Kind: "IngressClass"}:                                true,
-	{Group: "networking.k8s.io", Kind: "IPAddress"}:                                   true,
-	{Group: "networking.k8s.io", Kind: "ServiceCIDR"}:                                 true,
-	{Group: "node.k8s.io", Kind: "RuntimeClass"}:                                      true,
-	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                         true,
-	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:                  true,
-	{Group: "resource.k8s.io", Kind: "DeviceClass"}:                                   true,
-	{Group: "resource.k8s.io", Kind: "ResourceSlice"}:                                 true,
-	{Group: "resource.k8s.io", Kind: "DeviceTaintRule"}:                               true,
-	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                               true,
-	{Group: "storage.k8s.io", Kind: "CSIDriver"}:                                      true,
-	{Group: "storage.k8s.io", Kind: "CSINode"}:                                        true,
-	{Group: "storage.k8s.io", Kind: "StorageClass"}:                                   true,
-	{Group: "storage.k8s.io", Kind: "VolumeAttachment"}:                               true,
-	{Group: "storage.k8s.io", Kind: "VolumeAttributesClass"}:                          true,
-	{Group: "storagemigration.k8s.io", Kind: "StorageVersionMigration"}:               true,
-}
-
-// builtinRESTMapper maps the GA kinds of client-go's scheme, plus CRDs and
-// APIServices, as a default API server would: lint's stand-in for discovery.
-var builtinRESTMapper = sync.OnceValue(func() meta.RESTMapper {
-	m := meta.NewDefaultRESTMapper(nil)
-	add := func(gvk schema.GroupVersionKind) {
-		scope := meta.RESTScopeNamespace
-		if clusterScopedKinds[gvk.GroupKind()] {
-			scope = meta.RESTScopeRoot
-		}
-		m.Add(gvk, scope)
-	}
-	for gvk, t := range scheme.Scheme.AllKnownTypes() {
-		if !gaVersion.MatchString(gvk.Version) || strings.HasSuffix(gvk.Kind, "List") {
-			continue
-		}
-		// Only objects: the scheme also holds options and events of every group.
-		if _, ok := t.FieldByName("ObjectMeta"); !ok {
-			continue
-		}
-		add(gvk)
-	}
-	add(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-	add(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
-	return m
-})
-
-// guessingMapper maps kinds its RESTMapper does not know to a guessed, namespaced
-// resource, so lint can preview RBAC for charts that create custom resources.
-type guessingMapper struct {
-	meta.RESTMapper
-}
-
-func (g guessingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	m, err := g.RESTMapper.RESTMapping(gk, versions...)
-	if !meta.IsNoMatchError(err) || len(versions) == 0 || slices.Contains(versions, "") {
-		return m, err
-	}
-	gvk := gk.WithVersion(versions[0])
-	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	return &meta.RESTMapping{Resource: plural, GroupVersionKind: gvk, Scope: meta.RESTScopeNamespace}, nil
 }

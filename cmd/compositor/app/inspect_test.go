@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/generators/crd"
@@ -88,7 +86,7 @@ func TestCRDPrintsWhatTheReconcilerGenerates(t *testing.T) {
 	require.NoError(t, yaml.UnmarshalStrict([]byte(stdout), got))
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
-	want, _, err := generateCRD(ch, crd.ConversionWebhook{URL: DefaultConversionURL})
+	want, _, err := crd.ForChart(ch, crd.ConversionWebhook{URL: DefaultConversionURL})
 	require.NoError(t, err)
 	assert.Equal(t, want.Spec, got.Spec)
 	assert.Equal(t, "fireworksapps.composition.krateo.io", got.Name)
@@ -192,129 +190,4 @@ func TestLintBrokenSchema(t *testing.T) {
 	assert.Equal(t, ExitFailure, ExitCode(err))
 	assert.Contains(t, stdout, "[ERROR] values.schema.json: values.schema.json does not compile: ")
 	assert.Contains(t, stdout, "1 error(s), 0 warning(s)\n")
-}
-
-func TestLintFindings(t *testing.T) {
-	tests := []struct {
-		name  string
-		files map[string]string
-		want  []LintFinding // each must be among the findings, message as a prefix
-		clean bool          // no error
-	}{{
-		name: "subchart schema that is not JSON",
-		files: map[string]string{
-			"Chart.yaml":                    "apiVersion: v2\nname: parent\nversion: 1.0.0\ndependencies:\n  - name: sub\n    version: 0.1.0\n",
-			"values.schema.json":            `{"type": "object"}`,
-			"charts/sub/Chart.yaml":         "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
-			"charts/sub/values.schema.json": `{"type": `,
-			"charts/sub/templates/cm.yaml":  configMapTemplate,
-			"templates/configmap.yaml":      configMapTemplate,
-		},
-		want: []LintFinding{{SeverityError, "charts/sub/values.schema.json", "values.schema.json does not compile"}},
-	}, {
-		name: "no schema, a custom resource, defaults breaking the schema",
-		files: map[string]string{
-			"Chart.yaml":                   "apiVersion: v2\nname: web-app\nversion: 1.0.0\n",
-			"templates/certificate.yaml":   "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata:\n  name: x\n",
-			"templates/configmap.yaml":     configMapTemplate,
-			"charts/db/Chart.yaml":         "apiVersion: v2\nname: db\nversion: 0.1.0\n",
-			"charts/db/values.schema.json": `{"type": "object", "required": ["password"]}`,
-		},
-		want: []LintFinding{
-			{SeverityWarning, "values.schema.json", "missing"},
-			{SeverityWarning, "values.yaml", "a composition with an empty spec would be denied: spec.db.password: "},
-			{SeverityWarning, "templates", "chart creates kinds the API server does not serve: cert-manager.io/v1 Certificate"},
-			{SeverityInfo, "templates", "RBAC in each composition namespace: create, delete, get, list, patch, update, watch on certificates.cert-manager.io"},
-		},
-		clean: true,
-	}, {
-		name: "a kind Compositor never grants",
-		files: map[string]string{
-			"Chart.yaml":              "apiVersion: v2\nname: admin-app\nversion: 1.0.0\n",
-			"values.schema.json":      `{"type": "object"}`,
-			"templates/binding.yaml":  "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: x\n",
-			"templates/configmap.yml": configMapTemplate,
-		},
-		want: []LintFinding{{SeverityError, "templates", "chart creates types Compositor does not grant"}},
-	}, {
-		name: "a name that cannot become a kind",
-		files: map[string]string{
-			"Chart.yaml":         "apiVersion: v2\nname: 2048-game\nversion: 1.0.0\n",
-			"values.schema.json": `{"type": "object"}`,
-		},
-		want: []LintFinding{{SeverityError, "Chart.yaml", "name: chart name cannot become a Kubernetes kind"}},
-	}, {
-		name: "losses are information",
-		files: map[string]string{
-			"Chart.yaml":         "apiVersion: v2\nname: lossy-app\nversion: 1.0.0\n",
-			"values.schema.json": lossySchema,
-		},
-		want:  []LintFinding{{SeverityInfo, "values.schema.json#/properties/auth/oneOf/0/properties/token", "CRD: auth.token: oneOf: "}},
-		clean: true,
-	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			lc, err := loadChart(context.Background(), ChartOptions{Chart: writeChart(t, tt.files)})
-			require.NoError(t, err)
-			findings := LintChart(context.Background(), lc.Chart)
-			for _, want := range tt.want {
-				assert.True(t, hasFinding(findings, want), "want %s among\n%s", want, findingLines(findings))
-			}
-			if tt.clean {
-				for _, f := range findings {
-					assert.NotEqual(t, SeverityError, f.Severity, "%s", f)
-				}
-			}
-		})
-	}
-}
-
-func hasFinding(fs []LintFinding, want LintFinding) bool {
-	for _, f := range fs {
-		if f.Severity == want.Severity && f.File == want.File && strings.HasPrefix(f.Message, want.Message) {
-			return true
-		}
-	}
-	return false
-}
-
-func findingLines(fs []LintFinding) string {
-	var b strings.Builder
-	for _, f := range fs {
-		b.WriteString(f.String() + "\n")
-	}
-	return b.String()
-}
-
-func TestBuiltinRESTMapper(t *testing.T) {
-	m := builtinRESTMapper()
-	tests := []struct {
-		gvk        schema.GroupVersionKind
-		resource   string
-		namespaced bool
-	}{
-		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "deployments", true},
-		{schema.GroupVersionKind{Version: "v1", Kind: "Endpoints"}, "endpoints", true},
-		{schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", false},
-		{schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"}, "ingresses", true},
-		{schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "IngressClass"}, "ingressclasses", false},
-		{schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}, "clusterroles", false},
-		{schema.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "StorageClass"}, "storageclasses", false},
-		{schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}, "customresourcedefinitions", false},
-		{schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}, "poddisruptionbudgets", true},
-	}
-	for _, tt := range tests {
-		mapping, err := m.RESTMapping(tt.gvk.GroupKind(), tt.gvk.Version)
-		require.NoError(t, err, "%s", tt.gvk)
-		assert.Equal(t, tt.resource, mapping.Resource.Resource, "%s", tt.gvk)
-		assert.Equal(t, tt.namespaced, mapping.Scope.Name() == meta.RESTScopeNameNamespace, "%s", tt.gvk)
-	}
-	for _, gvk := range []schema.GroupVersionKind{
-		{Group: "extensions", Version: "v1beta1", Kind: "Ingress"}, // removed from the API server in 1.22
-		{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"},
-		{Version: "v1", Kind: "ListOptions"},
-	} {
-		_, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
-		assert.True(t, meta.IsNoMatchError(err), "%s: %v", gvk, err)
-	}
 }

@@ -1,0 +1,27 @@
+package crd
+
+import (
+	"fmt"
+
+	"helm.sh/helm/v3/pkg/chart"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+// ForChart is the CRD one chart version becomes, served alone (as `compositor crd`
+// shows it and `compositor lint` checks it), with the translation and size reports
+// joined.
+func ForChart(ch *chart.Chart, conversion ConversionWebhook) (*apiextensionsv1.CustomResourceDefinition, Report, error) {
+	spec, report, err := TranslateChart(ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("translating the schema of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
+	}
+	obj, dropped, err := Build(BuildOptions{
+		ChartName:  ch.Name(),
+		Versions:   []ServedVersion{{ChartVersion: ch.Metadata.Version, Spec: spec}},
+		Conversion: conversion,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("building the CRD of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
+	}
+	return obj, append(report, dropped...), nil
+}
