@@ -104,8 +104,8 @@ type Reconciler struct {
 	// Engine: the policies in force; nil Engine evaluates none). Required.
 	Checker *policies.Checker
 	// Targets, when set, are the clusters a composition annotated
-	// compositor.dev/placement is installed on (placement.go); without them such a
-	// composition is not installed anywhere, and says so.
+	// compositor.dev/placement is installed on (targets.go, placement.go); without
+	// them such a composition is not installed anywhere, and says so.
 	Targets *Targets
 	// Leads, when set, says whether this replica leads. With Targets shared among
 	// replicas (Targets.Sharded), the controller runs on every replica: one that does

@@ -1,35 +1,34 @@
+// Placement on target clusters: a composition annotated compositor.dev/placement is
+// installed on every cluster its selector picks (installPlaced, installOnTarget), each
+// recorded in status.clusters before anything is installed there (recordClusters),
+// and uninstalled from the clusters it leaves (uninstallFromTargets, leaveTargets);
+// later turns the attempts on several clusters into when to reconcile again. The
+// reasons and events of placed compositions are declared here. It relies on
+// targets.go (the clusters, their Helm, the hold of those that do not answer),
+// rights.go (the check of a target's rights) and clusterstatus.go (status.clusters);
+// follow.go runs it on a replica that does not lead.
+
 package composition
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
@@ -60,343 +59,6 @@ const (
 	EventReleaseLeftBehind = "ReleaseLeftBehind"
 )
 
-const (
-	// retryTarget is how soon a cluster that cannot be used yet (not engaged) is
-	// looked at again, and the first hold of one that does not answer (observe).
-	retryTarget = 10 * time.Second
-	// targetTimeout bounds each request to a target cluster, so that one that does
-	// not answer holds a worker at most that long, once per hold.
-	targetTimeout = 30 * time.Second
-	// rightsFresh is how long a target's rights, once found sufficient for a chart in
-	// a namespace, are not asked again.
-	rightsFresh = 5 * time.Minute
-)
-
-// Targets are the target clusters compositions are placed on (package multicluster),
-// with one Helm per engaged cluster, built on first use and rebuilt when the cluster is
-// engaged again (its kubeconfig rotated).
-type Targets struct {
-	Clusters *multicluster.Clusters
-	Log      logr.Logger
-	// Sharded: the replicas of Compositor share the clusters (multicluster.Options.Shard),
-	// each engaging its own. A registered cluster not engaged here, whose kubeconfig is
-	// usable, is another replica's: that replica installs there and writes its entry of
-	// status.clusters.
-	Sharded bool
-	// Seal seals the release records written on the target clusters.
-	Seal *ReleaseSeal
-
-	mu      sync.Mutex
-	helms   map[string]targetHelm
-	granted map[rightsKey]time.Time
-	silent  map[string]silence
-}
-
-type targetHelm struct {
-	done <-chan struct{}
-	helm *Helm
-}
-
-// rightsKey is one check of a target's rights: the engagement, the chart, the namespace.
-type rightsKey struct {
-	cluster   string
-	done      <-chan struct{}
-	digest    string
-	namespace string
-}
-
-// helm returns Helm acting as the identity of cl's kubeconfig.
-func (t *Targets) helm(cl multicluster.Cluster) (*Helm, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if h, ok := t.helms[cl.Name]; ok && h.done == cl.Done() {
-		return h.helm, nil
-	}
-	cfg := cl.Config()
-	if cfg.Timeout == 0 {
-		cfg.Timeout = targetTimeout
-	}
-	log := t.Log
-	if log.GetSink() == nil {
-		log = logr.Discard()
-	}
-	h, err := NewHelm(cfg, t.Seal, log.WithValues("cluster", cl.Name))
-	if err != nil {
-		return nil, fmt.Errorf("building Helm for cluster %s: %w", cl.Name, err)
-	}
-	if t.helms == nil {
-		t.helms = map[string]targetHelm{}
-	}
-	// What was built for engagements that ended goes.
-	for name, old := range t.helms {
-		select {
-		case <-old.done:
-			delete(t.helms, name)
-		default:
-		}
-	}
-	t.helms[cl.Name] = targetHelm{done: cl.Done(), helm: h}
-	return h, nil
-}
-
-// A cluster that does not answer is not asked again for a while: every composition
-// placed there would otherwise hold a worker for as long as a request takes to fail.
-// The hold doubles from retryTarget up to maxHold while the cluster stays silent,
-// and ends when it answers or is engaged again.
-const maxHold = time.Minute
-
-type silence struct {
-	done     <-chan struct{}
-	failures int
-	until    time.Time
-	err      error
-}
-
-// held returns a failed attempt at once while cl is held for not answering.
-func (t *Targets) held(cl multicluster.Cluster, reason string) (attempt, bool) {
-	t.mu.Lock()
-	s, ok := t.silent[cl.Name]
-	t.mu.Unlock()
-	if !ok || s.done != cl.Done() || !time.Now().Before(s.until) {
-		return attempt{}, false
-	}
-	err := fmt.Errorf("the cluster did not answer (%w); it is asked again after %s", s.err, s.until.UTC().Format(time.RFC3339))
-	return attempt{reason: reason, message: err.Error(), err: err, requeue: time.Until(s.until)}, true
-}
-
-// observe notes whether an attempt on cl got an answer, and when cl did not, holds it
-// and has the attempt retried when the hold ends.
-func (t *Targets) observe(cl multicluster.Cluster, a attempt) attempt {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if a.err == nil || !unanswered(a.err) {
-		delete(t.silent, cl.Name)
-		return a
-	}
-	s := t.silent[cl.Name]
-	if s.done != cl.Done() {
-		s = silence{done: cl.Done()}
-	}
-	s.failures++
-	s.err = a.err
-	hold := min(retryTarget<<min(s.failures-1, 10), maxHold)
-	s.until = time.Now().Add(hold)
-	if t.silent == nil {
-		t.silent = map[string]silence{}
-	}
-	t.silent[cl.Name] = s
-	a.requeue = hold
-	return a
-}
-
-// unanswered tells the errors of a cluster that did not answer (refused or timed-out
-// connections, an unreachable address, an overloaded or unavailable API server) from
-// its answers.
-func unanswered(err error) bool {
-	var netErr net.Error
-	return errors.As(err, &netErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
-}
-
-// notEngaged says why a registered cluster cannot be used.
-func (t *Targets) notEngaged(ctx context.Context, name string) string {
-	if why := t.Clusters.Unusable(ctx, name); why != "" {
-		return "the cluster cannot be used: " + why
-	}
-	return "the cluster's kubeconfig Secret is there, but the cluster is not engaged yet: its kubeconfig was just written or rotated"
-}
-
-// secret is the kubeconfig Secret of cluster name, as events name it.
-func (t *Targets) secret(name string) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: t.Clusters.Namespace(), Name: name}}
-}
-
-// Verbs the identity of a target needs in the release namespace: Helm reads, creates,
-// patches (upgrades) and deletes the objects of a release, and keeps its release
-// records as Secrets there.
-var (
-	objectVerbs = []string{"get", "create", "patch", "delete"}
-	recordVerbs = []string{"get", "list", "create", "update", "delete"}
-)
-
-// checkRights makes sure namespace exists on cl and that the identity of cl's
-// kubeconfig may do there what installing w needs, asking the cluster itself
-// (SelfSubjectAccessReview, per kind the chart creates and verb Helm uses). What is
-// missing comes back as a GateError listing it, before anything is installed.
-func (t *Targets) checkRights(ctx context.Context, cl multicluster.Cluster, h *Helm, w work, namespace string, clusterResources []schema.GroupResource) error {
-	key := rightsKey{cluster: cl.Name, done: cl.Done(), digest: w.digest, namespace: namespace}
-	t.mu.Lock()
-	at, ok := t.granted[key]
-	t.mu.Unlock()
-	if ok && time.Since(at) < rightsFresh {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, targetTimeout)
-	defer cancel()
-	c := cl.Client()
-	if err := ensureNamespace(ctx, c, cl.Name, namespace); err != nil {
-		return err
-	}
-	types, err := rbac.ResourceTypes(w.chart, h.mapper)
-	if err != nil {
-		return fmt.Errorf("finding the kinds the chart creates, with cluster %s's discovery: %w", cl.Name, err)
-	}
-	attributes := make([]authorizationv1.ResourceAttributes, 0, len(types)*len(objectVerbs)+len(recordVerbs))
-	for _, verb := range recordVerbs {
-		attributes = append(attributes, authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: "secrets"})
-	}
-	for _, typ := range types {
-		ns := namespace
-		if !typ.Namespaced {
-			if !slices.Contains(clusterResources, typ.GroupResource()) {
-				continue // the install gate refuses it: no right is needed
-			}
-			ns = ""
-		}
-		for _, verb := range objectVerbs {
-			attributes = append(attributes, authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: typ.Group, Resource: typ.Resource})
-		}
-	}
-	var missing []string
-	for _, attrs := range attributes {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
-		if err := c.Create(ctx, review); err != nil {
-			return fmt.Errorf("asking cluster %s what its kubeconfig's identity may do: %w", cl.Name, err)
-		}
-		if !review.Status.Allowed {
-			missing = append(missing, describe(attrs))
-		}
-	}
-	if len(missing) > 0 {
-		return &GateError{Reason: ReasonTargetForbidden, Message: fmt.Sprintf(
-			"nothing was installed: the identity of the kubeconfig may not %s; grant it that and the install is tried again within %s",
-			strings.Join(missing, ", "), retryRefused)}
-	}
-	t.mu.Lock()
-	if t.granted == nil {
-		t.granted = map[rightsKey]time.Time{}
-	}
-	for k := range t.granted {
-		select {
-		case <-k.done:
-			delete(t.granted, k)
-		default:
-		}
-	}
-	t.granted[key] = time.Now()
-	t.mu.Unlock()
-	return nil
-}
-
-// describe is a right as kubectl auth can-i says it: "create deployments.apps in
-// namespace team".
-func describe(attrs authorizationv1.ResourceAttributes) string {
-	resource := schema.GroupResource{Group: attrs.Group, Resource: attrs.Resource}.String()
-	if attrs.Namespace == "" {
-		return attrs.Verb + " " + resource + " (cluster-wide)"
-	}
-	return attrs.Verb + " " + resource + " in namespace " + attrs.Namespace
-}
-
-// ensureNamespace creates namespace on a target that does not have it: the release goes
-// into the namespace of the same name as the composition's. An identity that may
-// neither read nor create namespaces cannot tell whether it is there: then the check
-// of its rights in it, and Helm, say what is wrong.
-func ensureNamespace(ctx context.Context, c client.Client, cluster, namespace string) error {
-	err := c.Get(ctx, client.ObjectKey{Name: namespace}, &corev1.Namespace{})
-	switch {
-	case err == nil:
-		return nil
-	case apierrors.IsForbidden(err):
-		err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-		if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsForbidden(err) {
-			return nil
-		}
-		return fmt.Errorf("creating namespace %s on cluster %s: %w", namespace, cluster, err)
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading namespace %s on cluster %s: %w", namespace, cluster, err)
-	}
-	err = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
-	switch {
-	case err == nil, apierrors.IsAlreadyExists(err):
-		return nil
-	case apierrors.IsForbidden(err):
-		return &GateError{Reason: ReasonTargetForbidden, Message: fmt.Sprintf(
-			"nothing was installed: namespace %s does not exist there and the identity of the kubeconfig may not create it: create it, or grant create namespaces", namespace)}
-	default:
-		return fmt.Errorf("creating namespace %s on cluster %s: %w", namespace, cluster, err)
-	}
-}
-
-// ClusterStatus is a composition's release on one target cluster: an entry of
-// status.clusters.
-type ClusterStatus struct {
-	// Name is the cluster's: its kubeconfig Secret's.
-	Name string `json:"name"`
-	// Ready is true when the release there is what the composition asks for.
-	Ready   bool   `json:"ready"`
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
-	// ChartVersion, Fingerprint and Revision are those of the release installed
-	// there, kept when a later attempt fails.
-	ChartVersion string `json:"chartVersion,omitempty"`
-	Fingerprint  string `json:"fingerprint,omitempty"`
-	Revision     int64  `json:"revision,omitempty"`
-}
-
-// Clusters reads status.clusters of a composition, by name.
-func Clusters(obj *unstructured.Unstructured) map[string]ClusterStatus {
-	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "clusters")
-	out := make(map[string]ClusterStatus, len(raw))
-	for _, item := range raw {
-		m, ok := item.(map[string]interface{})
-		if !ok {
-			continue
-		}
-		var st ClusterStatus
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err == nil && st.Name != "" {
-			out[st.Name] = st
-		}
-	}
-	return out
-}
-
-// clustersField is status.clusters as it is stored.
-func clustersField(obj *unstructured.Unstructured) interface{} {
-	field, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "clusters")
-	return field
-}
-
-// setClusters writes status.clusters, by name; none removes the field.
-func setClusters(obj *unstructured.Unstructured, clusters map[string]ClusterStatus) {
-	if len(clusters) == 0 {
-		unstructured.RemoveNestedField(obj.Object, "status", "clusters")
-		return
-	}
-	list := make([]ClusterStatus, 0, len(clusters))
-	for _, st := range clusters {
-		list = append(list, st)
-	}
-	slices.SortFunc(list, func(a, b ClusterStatus) int { return cmp.Compare(a.Name, b.Name) })
-	out := make([]interface{}, 0, len(list))
-	for i := range list {
-		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&list[i]); err == nil {
-			out = append(out, m)
-		}
-	}
-	_ = unstructured.SetNestedSlice(obj.Object, out, "status", "clusters")
-}
-
-// localStatusFields are what status records of the release in the local cluster.
-var localStatusFields = []string{"helmChartUrl", "helmChartVersion", "releaseName", "digest", "fingerprint"}
-
-// hasLocalRelease reports whether the composition's status records a release in the
-// local cluster.
-func hasLocalRelease(obj *unstructured.Unstructured) bool {
-	fingerprint, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	return fingerprint != ""
-}
-
 // installPlaced installs the composition's release on every engaged cluster its
 // placement selects that is open to its namespace, at once, and uninstalls it from
 // those it selected before and no longer does; a release in the local cluster from
@@ -410,6 +72,12 @@ func hasLocalRelease(obj *unstructured.Unstructured) bool {
 // clusters engaged here, and its conditions are not written. With Targets.Sharded, a
 // cluster engaged on another replica is that replica's to install on and to record:
 // the leader counts it Ready when its entry is, with this fingerprint.
+//
+// lead is the mode the reconcile chose once (Reconcile, then follow), not r.leads()
+// read again: a replica that follows may be elected while the reconcile runs, and
+// the reconcile then finishes as a follower (follow writes status.clusters only), not
+// half as one and half as the leader. leaveTargets, uninstallFromTargets and
+// uninstallFromTarget take it for the same reason.
 func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement, lead bool) (ctrl.Result, error) {
 	if r.Targets == nil {
 		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
@@ -573,28 +241,9 @@ func heldElsewhere(clusters []string, notYet string) string {
 	return strings.Join(parts, "; ")
 }
 
-// unlisted are the clusters among names that notReadyMessage(clusters) leaves out:
-// those without an entry, or with one that is Ready.
-func unlisted(clusters map[string]ClusterStatus, names []string) []string {
-	return slices.DeleteFunc(slices.Clone(names), func(name string) bool {
-		st, ok := clusters[name]
-		return ok && !st.Ready
-	})
-}
-
 // joinMessages joins the messages that are not empty.
 func joinMessages(messages ...string) string {
 	return strings.Join(slices.DeleteFunc(messages, func(m string) bool { return m == "" }), "; ")
-}
-
-// readySomewhere reports whether some cluster has the release with fingerprint.
-func readySomewhere(clusters map[string]ClusterStatus, fingerprint string) bool {
-	for _, st := range clusters {
-		if st.Ready && st.Fingerprint == fingerprint {
-			return true
-		}
-	}
-	return false
 }
 
 // recordClusters writes an entry for each selected cluster that has none yet, before
@@ -641,14 +290,6 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	}}
 	s.shared = r.Targets.replicas()
 	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w))
-}
-
-// replicas are those sharing the clusters, nil when they are not shared.
-func (t *Targets) replicas() *replicas {
-	if !t.Sharded {
-		return nil
-	}
-	return &replicas{self: t.Clusters.Replica(), alive: t.Clusters.ReplicaAlive}
 }
 
 // departures is what uninstalling from clusters came to: the attempts, the clusters
@@ -809,76 +450,6 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 	return ctrl.Result{}, true, nil
 }
 
-// follow is a composition's reconcile on a replica that does not lead, when replicas
-// share the target clusters: it installs on, and uninstalls from, the clusters engaged
-// here, and writes their entries of status.clusters, nothing else. The leader adds the
-// finalizer before anything is installed and removes it once status.clusters is
-// empty, installs in the local cluster and writes the conditions, and says why when
-// there is nothing to do: a paused composition, a placement that is no selector (the
-// releases stay), no definition to install from.
-func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if r.Targets == nil || !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) || isPaused(obj) || (def != nil && isPaused(def)) {
-		return ctrl.Result{}, nil
-	}
-	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err == nil && placement.Local() && len(Clusters(obj)) == 0 {
-		return ctrl.Result{}, nil // the leader's alone
-	}
-	if obj.GetDeletionTimestamp().IsZero() {
-		// The cache may lag behind a deletion that has finished: what is installed
-		// follows the composition as it is.
-		if err := r.Live.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) || isPaused(obj) {
-			return ctrl.Result{}, nil
-		}
-	}
-	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
-	if err != nil && obj.GetDeletionTimestamp().IsZero() {
-		return ctrl.Result{}, nil // the releases stay; being deleted, they go
-	}
-	installing := err == nil && !placement.Local() && obj.GetDeletionTimestamp().IsZero()
-	if installing && def == nil {
-		return ctrl.Result{}, nil
-	}
-	before := obj.DeepCopy()
-	var result ctrl.Result
-	if installing {
-		result, err = r.installPlaced(ctx, obj, def, placement, false)
-	} else {
-		// Being deleted, or no longer placed: a definition being deleted serves no more,
-		// and what it installed is uninstalled all the same.
-		result, _, err = r.leaveTargets(ctx, obj, def, false)
-	}
-	// Only status.clusters is this replica's to write.
-	ours := before.DeepCopy()
-	ours.SetResourceVersion(obj.GetResourceVersion())
-	setClusters(ours, Clusters(obj))
-	return r.settle(ctx, before, ours, result, err)
-}
-
-// notReadyReason is the reason of the first cluster, by name, that is not Ready.
-func notReadyReason(clusters map[string]ClusterStatus) string {
-	for _, name := range slices.Sorted(maps.Keys(clusters)) {
-		if st := clusters[name]; !st.Ready {
-			return st.Reason
-		}
-	}
-	return ReasonInstallFailed
-}
-
-// notReadyMessage names every cluster that is not Ready, and why.
-func notReadyMessage(clusters map[string]ClusterStatus) string {
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(clusters)) {
-		if st := clusters[name]; !st.Ready {
-			message := strings.TrimPrefix(st.Message, "cluster "+name+": ")
-			parts = append(parts, fmt.Sprintf("cluster %s: %s", name, message))
-		}
-	}
-	return strings.Join(parts, "; ")
-}
-
 // later is when to reconcile again after attempts on several clusters: with the
 // queue's backoff when one failed, else the soonest requeue any asks for (a refusal,
 // a cluster that does not answer).
@@ -900,32 +471,4 @@ func later(attempts []attempt) (ctrl.Result, error) {
 		return ctrl.Result{}, errors.Join(errs...)
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
-}
-
-// PlacementProgressed passes the updates that change a composition's finalizers, or
-// where its status.clusters says a release is (which clusters, Ready, reason, chart
-// version, fingerprint, revision): with the target clusters shared among replicas,
-// what one replica did on its clusters is for the leader to count, and the finalizer
-// the leader adds lets the others install. A message that changes alone wakes
-// nobody: a failure whose text changes on every attempt is not tried again at once,
-// forever.
-type PlacementProgressed struct{ predicate.Funcs }
-
-func (PlacementProgressed) Update(e event.UpdateEvent) bool {
-	before, okOld := e.ObjectOld.(*unstructured.Unstructured)
-	after, okNew := e.ObjectNew.(*unstructured.Unstructured)
-	if !okOld || !okNew {
-		return false
-	}
-	return !slices.Equal(before.GetFinalizers(), after.GetFinalizers()) || !maps.Equal(whereReleasesAre(before), whereReleasesAre(after))
-}
-
-// whereReleasesAre is status.clusters without the messages.
-func whereReleasesAre(obj *unstructured.Unstructured) map[string]ClusterStatus {
-	clusters := Clusters(obj)
-	for name, st := range clusters {
-		st.Message = ""
-		clusters[name] = st
-	}
-	return clusters
 }
