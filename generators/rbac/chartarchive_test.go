@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 )
 
 const (
@@ -50,7 +50,7 @@ func TestChartArchiveRoleShape(t *testing.T) {
 			Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "fireworksapp-system",
 		}},
 	}, objs.ChartArchiveBinding)
-	assert.Equal(t, chartsource.KeptArchiveSecretName(archiveDigest), objs.ChartArchiveRole.Rules[0].ResourceNames[0],
+	assert.Equal(t, chartfetch.KeptArchiveSecretName(archiveDigest), objs.ChartArchiveRole.Rules[0].ResourceNames[0],
 		"the name the Store keeps the archive under")
 	assert.Equal(t, name, NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").ChartArchive)
 

@@ -155,7 +155,7 @@ func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBindi
 	}
 }
 
-// keptArchiveName matches chartsource.KeptArchiveSecretName of a sha256 digest.
+// keptArchiveName matches chartfetch.KeptArchiveSecretName of a sha256 digest.
 var keptArchiveName = regexp.MustCompile(`^chart-[0-9a-f]{20}$`)
 
 func equalRules(a, b rbacv1.PolicyRule) bool {

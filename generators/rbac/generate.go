@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 )
 
 // API groups the controller of a generated API reads or writes besides the chart's.
@@ -62,7 +62,7 @@ type Options struct {
 	// empty when the chart needs none. The controller may read that Secret and no other.
 	CredentialsSecret string
 	// ChartArchiveNamespace is Compositor's namespace, where the chart archives are kept
-	// in Secrets (reconciler/charts Store); with ChartDigest, the controller may get the
+	// in Secrets (chartstore Store); with ChartDigest, the controller may get the
 	// Secret of that digest there, and no other. Empty generates nothing for it.
 	ChartArchiveNamespace string
 	// ChartDigest is the sha256 digest of the version's chart, "sha256:<64 hex>".
@@ -243,7 +243,7 @@ func Generate(opts Options) (*Objects, error) {
 	}
 	if opts.ChartArchiveNamespace != "" {
 		objs.ChartArchiveRole, objs.ChartArchiveBinding = secretReader(names.ChartArchive, opts.ChartArchiveNamespace,
-			chartsource.KeptArchiveSecretName(opts.ChartDigest), labels, subject)
+			chartfetch.KeptArchiveSecretName(opts.ChartDigest), labels, subject)
 	}
 	if opts.ReleaseSealNamespace != "" {
 		objs.ReleaseSealRole, objs.ReleaseSealBinding = secretReader(names.ReleaseSeal, opts.ReleaseSealNamespace,

@@ -34,12 +34,12 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
-	"github.com/compositor-dev/compositor/reconciler/charts"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
 // Events of the composition controller.
@@ -87,7 +87,7 @@ type Reconciler struct {
 	// GVK is the served version's group, version and kind.
 	GVK schema.GroupVersionKind
 	// Charts loads the definitions' charts.
-	Charts *charts.Source
+	Charts *chartstore.Source
 	// Helm acts with the same identity as Client.
 	Helm     *Helm
 	Recorder recorder.EventRecorder
@@ -318,7 +318,7 @@ type work struct {
 func (r *Reconciler) prepare(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (work, error) {
 	ch, digest, err := r.Charts.Chart(ctx, def)
 	if err != nil {
-		r.setConditions(obj, false, charts.ReasonChartFetchFailed, err.Error())
+		r.setConditions(obj, false, chartstore.ReasonChartFetchFailed, err.Error())
 		return work{}, err
 	}
 	values := spec(obj)

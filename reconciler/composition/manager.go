@@ -18,10 +18,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 )
 
 // ManagerOptions configure the manager of one version's composition controller.
@@ -31,7 +31,7 @@ type ManagerOptions struct {
 	// Scheme knows Compositor's own types.
 	Scheme *runtime.Scheme
 	// Charts loads the definitions' charts.
-	Charts *charts.Source
+	Charts *chartstore.Source
 	// DefinitionNamespace, Bind and MaxReconcileRate: see Reconciler.
 	DefinitionNamespace string
 	Bind                func(ctx context.Context, namespace string) error

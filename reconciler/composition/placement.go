@@ -29,8 +29,8 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/multicluster"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 )
 
 // Reasons and events of placed compositions.

@@ -8,9 +8,9 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/internal/condition"
 )
 
 // generatedAPI is what a definition serves: one version of a generated kind.
@@ -32,7 +32,7 @@ func (a *generatedAPI) CRDName() string { return a.Plural + "." + vocab.Composit
 func (a *generatedAPI) APIVersion() string { return vocab.CompositionGroup + "/" + a.Version }
 
 // describeAPI names the generated API and translates the chart's schema.
-func (r *Reconciler) describeAPI(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result) (*generatedAPI, error) {
+func (r *Reconciler) describeAPI(def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result) (*generatedAPI, error) {
 	meta := fetched.Chart.Metadata
 	api := &generatedAPI{ChartName: meta.Name, ChartVersion: meta.Version, NoSchema: len(fetched.Chart.Schema) == 0}
 	var err error

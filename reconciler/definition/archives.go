@@ -9,16 +9,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/chartsource"
-	"github.com/compositor-dev/compositor/reconciler/charts"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/internal/condition"
 )
 
 // noteNotKept adds to the Synced condition that the fetched archive could not be kept
 // in the cluster (Source.Keep, called before the status records the digest, so that
 // admission and the controllers of any replica find it without the chart source).
 // Failing to keep it costs nothing until the chart source is down.
-func noteNotKept(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, err error) {
+func noteNotKept(def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, err error) {
 	if err == nil {
 		return
 	}
@@ -51,9 +51,9 @@ func (r *Reconciler) pruneCharts(ctx context.Context, def *corev1alpha1.Composit
 // its controllers and admission keep working, and the returned error, for the
 // conditions, says that only a new chart version waits for the source. Without a kept
 // chart it returns err alone.
-func (r *Reconciler) keptChart(ctx context.Context, def *corev1alpha1.CompositionDefinition, err error) (*chartsource.Result, error) {
+func (r *Reconciler) keptChart(ctx context.Context, def *corev1alpha1.CompositionDefinition, err error) (*chartfetch.Result, error) {
 	var ce *condition.Error
-	if !errors.As(err, &ce) || ce.Reason != charts.ReasonChartFetchFailed {
+	if !errors.As(err, &ce) || ce.Reason != chartstore.ReasonChartFetchFailed {
 		return nil, err
 	}
 	kept, keptErr := r.Charts.Kept(ctx, def)

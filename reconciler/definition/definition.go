@@ -28,12 +28,12 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/generators"
-	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/ownership"
-	"github.com/compositor-dev/compositor/reconciler/charts"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 )
 
@@ -50,7 +50,7 @@ type Reconciler struct {
 	// Live reads compositions from the API server.
 	Live client.Reader
 	// Charts fetches the definitions' charts.
-	Charts *charts.Source
+	Charts *chartstore.Source
 	// Conversion locates the conversion webhook; its CABundle comes from Bundle.
 	Conversion crd.ConversionWebhook
 	Bundle     BundleSource
@@ -234,7 +234,7 @@ const ReasonAPIOwnedElsewhere = "APIOwnedElsewhere"
 // that kind and version from other chart content (see package ownership): it would
 // change another team's API under its compositions. It is retried, so the definition
 // serves once the owner is gone.
-func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartsource.Result) error {
+func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) error {
 	// Read only, straight from the cache: every reconciliation asks.
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
@@ -266,7 +266,7 @@ func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.Composition
 // names a new version or chart, before any composition is moved there: the webhooks
 // find a composition's chart through the status, and refuse a write through a version
 // no status names.
-func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) error {
+func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI) error {
 	before := def.DeepCopy()
 	r.recordStatus(def, fetched, api)
 	if before.Status.APIVersion == def.Status.APIVersion && before.Status.Digest == def.Status.Digest {

@@ -7,13 +7,13 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/generators/crd"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/internal/condition"
 )
 
 // recordStatus reports the served API and marks the definition Ready and Synced.
-func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetched *chartsource.Result, api *generatedAPI) {
+func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI) {
 	def.Status.APIVersion = api.APIVersion()
 	def.Status.Kind = api.Kind
 	def.Status.Resource = api.Plural

@@ -19,7 +19,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 

@@ -41,12 +41,12 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/binding"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 	"github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
@@ -82,7 +82,7 @@ type Runtime struct {
 	InProcess bool
 	// Charts, Checker, MaxReconcileRate and Sync configure each version's composition
 	// controller; see composition.Reconciler. MaxReconcileRate applies per version.
-	Charts           *charts.Source
+	Charts           *chartstore.Source
 	Checker          *policies.Checker
 	MaxReconcileRate int
 	Sync             time.Duration

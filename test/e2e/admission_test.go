@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
-	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/test/controlplane"
 	"github.com/compositor-dev/compositor/webhooks"
 )
@@ -34,7 +34,7 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 	opts.WebhookAddr = freePort(t)
 	opts.WebhookURL = "https://" + opts.WebhookAddr
 	// The tests serve their charts on loopback, which Compositor refuses by default.
-	opts.AllowChartNetworks = chartsource.LoopbackNetworks()
+	opts.AllowChartNetworks = chartfetch.LoopbackNetworks()
 	for _, tweak := range tweaks {
 		tweak(opts)
 	}

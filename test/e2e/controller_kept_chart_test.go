@@ -31,9 +31,9 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -137,7 +137,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	def := &corev1alpha1.CompositionDefinition{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptDefinition}, def))
 	require.NotEmpty(t, def.Status.Digest)
-	archive := charts.SecretName(def.Status.Digest)
+	archive := chartstore.SecretName(def.Status.Digest)
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}), "the archive is kept")
 
 	// The generated RBAC: get on that one Secret, in Compositor's namespace.
@@ -164,9 +164,9 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptDefinition}, def))
 		assert.Equal(c, accepted, def.Status.Digest)
 		require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, role))
-		assert.Equal(c, archiveRule(charts.SecretName(accepted)), role.Rules, "only the new archive")
+		assert.Equal(c, archiveRule(chartstore.SecretName(accepted)), role.Rules, "only the new archive")
 	}, time.Minute, 250*time.Millisecond)
-	archive = charts.SecretName(accepted)
+	archive = chartstore.SecretName(accepted)
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}), "the new archive is kept")
 	binding := &rbacv1.RoleBinding{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, binding))

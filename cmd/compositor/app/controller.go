@@ -21,10 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/compositor-dev/compositor/api"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/policy"
 )
@@ -159,17 +159,17 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err := setupSandbox(); err != nil {
 		return err
 	}
-	fetcher, err := chartsource.New(chartsource.Options{
+	fetcher, err := chartfetch.New(chartfetch.Options{
 		CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath, AllowNetworks: opts.AllowChartNetworks,
 	})
 	if err != nil {
 		return err
 	}
-	source := &charts.Source{Fetcher: fetcher, Live: live}
+	source := &chartstore.Source{Fetcher: fetcher, Live: live}
 	if opts.ChartArchiveNamespace != "" {
 		// Read-only: keeping archives is the definition reconciler's job, and the
 		// generated RBAC grants get on this version's archive alone.
-		source.Store = &charts.Store{Client: live, Namespace: opts.ChartArchiveNamespace, ReadOnly: true}
+		source.Store = &chartstore.Store{Client: live, Namespace: opts.ChartArchiveNamespace, ReadOnly: true}
 	}
 	namespace := opts.Namespace
 	if namespace == "" {

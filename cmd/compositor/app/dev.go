@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/samples"
 )
 
@@ -157,7 +157,7 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	}
 	serve := opts.Serve
 	// The sample charts are served on loopback, and so are a developer's own.
-	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartsource.LoopbackNetworks()...)
+	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartfetch.LoopbackNetworks()...)
 	webhook, err := stableWebhookAddr(opts.DataDir, serve.WebhookAddr)
 	if err != nil {
 		return fmt.Errorf("--webhook-bind-address: %w", err)

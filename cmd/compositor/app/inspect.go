@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/chartlint"
-	"github.com/compositor-dev/compositor/generators/chartsource"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -79,7 +79,7 @@ type loadedChart struct {
 func isChartURL(s string) bool { return strings.Contains(s, "://") }
 
 // loadChart loads a local chart with Helm's loader, or fetches a remote one through
-// chartsource, with its network policy and archive limits.
+// chartfetch, with its network policy and archive limits.
 func loadChart(ctx context.Context, o ChartOptions) (*loadedChart, error) {
 	if o.Chart == "" {
 		return nil, usageErrorf("no chart given")
@@ -103,7 +103,7 @@ func loadChart(ctx context.Context, o ChartOptions) (*loadedChart, error) {
 		}
 		return lc, nil
 	}
-	ref := chartsource.Ref{
+	ref := chartfetch.Ref{
 		URL:                   o.Chart,
 		Repo:                  o.Repo,
 		Version:               o.Version,
@@ -121,8 +121,8 @@ func loadChart(ctx context.Context, o ChartOptions) (*loadedChart, error) {
 	// A person's own command fetching what that person names cannot be turned against
 	// a cluster: private ranges (their own registry, loopback) are allowed; link-local
 	// and metadata addresses are not.
-	fetcher, err := chartsource.New(chartsource.Options{
-		CacheDir: o.CacheDir, RegistryConfigPath: o.RegistryConfigPath, AllowNetworks: chartsource.PrivateNetworks(),
+	fetcher, err := chartfetch.New(chartfetch.Options{
+		CacheDir: o.CacheDir, RegistryConfigPath: o.RegistryConfigPath, AllowNetworks: chartfetch.PrivateNetworks(),
 	})
 	if err != nil {
 		return nil, err

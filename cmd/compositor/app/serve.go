@@ -42,14 +42,14 @@ import (
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/certs"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/audit"
-	"github.com/compositor-dev/compositor/reconciler/charts"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/definition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
@@ -111,14 +111,14 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	if err != nil {
 		return err
 	}
-	fetcher, err := chartsource.New(chartsource.Options{
+	fetcher, err := chartfetch.New(chartfetch.Options{
 		CacheDir: opts.ChartCacheDir, RegistryConfigPath: opts.RegistryConfigPath, AllowNetworks: opts.AllowChartNetworks,
 	})
 	if err != nil {
 		return err
 	}
 	// Charts once fetched are kept in the cluster: no replica needs their source again.
-	charts := &charts.Source{Fetcher: fetcher, Live: live, Store: &charts.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
+	charts := &chartstore.Source{Fetcher: fetcher, Live: live, Store: &chartstore.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
 
 	if !opts.UnboundedAdmission {
 		if err := setupSandbox(); err != nil {
@@ -198,7 +198,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *charts.Source, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
 	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
@@ -295,7 +295,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // conversion webhook and CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *charts.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, opts *ServeOptions) (err error) {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, opts *ServeOptions) (err error) {
 	seal, err := compositionctl.NewReleaseSeal(sealKey)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package charts
+package chartstore
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 )
 
 // Labels, annotation and type of the Secrets that keep chart archives in the cluster.
@@ -59,9 +59,9 @@ type Store struct {
 var ErrReadOnly = errors.New("the chart archives kept in the cluster are read-only here")
 
 // SecretName is the name of the Secret that keeps the archive of digest
-// (chartsource.KeptArchiveSecretName, which the generated RBAC names too).
+// (chartfetch.KeptArchiveSecretName, which the generated RBAC names too).
 func SecretName(digest string) string {
-	return chartsource.KeptArchiveSecretName(digest)
+	return chartfetch.KeptArchiveSecretName(digest)
 }
 
 func digestOf(data []byte) string {

@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/repo"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 )
 
@@ -23,8 +23,8 @@ func TestCachedChartsRememberWhoFetchedThem(t *testing.T) {
 	writeIndex(t, dir, func(idx *repo.IndexFile) { idx.Entries["app"][0].Digest = "" })
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "team-a", Password: "a-secret"})
 	cacheDir := t.TempDir()
-	f := newFetcher(t, chartsource.Options{CacheDir: cacheDir})
-	owner := chartsource.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0", Username: "team-a", Password: "a-secret"}
+	f := newFetcher(t, chartfetch.Options{CacheDir: cacheDir})
+	owner := chartfetch.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0", Username: "team-a", Password: "a-secret"}
 
 	first, err := f.Fetch(ctx(t), owner)
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func TestCachedChartsRememberWhoFetchedThem(t *testing.T) {
 	require.True(t, again.FromCache, "the owner's second fetch is served from the cache")
 	require.Equal(t, 1, srv.Count("/app-1.0.0.tgz"))
 
-	others := map[string]chartsource.Ref{
+	others := map[string]chartfetch.Ref{
 		"the archive URL, anonymously":      {URL: first.PackageURL},
 		"the archive URL, other password":   {URL: first.PackageURL, Username: "team-a", Password: "guess"},
 		"the repository, anonymously":       {URL: srv.URL, Repo: "app", Version: "1.0.0"},
@@ -41,17 +41,17 @@ func TestCachedChartsRememberWhoFetchedThem(t *testing.T) {
 	}
 	for name, ref := range others {
 		t.Run(name, func(t *testing.T) {
-			for _, fetcher := range []*chartsource.Fetcher{f, newFetcher(t, chartsource.Options{CacheDir: cacheDir})} {
+			for _, fetcher := range []*chartfetch.Fetcher{f, newFetcher(t, chartfetch.Options{CacheDir: cacheDir})} {
 				srv.Reset()
 				_, err := fetcher.Fetch(ctx(t), ref)
-				require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+				require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 				assert.NotEmpty(t, srv.Requests(), "asked the repository, which refused")
 			}
 		})
 	}
 
 	t.Run("the owner after a restart downloads again: credentials never reach the disk", func(t *testing.T) {
-		res, err := newFetcher(t, chartsource.Options{CacheDir: cacheDir}).Fetch(ctx(t), owner)
+		res, err := newFetcher(t, chartfetch.Options{CacheDir: cacheDir}).Fetch(ctx(t), owner)
 		require.NoError(t, err)
 		assert.False(t, res.FromCache)
 	})
@@ -68,7 +68,7 @@ func TestCredentialsGoOnlyToTheirOrigin(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(dir, "app-1.0.0.tgz")))
 	origin := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "u", Password: "origin-pass"})
 
-	_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), chartsource.Ref{URL: origin.URL, Repo: "app", Version: "1.0.0", Username: "u", Password: "origin-pass"})
+	_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), chartfetch.Ref{URL: origin.URL, Repo: "app", Version: "1.0.0", Username: "u", Password: "origin-pass"})
 	require.NoError(t, err)
 	for _, r := range origin.Requests() {
 		assert.True(t, r.Authorization, "the origin gets the credentials: %s", r.Path)

@@ -1,4 +1,4 @@
-package charts
+package chartstore
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"archive/tar"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 )
 
 func TestCheckArchive(t *testing.T) {
@@ -25,7 +25,7 @@ func TestCheckArchive(t *testing.T) {
 	)
 	var defaultBomb []entry
 	for i := range 21 { // 21 × 5 MiB: each file within its limit, the sum over 100 MiB
-		defaultBomb = append(defaultBomb, entry{name: fmt.Sprintf("app/f%d", i), size: chartsource.DefaultMaxFileBytes})
+		defaultBomb = append(defaultBomb, entry{name: fmt.Sprintf("app/f%d", i), size: chartfetch.DefaultMaxFileBytes})
 	}
 	var trailing bytes.Buffer // a valid tar followed by 2 MiB of zeros inside the gzip stream
 	{
@@ -43,34 +43,34 @@ func TestCheckArchive(t *testing.T) {
 	cases := []struct {
 		name    string
 		archive []byte
-		limits  chartsource.Limits
+		limits  chartfetch.Limits
 		want    error
 	}{
 		{name: "a real chart", archive: tinyChart(t, "app", "1.0.0")},
 		{name: "dirs and a pax global header", archive: ok},
-		{name: "compressed size", archive: ok, limits: chartsource.Limits{MaxArchiveBytes: int64(len(ok) - 1)}, want: chartsource.ErrArchiveTooLarge},
-		{name: "exact compressed size", archive: ok, limits: chartsource.Limits{MaxArchiveBytes: int64(len(ok))}},
-		{name: "bomb under default limits", archive: tarGz(t, defaultBomb...), want: chartsource.ErrArchiveTooLarge},
-		{name: "one file over the per-file limit", archive: tarGz(t, entry{name: "app/big", size: 2048}), limits: chartsource.Limits{MaxFileBytes: 2047}, want: chartsource.ErrArchiveTooLarge},
-		{name: "data after the tar end counts", archive: trailing.Bytes(), limits: chartsource.Limits{MaxUncompressedBytes: 1 << 20}, want: chartsource.ErrArchiveTooLarge},
-		{name: "file count", archive: ok, limits: chartsource.Limits{MaxFiles: 3}, want: chartsource.ErrTooManyFiles},
-		{name: "dot-dot", archive: tarGz(t, entry{name: "app/../x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "leading dot-dot", archive: tarGz(t, entry{name: "../x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "backslash dot-dot", archive: tarGz(t, entry{name: `app\..\..\x`, body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "absolute", archive: tarGz(t, entry{name: "/app/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "drive letter", archive: tarGz(t, entry{name: "C:/app/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "drive after the chart dir", archive: tarGz(t, entry{name: "app/c:/x", body: []byte("x")}), want: chartsource.ErrUnsafeArchive},
-		{name: "symlink", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeSymlink, linkname: "../../x"}), want: chartsource.ErrUnsafeArchive},
-		{name: "hard link", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeLink, linkname: "app/Chart.yaml"}), want: chartsource.ErrUnsafeArchive},
-		{name: "fifo", archive: tarGz(t, entry{name: "app/p", typeflag: tar.TypeFifo}), want: chartsource.ErrUnsafeArchive},
-		{name: "char device", archive: tarGz(t, entry{name: "app/d", typeflag: tar.TypeChar}), want: chartsource.ErrUnsafeArchive},
-		{name: "not gzip", archive: []byte("PK\x03\x04 a zip"), want: chartsource.ErrUnsafeArchive},
-		{name: "truncated", archive: ok[:len(ok)/2], want: chartsource.ErrUnsafeArchive},
-		{name: "empty", archive: nil, want: chartsource.ErrUnsafeArchive},
+		{name: "compressed size", archive: ok, limits: chartfetch.Limits{MaxArchiveBytes: int64(len(ok) - 1)}, want: chartfetch.ErrArchiveTooLarge},
+		{name: "exact compressed size", archive: ok, limits: chartfetch.Limits{MaxArchiveBytes: int64(len(ok))}},
+		{name: "bomb under default limits", archive: tarGz(t, defaultBomb...), want: chartfetch.ErrArchiveTooLarge},
+		{name: "one file over the per-file limit", archive: tarGz(t, entry{name: "app/big", size: 2048}), limits: chartfetch.Limits{MaxFileBytes: 2047}, want: chartfetch.ErrArchiveTooLarge},
+		{name: "data after the tar end counts", archive: trailing.Bytes(), limits: chartfetch.Limits{MaxUncompressedBytes: 1 << 20}, want: chartfetch.ErrArchiveTooLarge},
+		{name: "file count", archive: ok, limits: chartfetch.Limits{MaxFiles: 3}, want: chartfetch.ErrTooManyFiles},
+		{name: "dot-dot", archive: tarGz(t, entry{name: "app/../x", body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "leading dot-dot", archive: tarGz(t, entry{name: "../x", body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "backslash dot-dot", archive: tarGz(t, entry{name: `app\..\..\x`, body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "absolute", archive: tarGz(t, entry{name: "/app/x", body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "drive letter", archive: tarGz(t, entry{name: "C:/app/x", body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "drive after the chart dir", archive: tarGz(t, entry{name: "app/c:/x", body: []byte("x")}), want: chartfetch.ErrUnsafeArchive},
+		{name: "symlink", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeSymlink, linkname: "../../x"}), want: chartfetch.ErrUnsafeArchive},
+		{name: "hard link", archive: tarGz(t, entry{name: "app/l", typeflag: tar.TypeLink, linkname: "app/Chart.yaml"}), want: chartfetch.ErrUnsafeArchive},
+		{name: "fifo", archive: tarGz(t, entry{name: "app/p", typeflag: tar.TypeFifo}), want: chartfetch.ErrUnsafeArchive},
+		{name: "char device", archive: tarGz(t, entry{name: "app/d", typeflag: tar.TypeChar}), want: chartfetch.ErrUnsafeArchive},
+		{name: "not gzip", archive: []byte("PK\x03\x04 a zip"), want: chartfetch.ErrUnsafeArchive},
+		{name: "truncated", archive: ok[:len(ok)/2], want: chartfetch.ErrUnsafeArchive},
+		{name: "empty", archive: nil, want: chartfetch.ErrUnsafeArchive},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := chartsource.CheckArchive(bytes.NewReader(tc.archive), tc.limits)
+			err := chartfetch.CheckArchive(bytes.NewReader(tc.archive), tc.limits)
 			if tc.want == nil {
 				require.NoError(t, err)
 				return
@@ -82,7 +82,7 @@ func TestCheckArchive(t *testing.T) {
 
 func TestCheckArchiveReadsAtMostTheLimit(t *testing.T) {
 	r := &countingReader{r: io.MultiReader(bytes.NewReader(tinyChart(t, "app", "1.0.0")), zeros{})}
-	err := chartsource.CheckArchive(r, chartsource.Limits{MaxArchiveBytes: 64 << 10})
+	err := chartfetch.CheckArchive(r, chartfetch.Limits{MaxArchiveBytes: 64 << 10})
 	require.Error(t, err)
 	assert.LessOrEqual(t, r.n, int64(64<<10+1))
 }
@@ -117,12 +117,12 @@ func FuzzCheckArchive(f *testing.F) {
 	f.Add([]byte{0x1f, 0x8b, 0x08, 0x00})
 	f.Add([]byte{})
 
-	lim := chartsource.Limits{MaxArchiveBytes: 1 << 20, MaxUncompressedBytes: 32 << 10, MaxFileBytes: 16 << 10, MaxFiles: 16}
+	lim := chartfetch.Limits{MaxArchiveBytes: 1 << 20, MaxUncompressedBytes: 32 << 10, MaxFileBytes: 16 << 10, MaxFiles: 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		err := chartsource.CheckArchive(bytes.NewReader(data), lim)
+		err := chartfetch.CheckArchive(bytes.NewReader(data), lim)
 		if err != nil {
-			if !errors.Is(err, chartsource.ErrUnsafeArchive) && !errors.Is(err, chartsource.ErrArchiveTooLarge) &&
-				!errors.Is(err, chartsource.ErrTooManyFiles) {
+			if !errors.Is(err, chartfetch.ErrUnsafeArchive) && !errors.Is(err, chartfetch.ErrArchiveTooLarge) &&
+				!errors.Is(err, chartfetch.ErrTooManyFiles) {
 				t.Fatalf("error matches no sentinel: %v", err)
 			}
 			return
@@ -195,7 +195,7 @@ func extendedHeaderArchive(t testing.TB, entries int, pax, longName int) []byte 
 }
 
 func TestCheckArchiveCountsExtendedHeaders(t *testing.T) {
-	lim := chartsource.Limits{MaxUncompressedBytes: 64 << 10}
+	lim := chartfetch.Limits{MaxUncompressedBytes: 64 << 10}
 	cases := map[string][]byte{
 		"PAX records":     extendedHeaderArchive(t, 3, 40<<10, 0),
 		"one PAX record":  extendedHeaderArchive(t, 1, 100<<10, 0),
@@ -205,13 +205,13 @@ func TestCheckArchiveCountsExtendedHeaders(t *testing.T) {
 	for name, archive := range cases {
 		t.Run(name, func(t *testing.T) {
 			require.Less(t, len(archive), 8<<10, "the archive itself is small")
-			err := chartsource.CheckArchive(bytes.NewReader(archive), lim)
-			require.ErrorIs(t, err, chartsource.ErrArchiveTooLarge)
+			err := chartfetch.CheckArchive(bytes.NewReader(archive), lim)
+			require.ErrorIs(t, err, chartfetch.ErrArchiveTooLarge)
 			assert.Contains(t, err.Error(), "MaxUncompressedBytes")
 			assert.Contains(t, err.Error(), "65536 bytes")
 		})
 	}
 	t.Run("the same headers within the limit", func(t *testing.T) {
-		require.NoError(t, chartsource.CheckArchive(bytes.NewReader(extendedHeaderArchive(t, 1, 40<<10, 0)), lim))
+		require.NoError(t, chartfetch.CheckArchive(bytes.NewReader(extendedHeaderArchive(t, 1, 40<<10, 0)), lim))
 	})
 }

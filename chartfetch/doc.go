@@ -1,4 +1,4 @@
-// Package chartsource fetches Helm charts for CompositionDefinitions
+// Package chartfetch fetches Helm charts for CompositionDefinitions
 // (docs/architecture.md#chart-sources, docs/tenancy.md#chart-sources-and-the-network):
 // from a Helm repository (index.yaml), from an OCI registry through Helm's registry
 // client, or from a direct .tgz URL. Archives land in a content-addressed on-disk cache
@@ -52,4 +52,4 @@
 // its source. A direct URL has nothing to check first: its URL→digest memo is kept on
 // disk for anonymous URLs and only in memory (keyed by an HMAC with a per-process key)
 // when credentials are involved, so credentials never reach the disk.
-package chartsource
+package chartfetch

@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 )
 
@@ -41,37 +41,37 @@ func TestCheckAddress(t *testing.T) {
 	public := []string{"8.8.8.8:443", "[2001:db8::1]:443", "[2606:4700::1111]:443", "[2002:808:808::1]:443"}
 
 	for _, a := range never {
-		assert.ErrorIs(t, chartsource.CheckAddress("tcp", a), chartsource.ErrBlockedAddress, a)
-		err := chartsource.NewAddressGuard(chartsource.PrivateNetworks())("tcp", a)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress, "no allow-list opens %s", a)
+		assert.ErrorIs(t, chartfetch.CheckAddress("tcp", a), chartfetch.ErrBlockedAddress, a)
+		err := chartfetch.NewAddressGuard(chartfetch.PrivateNetworks())("tcp", a)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, "no allow-list opens %s", a)
 		assert.NotContains(t, err.Error(), "--allow-chart-network", a)
 	}
-	assert.ErrorIs(t, chartsource.CheckAddress("tcp", "not-an-ip:80"), chartsource.ErrBlockedAddress)
+	assert.ErrorIs(t, chartfetch.CheckAddress("tcp", "not-an-ip:80"), chartfetch.ErrBlockedAddress)
 	for a, prefix := range private {
-		err := chartsource.CheckAddress("tcp", a)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress, a)
+		err := chartfetch.CheckAddress("tcp", a)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, a)
 		assert.Contains(t, err.Error(), a, "names the address")
 		assert.Contains(t, err.Error(), "in "+prefix, "names the range")
 		assert.Contains(t, err.Error(), "allow it with --allow-chart-network "+prefix, "names the flag")
-		assert.NoError(t, chartsource.NewAddressGuard([]netip.Prefix{netip.MustParsePrefix(prefix)})("tcp", a), a)
-		assert.NoError(t, chartsource.NewAddressGuard(chartsource.PrivateNetworks())("tcp", a), a)
+		assert.NoError(t, chartfetch.NewAddressGuard([]netip.Prefix{netip.MustParsePrefix(prefix)})("tcp", a), a)
+		assert.NoError(t, chartfetch.NewAddressGuard(chartfetch.PrivateNetworks())("tcp", a), a)
 	}
 	for _, a := range public {
-		assert.NoError(t, chartsource.CheckAddress("tcp", a), a)
+		assert.NoError(t, chartfetch.CheckAddress("tcp", a), a)
 	}
 
 	t.Run("an allow-list opens only what it names", func(t *testing.T) {
-		guard := chartsource.NewAddressGuard([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")})
+		guard := chartfetch.NewAddressGuard([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")})
 		assert.NoError(t, guard("tcp", "10.1.2.3:443"))
-		assert.ErrorIs(t, guard("tcp", "10.2.0.1:443"), chartsource.ErrBlockedAddress)
-		assert.ErrorIs(t, guard("tcp", "127.0.0.1:443"), chartsource.ErrBlockedAddress)
-		assert.ErrorIs(t, guard("tcp", "169.254.169.254:80"), chartsource.ErrBlockedAddress)
+		assert.ErrorIs(t, guard("tcp", "10.2.0.1:443"), chartfetch.ErrBlockedAddress)
+		assert.ErrorIs(t, guard("tcp", "127.0.0.1:443"), chartfetch.ErrBlockedAddress)
+		assert.ErrorIs(t, guard("tcp", "169.254.169.254:80"), chartfetch.ErrBlockedAddress)
 	})
 	t.Run("loopback networks", func(t *testing.T) {
-		guard := chartsource.NewAddressGuard(chartsource.LoopbackNetworks())
+		guard := chartfetch.NewAddressGuard(chartfetch.LoopbackNetworks())
 		assert.NoError(t, guard("tcp", "127.0.0.1:8879"))
 		assert.NoError(t, guard("tcp", "[::1]:8879"))
-		assert.ErrorIs(t, guard("tcp", "10.0.0.1:443"), chartsource.ErrBlockedAddress)
+		assert.ErrorIs(t, guard("tcp", "10.0.0.1:443"), chartfetch.ErrBlockedAddress)
 	})
 }
 
@@ -134,14 +134,14 @@ func TestFetchJudgesResolvedAddresses(t *testing.T) {
 	} {
 		t.Run(host, func(t *testing.T) {
 			rec := &dialRecorder{}
-			f := newFetcher(t, chartsource.Options{DialGuard: rec.guard, Resolver: resolver})
-			for _, ref := range []chartsource.Ref{
+			f := newFetcher(t, chartfetch.Options{DialGuard: rec.guard, Resolver: resolver})
+			for _, ref := range []chartfetch.Ref{
 				{URL: "https://" + host + "/app-1.0.0.tgz"},
 				{URL: "https://" + host + "/charts", Repo: "app", Version: "1.0.0"},
 				{URL: "oci://" + host + "/charts/app", Version: "1.0.0"},
 			} {
 				_, err := f.Fetch(ctx(t), ref)
-				require.ErrorIs(t, err, chartsource.ErrBlockedAddress, ref.URL)
+				require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, ref.URL)
 				assert.Contains(t, err.Error(), want, ref.URL)
 			}
 			rec.mu.Lock()
@@ -161,15 +161,15 @@ func TestFetchJudgesResolvedAddresses(t *testing.T) {
 		require.NoError(t, err)
 		// example.com is a name in httptest's certificate; it never reaches real DNS.
 		resolver := &fakeResolver{hosts: map[string][]string{"example.com": {"127.0.0.1"}}}
-		ref := chartsource.Ref{URL: "https://example.com:" + port + "/app-1.0.0.tgz", CAData: srv.CAPEM}
+		ref := chartfetch.Ref{URL: "https://example.com:" + port + "/app-1.0.0.tgz", CAData: srv.CAPEM}
 
-		_, err = newFetcher(t, chartsource.Options{AllowNetworks: []netip.Prefix{}, Resolver: resolver}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress, "loopback is refused by default")
+		_, err = newFetcher(t, chartfetch.Options{AllowNetworks: []netip.Prefix{}, Resolver: resolver}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, "loopback is refused by default")
 		assert.Contains(t, err.Error(), "127.0.0.1:"+port)
 		assert.Contains(t, err.Error(), "--allow-chart-network 127.0.0.0/8")
 		assert.Empty(t, srv.Requests(), "refused before any request")
 
-		res, err := newFetcher(t, chartsource.Options{AllowNetworks: chartsource.LoopbackNetworks(), Resolver: resolver}).Fetch(ctx(t), ref)
+		res, err := newFetcher(t, chartfetch.Options{AllowNetworks: chartfetch.LoopbackNetworks(), Resolver: resolver}).Fetch(ctx(t), ref)
 		require.NoError(t, err)
 		assert.Equal(t, sha(archive), res.Digest)
 		assert.Len(t, srv.Requests(), 1)
@@ -182,17 +182,17 @@ func TestFetchRefusesLoopbackByDefault(t *testing.T) {
 	resolver := &fakeResolver{hosts: map[string][]string{"localhost": {"127.0.0.1", "::1"}}}
 	_, port, err := net.SplitHostPort(srv.Host)
 	require.NoError(t, err)
-	for _, ref := range []chartsource.Ref{
+	for _, ref := range []chartfetch.Ref{
 		{URL: srv.URL + "/app-1.0.0.tgz"},
 		{URL: srv.URL, Repo: "app", Version: "1.0.0"},
 		{URL: "http://localhost:" + port + "/app-1.0.0.tgz"},
 		{URL: "http://[::1]:" + port + "/app-1.0.0.tgz"},
 		{URL: "oci://" + srv.Host + "/charts/app", Version: "1.0.0"},
 	} {
-		f, err := chartsource.New(chartsource.Options{Resolver: resolver})
+		f, err := chartfetch.New(chartfetch.Options{Resolver: resolver})
 		require.NoError(t, err)
 		_, err = f.Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress, ref.URL)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, ref.URL)
 		assert.Contains(t, err.Error(), "is loopback", ref.URL)
 		assert.Contains(t, err.Error(), "--allow-chart-network", ref.URL)
 	}
@@ -214,9 +214,9 @@ func TestFetchRefusesPrivateRedirects(t *testing.T) {
 	resolver := &fakeResolver{hosts: map[string][]string{"internal.example.test": {"10.9.9.9"}}}
 	for path, want := range map[string]string{"/ip.tgz": "10.0.0.0/8", "/cgnat.tgz": "100.64.0.0/10", "/ula.tgz": "fc00::/7", "/name.tgz": "10.9.9.9:443"} {
 		rec := &dialRecorder{}
-		f := newFetcher(t, chartsource.Options{DialGuard: rec.guard, Resolver: resolver})
-		_, err := f.Fetch(ctx(t), chartsource.Ref{URL: front.URL + path})
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress, path)
+		f := newFetcher(t, chartfetch.Options{DialGuard: rec.guard, Resolver: resolver})
+		_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: front.URL + path})
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress, path)
 		assert.Contains(t, err.Error(), want, path)
 		rec.mu.Lock()
 		for _, a := range rec.seen {
@@ -240,7 +240,7 @@ func FuzzCheckAddress(f *testing.F) {
 		if !ok {
 			return
 		}
-		if chartsource.CheckAddress("tcp", netip.AddrPortFrom(ip, 443).String()) != nil {
+		if chartfetch.CheckAddress("tcp", netip.AddrPortFrom(ip, 443).String()) != nil {
 			return
 		}
 		for _, a := range []netip.Addr{ip, ip.Unmap()} {

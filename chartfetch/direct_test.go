@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"archive/tar"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 )
 
@@ -22,9 +22,9 @@ func TestFetchDirectURL(t *testing.T) {
 		Dir: chartsDir(t, map[string][]byte{"app-0.3.0.tgz": archive}), TLS: true,
 	})
 	cacheDir := t.TempDir()
-	ref := chartsource.Ref{URL: srv.URL + "/app-0.3.0.tgz", CAData: srv.CAPEM}
+	ref := chartfetch.Ref{URL: srv.URL + "/app-0.3.0.tgz", CAData: srv.CAPEM}
 
-	res, err := newFetcher(t, chartsource.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
+	res, err := newFetcher(t, chartfetch.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
 	require.NoError(t, err)
 	assert.Equal(t, "app", res.Chart.Name())
 	assert.Equal(t, sha(archive), res.Digest)
@@ -32,14 +32,14 @@ func TestFetchDirectURL(t *testing.T) {
 	assert.False(t, res.FromCache)
 
 	// The memo is on disk: a new Fetcher (a restarted process) still downloads nothing.
-	again, err := newFetcher(t, chartsource.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
+	again, err := newFetcher(t, chartfetch.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
 	require.NoError(t, err)
 	assert.True(t, again.FromCache)
 	assert.Equal(t, 1, srv.Count("/app-0.3.0.tgz"))
 
 	ref.Version = "9.9.9"
-	_, err = newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-	require.ErrorIs(t, err, chartsource.ErrChartMismatch)
+	_, err = newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+	require.ErrorIs(t, err, chartfetch.ErrChartMismatch)
 }
 
 func TestFetchDirectURLWithCredentialsKeepsTheMemoInMemory(t *testing.T) {
@@ -48,8 +48,8 @@ func TestFetchDirectURLWithCredentialsKeepsTheMemoInMemory(t *testing.T) {
 		Username: "u", Password: "direct-pass",
 	})
 	cacheDir := t.TempDir()
-	ref := chartsource.Ref{URL: srv.URL + "/app-0.3.0.tgz", Username: "u", Password: "direct-pass"}
-	f := newFetcher(t, chartsource.Options{CacheDir: cacheDir})
+	ref := chartfetch.Ref{URL: srv.URL + "/app-0.3.0.tgz", Username: "u", Password: "direct-pass"}
+	f := newFetcher(t, chartfetch.Options{CacheDir: cacheDir})
 
 	_, err := f.Fetch(ctx(t), ref)
 	require.NoError(t, err)
@@ -62,21 +62,21 @@ func TestFetchDirectURLWithCredentialsKeepsTheMemoInMemory(t *testing.T) {
 	anonymous := ref
 	anonymous.Username, anonymous.Password = "", ""
 	_, err = f.Fetch(ctx(t), anonymous)
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 	wrong := ref
 	wrong.Password = "guess"
 	_, err = f.Fetch(ctx(t), wrong)
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 	assert.NotContains(t, err.Error(), "guess")
 
 	// Nothing about the credentials reached the disk, so a new process downloads again.
-	res, err = newFetcher(t, chartsource.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
+	res, err = newFetcher(t, chartfetch.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
 	require.NoError(t, err)
 	assert.False(t, res.FromCache)
 }
 
 func TestFetchRefusesUnsafeArchives(t *testing.T) {
-	small := chartsource.Limits{MaxUncompressedBytes: 1 << 20, MaxFiles: 10}
+	small := chartfetch.Limits{MaxUncompressedBytes: 1 << 20, MaxFiles: 10}
 	manyFiles := []entry{{name: "evil/Chart.yaml", body: chartYAML}}
 	for i := range 20 {
 		manyFiles = append(manyFiles, entry{name: fmt.Sprintf("evil/templates/f%d.yaml", i), body: []byte("x")})
@@ -84,7 +84,7 @@ func TestFetchRefusesUnsafeArchives(t *testing.T) {
 	cases := []struct {
 		name    string
 		archive []byte
-		limits  chartsource.Limits
+		limits  chartfetch.Limits
 		want    error
 	}{
 		{
@@ -92,38 +92,38 @@ func TestFetchRefusesUnsafeArchives(t *testing.T) {
 			archive: tarGz(t, entry{name: "evil/Chart.yaml", body: chartYAML},
 				entry{name: "evil/a", size: 900 << 10}, entry{name: "evil/b", size: 900 << 10}),
 			limits: small,
-			want:   chartsource.ErrArchiveTooLarge,
+			want:   chartfetch.ErrArchiveTooLarge,
 		},
 		{
 			name:    "path traversal",
 			archive: tarGz(t, entry{name: "evil/Chart.yaml", body: chartYAML}, entry{name: "evil/../../etc/cron.d/x", body: []byte("x")}),
-			want:    chartsource.ErrUnsafeArchive,
+			want:    chartfetch.ErrUnsafeArchive,
 		},
 		{
 			name:    "absolute path",
 			archive: tarGz(t, entry{name: "/etc/passwd", body: []byte("x")}),
-			want:    chartsource.ErrUnsafeArchive,
+			want:    chartfetch.ErrUnsafeArchive,
 		},
 		{
 			name:    "symlink",
 			archive: tarGz(t, entry{name: "evil/Chart.yaml", body: chartYAML}, entry{name: "evil/values.yaml", typeflag: tar.TypeSymlink, linkname: "/etc/shadow"}),
-			want:    chartsource.ErrUnsafeArchive,
+			want:    chartfetch.ErrUnsafeArchive,
 		},
 		{
 			name:    "hard link",
 			archive: tarGz(t, entry{name: "evil/Chart.yaml", body: chartYAML}, entry{name: "evil/values.yaml", typeflag: tar.TypeLink, linkname: "evil/Chart.yaml"}),
-			want:    chartsource.ErrUnsafeArchive,
+			want:    chartfetch.ErrUnsafeArchive,
 		},
 		{
 			name:    "too many files",
 			archive: tarGz(t, manyFiles...),
 			limits:  small,
-			want:    chartsource.ErrTooManyFiles,
+			want:    chartfetch.ErrTooManyFiles,
 		},
 		{
 			name:    "not gzip",
 			archive: []byte("apiVersion: v2\nname: evil\n"),
-			want:    chartsource.ErrUnsafeArchive,
+			want:    chartfetch.ErrUnsafeArchive,
 		},
 	}
 	for _, tc := range cases {
@@ -131,8 +131,8 @@ func TestFetchRefusesUnsafeArchives(t *testing.T) {
 			srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{
 				Dir: chartsDir(t, map[string][]byte{"evil-1.0.0.tgz": tc.archive}),
 			})
-			f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir(), Limits: tc.limits})
-			_, err := f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL + "/evil-1.0.0.tgz"})
+			f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir(), Limits: tc.limits})
+			_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL + "/evil-1.0.0.tgz"})
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -143,9 +143,9 @@ func TestFetchRefusesArchiveOverCompressedLimit(t *testing.T) {
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{
 		Dir: chartsDir(t, map[string][]byte{"app-0.3.0.tgz": archive}),
 	})
-	f := newFetcher(t, chartsource.Options{Limits: chartsource.Limits{MaxArchiveBytes: int64(len(archive) - 1)}})
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL + "/app-0.3.0.tgz"})
-	require.ErrorIs(t, err, chartsource.ErrArchiveTooLarge)
+	f := newFetcher(t, chartfetch.Options{Limits: chartfetch.Limits{MaxArchiveBytes: int64(len(archive) - 1)}})
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL + "/app-0.3.0.tgz"})
+	require.ErrorIs(t, err, chartfetch.ErrArchiveTooLarge)
 }
 
 func TestFetchRefusesBlockedURLsWithoutConnecting(t *testing.T) {
@@ -154,26 +154,26 @@ func TestFetchRefusesBlockedURLsWithoutConnecting(t *testing.T) {
 		repo string
 		want error
 	}{
-		{url: "http://169.254.169.254/latest/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "https://169.254.169.254/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "https://[fe80::1]/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "https://[::ffff:169.254.169.254]/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "https://0.0.0.0/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "https://[::]/charts", repo: "app", want: chartsource.ErrBlockedAddress},
-		{url: "oci://169.254.169.254/charts/app", want: chartsource.ErrBlockedAddress},
-		{url: "https://224.0.0.1/x.tgz", want: chartsource.ErrBlockedAddress},
-		{url: "file:///etc/passwd.tgz", want: chartsource.ErrUnsupportedURL},
-		{url: "ftp://127.0.0.1/x.tgz", want: chartsource.ErrUnsupportedURL},
-		{url: "gopher://127.0.0.1:70/x.tgz", want: chartsource.ErrUnsupportedURL},
-		{url: "http://example.com/x.tgz", want: chartsource.ErrUnsupportedURL},
-		{url: "https://user:pa55word@example.com/x.tgz", want: chartsource.ErrUnsupportedURL},
-		{url: "https://example.com/charts", want: chartsource.ErrUnsupportedURL}, // neither .tgz nor repo
+		{url: "http://169.254.169.254/latest/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "https://169.254.169.254/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "https://[fe80::1]/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "https://[::ffff:169.254.169.254]/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "https://0.0.0.0/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "https://[::]/charts", repo: "app", want: chartfetch.ErrBlockedAddress},
+		{url: "oci://169.254.169.254/charts/app", want: chartfetch.ErrBlockedAddress},
+		{url: "https://224.0.0.1/x.tgz", want: chartfetch.ErrBlockedAddress},
+		{url: "file:///etc/passwd.tgz", want: chartfetch.ErrUnsupportedURL},
+		{url: "ftp://127.0.0.1/x.tgz", want: chartfetch.ErrUnsupportedURL},
+		{url: "gopher://127.0.0.1:70/x.tgz", want: chartfetch.ErrUnsupportedURL},
+		{url: "http://example.com/x.tgz", want: chartfetch.ErrUnsupportedURL},
+		{url: "https://user:pa55word@example.com/x.tgz", want: chartfetch.ErrUnsupportedURL},
+		{url: "https://example.com/charts", want: chartfetch.ErrUnsupportedURL}, // neither .tgz nor repo
 	}
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {
 			g := &recordingGuard{}
-			f := newFetcher(t, chartsource.Options{DialGuard: g.guard})
-			_, err := f.Fetch(ctx(t), chartsource.Ref{URL: tc.url, Repo: tc.repo, Version: "1.0.0"})
+			f := newFetcher(t, chartfetch.Options{DialGuard: g.guard})
+			_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: tc.url, Repo: tc.repo, Version: "1.0.0"})
 			require.ErrorIs(t, err, tc.want)
 			assert.NotContains(t, err.Error(), "pa55word")
 			g.mu.Lock()
@@ -196,12 +196,12 @@ func TestFetchChecksEveryRedirect(t *testing.T) {
 	front.Handle("/metadata.tgz", redirect("http://169.254.169.254/latest/meta-data/x.tgz"))
 	front.Handle("/file.tgz", redirect("file:///etc/passwd"))
 	front.Handle("/loop.tgz", redirect("/loop.tgz"))
-	creds := chartsource.Ref{Username: "u", Password: "front-pass"}
+	creds := chartfetch.Ref{Username: "u", Password: "front-pass"}
 
 	t.Run("followed, credentials not forwarded to another origin", func(t *testing.T) {
 		ref := creds
 		ref.URL = front.URL + "/elsewhere.tgz"
-		res, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
+		res, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
 		require.NoError(t, err)
 		assert.Equal(t, sha(archive), res.Digest)
 		reqs := target.Requests()
@@ -211,20 +211,20 @@ func TestFetchChecksEveryRedirect(t *testing.T) {
 	t.Run("to the metadata address", func(t *testing.T) {
 		ref := creds
 		ref.URL = front.URL + "/metadata.tgz"
-		_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress)
+		_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress)
 	})
 	t.Run("to file://", func(t *testing.T) {
 		ref := creds
 		ref.URL = front.URL + "/file.tgz"
-		_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrUnsupportedURL)
+		_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrUnsupportedURL)
 	})
 	t.Run("redirect loop", func(t *testing.T) {
 		ref := creds
 		ref.URL = front.URL + "/loop.tgz"
-		_, err := newFetcher(t, chartsource.Options{MaxRedirects: 3}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrTooManyRedirects)
+		_, err := newFetcher(t, chartfetch.Options{MaxRedirects: 3}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrTooManyRedirects)
 	})
 	t.Run("the dial guard sees the redirect's connection", func(t *testing.T) {
 		_, blockedPort, err := net.SplitHostPort(target.Host)
@@ -237,8 +237,8 @@ func TestFetchChecksEveryRedirect(t *testing.T) {
 		}
 		ref := creds
 		ref.URL = front.URL + "/elsewhere.tgz"
-		_, err = newFetcher(t, chartsource.Options{DialGuard: guard}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress)
+		_, err = newFetcher(t, chartfetch.Options{DialGuard: guard}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress)
 		assert.Contains(t, err.Error(), "off limits")
 	})
 }
@@ -246,16 +246,16 @@ func TestFetchChecksEveryRedirect(t *testing.T) {
 func TestFetchUnreachableHost(t *testing.T) {
 	t.Run("accepts and never answers", func(t *testing.T) {
 		addr := silentListener(t)
-		f := newFetcher(t, chartsource.Options{Timeout: 300 * time.Millisecond})
-		_, err := f.Fetch(ctx(t), chartsource.Ref{URL: "http://" + addr, Repo: "app", Version: "1.0.0"})
-		require.ErrorIs(t, err, chartsource.ErrTimeout)
+		f := newFetcher(t, chartfetch.Options{Timeout: 300 * time.Millisecond})
+		_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: "http://" + addr, Repo: "app", Version: "1.0.0"})
+		require.ErrorIs(t, err, chartfetch.ErrTimeout)
 		assert.Contains(t, err.Error(), addr)
 	})
 	t.Run("OCI registry that never answers", func(t *testing.T) {
 		addr := silentListener(t)
-		f := newFetcher(t, chartsource.Options{Timeout: 300 * time.Millisecond})
-		_, err := f.Fetch(ctx(t), chartsource.Ref{URL: "oci://" + addr + "/charts/app", Version: "1.0.0"})
-		require.ErrorIs(t, err, chartsource.ErrTimeout)
+		f := newFetcher(t, chartfetch.Options{Timeout: 300 * time.Millisecond})
+		_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: "oci://" + addr + "/charts/app", Version: "1.0.0"})
+		require.ErrorIs(t, err, chartfetch.ErrTimeout)
 		assert.Contains(t, err.Error(), addr)
 	})
 	t.Run("closed port", func(t *testing.T) {
@@ -263,8 +263,8 @@ func TestFetchUnreachableHost(t *testing.T) {
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		ln.Close()
-		_, err = newFetcher(t, chartsource.Options{}).Fetch(ctx(t), chartsource.Ref{URL: "http://" + addr + "/app-1.0.0.tgz"})
-		require.ErrorIs(t, err, chartsource.ErrUnreachable)
+		_, err = newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), chartfetch.Ref{URL: "http://" + addr + "/app-1.0.0.tgz"})
+		require.ErrorIs(t, err, chartfetch.ErrUnreachable)
 		assert.Contains(t, err.Error(), addr)
 	})
 }

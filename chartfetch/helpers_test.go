@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"archive/tar"
@@ -18,7 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
@@ -132,7 +132,7 @@ func (g *recordingGuard) guard(network, address string) error {
 
 // loopbackGuard is the default dial guard with loopback allowed, as the tests' chart
 // servers need.
-var loopbackGuard = chartsource.NewAddressGuard(chartsource.LoopbackNetworks())
+var loopbackGuard = chartfetch.NewAddressGuard(chartfetch.LoopbackNetworks())
 
 // count returns how often address was vetted; 1 for a refused address means it was
 // refused before a dial (a dial would have asked again).
@@ -151,12 +151,12 @@ func (g *recordingGuard) count(address string) int {
 // newFetcher returns a Fetcher that may reach the loopback chart servers the tests
 // start: loopback is refused by default, so the allowance is given here, explicitly,
 // unless a test sets its own allow-list or dial guard.
-func newFetcher(t testing.TB, opts chartsource.Options) *chartsource.Fetcher {
+func newFetcher(t testing.TB, opts chartfetch.Options) *chartfetch.Fetcher {
 	t.Helper()
 	if opts.AllowNetworks == nil && opts.DialGuard == nil {
-		opts.AllowNetworks = chartsource.LoopbackNetworks()
+		opts.AllowNetworks = chartfetch.LoopbackNetworks()
 	}
-	f, err := chartsource.New(opts)
+	f, err := chartfetch.New(opts)
 	require.NoError(t, err)
 	return f
 }

@@ -1,8 +1,8 @@
-// Package charts is where the reconciler gets a CompositionDefinition's chart: fetched
+// Package chartstore is where Compositor gets a CompositionDefinition's chart: fetched
 // from its source with the definition's credentials, its content pinned to the digest
 // the definition recorded, and kept in memory by digest for the composition
 // controllers, the audit and the admission webhooks.
-package charts
+package chartstore
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/chartsource"
-	"github.com/compositor-dev/compositor/reconciler/internal/condition"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/internal/condition"
 )
 
 // Reasons of the conditions of a definition whose chart cannot be fetched.
@@ -37,7 +37,7 @@ const maxLoadedCharts = 64
 // definition's chart without a network round trip.
 type Source struct {
 	// Fetcher downloads and caches chart archives.
-	Fetcher *chartsource.Fetcher
+	Fetcher *chartfetch.Fetcher
 	// Live reads Secrets from the API server; Compositor never caches them.
 	Live client.Reader
 	// Store keeps the archives of fetched charts in the cluster, so that a chart once
@@ -54,9 +54,9 @@ func (c *Source) memory() *lru.Cache {
 }
 
 // Fetch fetches the definition's chart from its source.
-func (c *Source) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
+func (c *Source) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartfetch.Result, error) {
 	spec := def.Spec.Chart
-	ref := chartsource.Ref{
+	ref := chartfetch.Ref{
 		URL:                   spec.URL,
 		Repo:                  spec.Repo,
 		Version:               spec.Version,
@@ -143,7 +143,7 @@ func (c *Source) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinit
 }
 
 // Keep stores the fetched archive in the cluster, unless it is there already.
-func (c *Source) Keep(ctx context.Context, fetched *chartsource.Result) error {
+func (c *Source) Keep(ctx context.Context, fetched *chartfetch.Result) error {
 	if c.Store == nil {
 		return nil
 	}
@@ -156,7 +156,7 @@ func (c *Source) Keep(ctx context.Context, fetched *chartsource.Result) error {
 // Kept is the chart the definition serves, from the archive kept in the cluster, when
 // its spec still names the chart version its status serves: what the reconciler goes
 // on with while the chart source is down.
-func (c *Source) Kept(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartsource.Result, error) {
+func (c *Source) Kept(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartfetch.Result, error) {
 	digest := def.Status.Digest
 	if digest == "" || !servesSpecVersion(def) {
 		return nil, ErrNotStored
@@ -168,7 +168,7 @@ func (c *Source) Kept(ctx context.Context, def *corev1alpha1.CompositionDefiniti
 			return nil, err
 		}
 	}
-	return &chartsource.Result{Chart: ch.(*chart.Chart), Digest: digest, PackageURL: def.Status.PackageURL, FromCache: true}, nil
+	return &chartfetch.Result{Chart: ch.(*chart.Chart), Digest: digest, PackageURL: def.Status.PackageURL, FromCache: true}, nil
 }
 
 // stored loads the chart of digest from the archive kept in the cluster, checked as a
@@ -181,7 +181,7 @@ func (c *Source) stored(ctx context.Context, digest string) (*chart.Chart, error
 	if err != nil {
 		return nil, err
 	}
-	ch, err := c.Fetcher.Load(chartsource.Ref{}, data)
+	ch, err := c.Fetcher.Load(chartfetch.Ref{}, data)
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart archive of %s kept in the cluster: %w", digest, err)
 	}

@@ -1,4 +1,4 @@
-package charts
+package chartstore
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -71,7 +71,7 @@ func TestCredentialsGoOnlyToTheSpecSource(t *testing.T) {
 	require.NoError(t, samplecharts.Package(dir))
 	origin := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir, Username: "platform", Password: "s3cret"})
 	elsewhere := newAuthorizationLog(t)
-	fetcher, err := chartsource.New(chartsource.Options{AllowNetworks: chartsource.LoopbackNetworks()})
+	fetcher, err := chartfetch.New(chartfetch.Options{AllowNetworks: chartfetch.LoopbackNetworks()})
 	require.NoError(t, err)
 	source := &Source{Fetcher: fetcher, Live: secretReader{&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-s", Name: "repo-password"},

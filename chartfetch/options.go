@@ -1,4 +1,4 @@
-package chartsource
+package chartfetch
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func (r Ref) String() string {
 }
 
 // GoString keeps %#v from printing the password.
-func (r Ref) GoString() string { return fmt.Sprintf("chartsource.Ref(%q)", r.String()) }
+func (r Ref) GoString() string { return fmt.Sprintf("chartfetch.Ref(%q)", r.String()) }
 
 // Result is a fetched and loaded chart.
 type Result struct {

@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"encoding/base64"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -34,31 +34,31 @@ func TestFetchFromOCI(t *testing.T) {
 	cases := []struct {
 		name string
 		opts chartserver.RegistryOptions
-		ref  func(*chartserver.Registry) chartsource.Ref
+		ref  func(*chartserver.Registry) chartfetch.Ref
 	}{
 		{
 			name: "plain http on loopback, anonymous",
-			ref:  func(*chartserver.Registry) chartsource.Ref { return chartsource.Ref{} },
+			ref:  func(*chartserver.Registry) chartfetch.Ref { return chartfetch.Ref{} },
 		},
 		{
 			name: "plain http on loopback, basic auth",
 			opts: chartserver.RegistryOptions{Username: "ci", Password: "oci-pass"},
-			ref: func(*chartserver.Registry) chartsource.Ref {
-				return chartsource.Ref{Username: "ci", Password: "oci-pass"}
+			ref: func(*chartserver.Registry) chartfetch.Ref {
+				return chartfetch.Ref{Username: "ci", Password: "oci-pass"}
 			},
 		},
 		{
 			name: "tls with a custom CA and basic auth",
 			opts: chartserver.RegistryOptions{TLS: true, Username: "ci", Password: "oci-pass"},
-			ref: func(r *chartserver.Registry) chartsource.Ref {
-				return chartsource.Ref{CAData: r.CAPEM, Username: "ci", Password: "oci-pass"}
+			ref: func(r *chartserver.Registry) chartfetch.Ref {
+				return chartfetch.Ref{CAData: r.CAPEM, Username: "ci", Password: "oci-pass"}
 			},
 		},
 		{
 			name: "tls, insecureSkipVerifyTLS",
 			opts: chartserver.RegistryOptions{TLS: true},
-			ref: func(*chartserver.Registry) chartsource.Ref {
-				return chartsource.Ref{InsecureSkipVerifyTLS: true}
+			ref: func(*chartserver.Registry) chartfetch.Ref {
+				return chartfetch.Ref{InsecureSkipVerifyTLS: true}
 			},
 		},
 	}
@@ -66,7 +66,7 @@ func TestFetchFromOCI(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := chartserver.NewRegistry(t, tc.opts)
 			chartURL, dir := pushSamples(t, reg)
-			f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
+			f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
 
 			ref := tc.ref(reg)
 			ref.URL, ref.Version = chartURL, "2.0.0"
@@ -92,36 +92,36 @@ func TestFetchFromOCI(t *testing.T) {
 func TestFetchFromOCIRejectsBadCredentials(t *testing.T) {
 	reg := chartserver.NewRegistry(t, chartserver.RegistryOptions{Username: "ci", Password: "oci-pass"})
 	chartURL, _ := pushSamples(t, reg)
-	f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
+	f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: chartURL, Version: "1.1.5", Username: "ci", Password: "wrong-oci-pass"})
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL, Version: "1.1.5", Username: "ci", Password: "wrong-oci-pass"})
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 	assert.Contains(t, err.Error(), reg.Host)
 	assert.NotContains(t, err.Error(), "wrong-oci-pass")
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: chartURL, Version: "1.1.5"})
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL, Version: "1.1.5"})
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 }
 
 func TestFetchFromOCIMissingVersionOrChart(t *testing.T) {
 	reg := chartserver.NewRegistry(t, chartserver.RegistryOptions{})
 	chartURL, _ := pushSamples(t, reg)
-	f := newFetcher(t, chartsource.Options{})
+	f := newFetcher(t, chartfetch.Options{})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: chartURL, Version: "3.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrVersionNotFound)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL, Version: "3.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrVersionNotFound)
 	for _, want := range []string{samplecharts.ChartName, "3.0.0", "2.0.0"} {
 		assert.Contains(t, err.Error(), want)
 	}
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: reg.URL + "/charts/nothing", Version: "1.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrNotFound)
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: reg.URL + "/charts/nothing", Version: "1.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrNotFound)
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: chartURL})
-	require.ErrorIs(t, err, chartsource.ErrInvalidRef, "OCI needs a version")
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL})
+	require.ErrorIs(t, err, chartfetch.ErrInvalidRef, "OCI needs a version")
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: chartURL + ":1.1.5", Version: "2.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrInvalidRef, "tag and version disagree")
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL + ":1.1.5", Version: "2.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrInvalidRef, "tag and version disagree")
 }
 
 func TestFetchFromOCIWithRegistryConfigFile(t *testing.T) {
@@ -136,8 +136,8 @@ func TestFetchFromOCIWithRegistryConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
 	require.NoError(t, os.WriteFile(path, b, 0o600))
 
-	f := newFetcher(t, chartsource.Options{RegistryConfigPath: path})
-	res, err := f.Fetch(ctx(t), chartsource.Ref{URL: chartURL, Version: "1.1.6"})
+	f := newFetcher(t, chartfetch.Options{RegistryConfigPath: path})
+	res, err := f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL, Version: "1.1.6"})
 	require.NoError(t, err)
 	assert.Equal(t, "1.1.6", res.Chart.Metadata.Version)
 }
@@ -145,8 +145,8 @@ func TestFetchFromOCIWithRegistryConfigFile(t *testing.T) {
 func TestFetchFromOCIEnforcesArchiveLimit(t *testing.T) {
 	reg := chartserver.NewRegistry(t, chartserver.RegistryOptions{})
 	chartURL, _ := pushSamples(t, reg)
-	f := newFetcher(t, chartsource.Options{Limits: chartsource.Limits{MaxArchiveBytes: 2048}})
+	f := newFetcher(t, chartfetch.Options{Limits: chartfetch.Limits{MaxArchiveBytes: 2048}})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: chartURL, Version: "2.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrArchiveTooLarge)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: chartURL, Version: "2.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrArchiveTooLarge)
 }

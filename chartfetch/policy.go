@@ -1,4 +1,4 @@
-package chartsource
+package chartfetch
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package chartsource
+package chartfetch
 
 import (
 	"cmp"
@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-const userAgent = "compositor-chartsource"
+const userAgent = "compositor-chartfetch"
 
 // session is the network side of one Fetch: an http.Client whose every request and
 // every connection passes the policy, bound to the Fetch's context (Helm's registry

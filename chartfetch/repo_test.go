@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/repo"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -20,36 +20,36 @@ func TestFetchFromRepository(t *testing.T) {
 	cases := []struct {
 		name string
 		opts chartserver.RepositoryOptions
-		ref  func(*chartserver.Repository) chartsource.Ref
+		ref  func(*chartserver.Repository) chartfetch.Ref
 	}{
 		{
 			name: "http on loopback, relative URLs",
-			ref:  func(r *chartserver.Repository) chartsource.Ref { return chartsource.Ref{URL: r.URL} },
+			ref:  func(r *chartserver.Repository) chartfetch.Ref { return chartfetch.Ref{URL: r.URL} },
 		},
 		{
 			name: "absolute URLs in the index",
 			opts: chartserver.RepositoryOptions{AbsoluteURLs: true},
-			ref:  func(r *chartserver.Repository) chartsource.Ref { return chartsource.Ref{URL: r.URL + "/"} },
+			ref:  func(r *chartserver.Repository) chartfetch.Ref { return chartfetch.Ref{URL: r.URL + "/"} },
 		},
 		{
 			name: "https with a custom CA",
 			opts: chartserver.RepositoryOptions{TLS: true},
-			ref: func(r *chartserver.Repository) chartsource.Ref {
-				return chartsource.Ref{URL: r.URL, CAData: r.CAPEM}
+			ref: func(r *chartserver.Repository) chartfetch.Ref {
+				return chartfetch.Ref{URL: r.URL, CAData: r.CAPEM}
 			},
 		},
 		{
 			name: "https, insecureSkipVerifyTLS",
 			opts: chartserver.RepositoryOptions{TLS: true},
-			ref: func(r *chartserver.Repository) chartsource.Ref {
-				return chartsource.Ref{URL: r.URL, InsecureSkipVerifyTLS: true}
+			ref: func(r *chartserver.Repository) chartfetch.Ref {
+				return chartfetch.Ref{URL: r.URL, InsecureSkipVerifyTLS: true}
 			},
 		},
 		{
 			name: "basic auth over https",
 			opts: chartserver.RepositoryOptions{TLS: true, Username: "platform", Password: "s3cret-pw"},
-			ref: func(r *chartserver.Repository) chartsource.Ref {
-				return chartsource.Ref{URL: r.URL, CAData: r.CAPEM, Username: "platform", Password: "s3cret-pw"}
+			ref: func(r *chartserver.Repository) chartfetch.Ref {
+				return chartfetch.Ref{URL: r.URL, CAData: r.CAPEM, Username: "platform", Password: "s3cret-pw"}
 			},
 		},
 	}
@@ -58,7 +58,7 @@ func TestFetchFromRepository(t *testing.T) {
 			dir := sampleRepoDir(t)
 			tc.opts.Dir = dir
 			srv := chartserver.NewRepository(t, tc.opts)
-			f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
+			f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
 
 			ref := tc.ref(srv)
 			ref.Repo, ref.Version = samplecharts.ChartName, "1.1.6"
@@ -86,20 +86,20 @@ func TestFetchFromRepositoryRejectsBadCredentials(t *testing.T) {
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{
 		Dir: sampleRepoDir(t), TLS: true, Username: "platform", Password: "right-password",
 	})
-	f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
-	base := chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5", CAData: srv.CAPEM}
+	f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
+	base := chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5", CAData: srv.CAPEM}
 
 	wrong := base
 	wrong.Username, wrong.Password = "platform", "hunter2-wrong"
 	_, err := f.Fetch(ctx(t), wrong)
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 	assert.Contains(t, err.Error(), srv.Host)
 	assert.Contains(t, err.Error(), `"platform"`)
 	assert.NotContains(t, err.Error(), "hunter2-wrong")
 	assert.NotContains(t, err.Error(), "Basic ")
 
 	_, err = f.Fetch(ctx(t), base)
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 	assert.Contains(t, err.Error(), "requires credentials")
 
 	// A chart cached by an authorised caller is not served to one without access.
@@ -108,40 +108,40 @@ func TestFetchFromRepositoryRejectsBadCredentials(t *testing.T) {
 	_, err = f.Fetch(ctx(t), right)
 	require.NoError(t, err)
 	_, err = f.Fetch(ctx(t), base)
-	require.ErrorIs(t, err, chartsource.ErrUnauthorized)
+	require.ErrorIs(t, err, chartfetch.ErrUnauthorized)
 }
 
 func TestFetchFromRepositoryWithUntrustedCertificate(t *testing.T) {
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: sampleRepoDir(t), TLS: true})
-	_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t),
-		chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5"})
-	require.ErrorIs(t, err, chartsource.ErrTLSVerification)
+	_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t),
+		chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5"})
+	require.ErrorIs(t, err, chartfetch.ErrTLSVerification)
 	assert.Contains(t, err.Error(), srv.Host)
 
-	_, err = newFetcher(t, chartsource.Options{}).Fetch(ctx(t),
-		chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5", CAData: []byte("not PEM")})
-	require.ErrorIs(t, err, chartsource.ErrInvalidRef)
+	_, err = newFetcher(t, chartfetch.Options{}).Fetch(ctx(t),
+		chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5", CAData: []byte("not PEM")})
+	require.ErrorIs(t, err, chartfetch.ErrInvalidRef)
 }
 
 func TestFetchFromRepositoryMissingChartOrVersion(t *testing.T) {
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: sampleRepoDir(t)})
-	f := newFetcher(t, chartsource.Options{})
+	f := newFetcher(t, chartfetch.Options{})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.7"})
-	require.ErrorIs(t, err, chartsource.ErrVersionNotFound)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.7"})
+	require.ErrorIs(t, err, chartfetch.ErrVersionNotFound)
 	for _, want := range []string{samplecharts.ChartName, "1.1.7", "1.1.5", "1.1.6", "2.0.0"} {
 		assert.Contains(t, err.Error(), want)
 	}
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL, Repo: "nope", Version: "1.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrNotFound)
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL, Repo: "nope", Version: "1.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrNotFound)
 	assert.Contains(t, err.Error(), `"nope"`)
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL + "/no-repo-here", Repo: "x", Version: "1.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrNotFound)
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL + "/no-repo-here", Repo: "x", Version: "1.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrNotFound)
 
-	_, err = f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName})
-	require.ErrorIs(t, err, chartsource.ErrInvalidRef, "a repository needs a version")
+	_, err = f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName})
+	require.ErrorIs(t, err, chartfetch.ErrInvalidRef, "a repository needs a version")
 }
 
 // writeIndex writes an index for dir's archives and lets edit change it first.
@@ -159,18 +159,18 @@ func TestFetchFromRepositoryChecksTheIndexDigest(t *testing.T) {
 		idx.Entries["app"][0].Digest = strings.Repeat("ab", 32)
 	})
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
-	f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
+	f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrDigestMismatch)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrDigestMismatch)
 }
 
 func TestFetchFromRepositoryWithoutIndexDigestUsesTheMemo(t *testing.T) {
 	dir := chartsDir(t, map[string][]byte{"app-1.0.0.tgz": tinyChart(t, "app", "1.0.0")})
 	writeIndex(t, dir, func(idx *repo.IndexFile) { idx.Entries["app"][0].Digest = "" })
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
-	f := newFetcher(t, chartsource.Options{CacheDir: t.TempDir()})
-	ref := chartsource.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"}
+	f := newFetcher(t, chartfetch.Options{CacheDir: t.TempDir()})
+	ref := chartfetch.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"}
 
 	_, err := f.Fetch(ctx(t), ref)
 	require.NoError(t, err)
@@ -188,17 +188,17 @@ func TestFetchFromRepositoryRefusesBlockedArchiveURL(t *testing.T) {
 	})
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
 	g := &recordingGuard{}
-	f := newFetcher(t, chartsource.Options{DialGuard: g.guard})
+	f := newFetcher(t, chartfetch.Options{DialGuard: g.guard})
 
-	_, err := f.Fetch(ctx(t), chartsource.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"})
-	require.ErrorIs(t, err, chartsource.ErrBlockedAddress)
+	_, err := f.Fetch(ctx(t), chartfetch.Ref{URL: srv.URL, Repo: "app", Version: "1.0.0"})
+	require.ErrorIs(t, err, chartfetch.ErrBlockedAddress)
 	assert.Equal(t, 1, g.count("169.254.169.254:80"), "refused before any dial")
 }
 
 func TestFetchConcurrentlyIntoOneCache(t *testing.T) {
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: sampleRepoDir(t)})
 	cacheDir := t.TempDir()
-	ref := chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "2.0.0"}
+	ref := chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "2.0.0"}
 
 	// Separate Fetchers on one directory behave like separate processes.
 	var wg sync.WaitGroup
@@ -208,7 +208,7 @@ func TestFetchConcurrentlyIntoOneCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f, err := chartsource.New(chartsource.Options{CacheDir: cacheDir, AllowNetworks: chartsource.LoopbackNetworks()})
+			f, err := chartfetch.New(chartfetch.Options{CacheDir: cacheDir, AllowNetworks: chartfetch.LoopbackNetworks()})
 			if err != nil {
 				errs[i] = err
 				return
@@ -230,7 +230,7 @@ func TestFetchConcurrentlyIntoOneCache(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, leftovers, "temporary files left in the cache")
 
-	res, err := newFetcher(t, chartsource.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
+	res, err := newFetcher(t, chartfetch.Options{CacheDir: cacheDir}).Fetch(ctx(t), ref)
 	require.NoError(t, err)
 	assert.True(t, res.FromCache)
 }
@@ -239,8 +239,8 @@ func TestFetchRepairsACorruptCacheEntry(t *testing.T) {
 	dir := sampleRepoDir(t)
 	srv := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: dir})
 	cacheDir := t.TempDir()
-	f := newFetcher(t, chartsource.Options{CacheDir: cacheDir})
-	ref := chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5"}
+	f := newFetcher(t, chartfetch.Options{CacheDir: cacheDir})
+	ref := chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "1.1.5"}
 
 	res, err := f.Fetch(ctx(t), ref)
 	require.NoError(t, err)
@@ -258,8 +258,8 @@ func TestFetchRepairsACorruptCacheEntry(t *testing.T) {
 // disk cache, checked and loaded.
 func BenchmarkFetchCached(b *testing.B) {
 	srv := chartserver.NewRepository(b, chartserver.RepositoryOptions{Dir: sampleRepoDir(b)})
-	f := newFetcher(b, chartsource.Options{CacheDir: b.TempDir()})
-	ref := chartsource.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "2.0.0"}
+	f := newFetcher(b, chartfetch.Options{CacheDir: b.TempDir()})
+	ref := chartfetch.Ref{URL: srv.URL, Repo: samplecharts.ChartName, Version: "2.0.0"}
 	if _, err := f.Fetch(ctx(b), ref); err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package chartsource_test
+package chartfetch_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/repo"
 	"sigs.k8s.io/yaml"
 
-	"github.com/compositor-dev/compositor/generators/chartsource"
+	"github.com/compositor-dev/compositor/chartfetch"
 )
 
 // loggingServer records the Authorization header of every request it receives and
@@ -110,7 +110,7 @@ func indexOf(t *testing.T, archive []byte, archiveURL string) []byte {
 // and 308, so the fetcher strips it on every redirect that leaves the origin.
 func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 	archive := tinyChart(t, "app", "0.3.0")
-	creds := chartsource.Ref{Username: "u", Password: "origin-pass"}
+	creds := chartfetch.Ref{Username: "u", Password: "origin-pass"}
 
 	t.Run("the index, to another port of the same host", func(t *testing.T) {
 		logger := newLoggingServer(t, nil)
@@ -118,8 +118,8 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 		requireSameHostOtherPort(t, origin.URL, logger.URL)
 		ref := creds
 		ref.URL, ref.Repo, ref.Version = origin.URL, "app", "0.3.0"
-		_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrNotFound)
+		_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrNotFound)
 		logger.noCredentials(t)
 	})
 	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
@@ -131,7 +131,7 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 			})
 			ref := creds
 			ref.URL, ref.Repo, ref.Version = origin.URL, "app", "0.3.0"
-			res, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
+			res, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
 			require.NoError(t, err, "followed")
 			assert.Equal(t, sha(archive), res.Digest)
 			logger.noCredentials(t)
@@ -143,7 +143,7 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 		origin := privateOrigin(t, map[string]http.Handler{"/app.tgz": redirectTo(middle.URL+"/hop", http.StatusFound)})
 		ref := creds
 		ref.URL = origin.URL + "/app.tgz"
-		_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
+		_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
 		require.NoError(t, err)
 		middle.noCredentials(t)
 		last.noCredentials(t)
@@ -156,8 +156,8 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 		origin := privateOrigin(t, map[string]http.Handler{"/app.tgz": redirectTo(target.String(), http.StatusFound)})
 		ref := creds
 		ref.URL = origin.URL + "/app.tgz"
-		_, err = newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrUnsupportedURL)
+		_, err = newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrUnsupportedURL)
 		assert.NotContains(t, err.Error(), "origin-pass")
 		paths, _ := logger.requests()
 		assert.Empty(t, paths, "never asked")
@@ -168,8 +168,8 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 		})
 		ref := creds
 		ref.URL = origin.URL + "/app.tgz"
-		_, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
-		require.ErrorIs(t, err, chartsource.ErrBlockedAddress)
+		_, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
+		require.ErrorIs(t, err, chartfetch.ErrBlockedAddress)
 		assert.NotContains(t, err.Error(), "secret-signature")
 		assert.Contains(t, err.Error(), "169.254.169.254", "the refused address is still named")
 	})
@@ -180,7 +180,7 @@ func TestRedirectsNeverCarryCredentialsToAnotherOrigin(t *testing.T) {
 		})
 		ref := creds
 		ref.URL = origin.URL + "/old.tgz"
-		res, err := newFetcher(t, chartsource.Options{}).Fetch(ctx(t), ref)
+		res, err := newFetcher(t, chartfetch.Options{}).Fetch(ctx(t), ref)
 		require.NoError(t, err, "the origin, which requires them, got them after the redirect too")
 		assert.Equal(t, sha(archive), res.Digest)
 	})
