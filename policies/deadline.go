@@ -13,6 +13,11 @@ import (
 // ErrDeadline: the schema check or the rendering of a chart did not finish in time.
 var ErrDeadline = errors.New("did not finish in time")
 
+// ErrNotStarted: the work could not start before its deadline (every slot or worker
+// it may use was busy), so nothing is known of what it would cost. Errors that wrap
+// it wrap ErrDeadline too.
+var ErrNotStarted = errors.New("could not start")
+
 // ErrWorkerFailed: the process a Sandbox ran the work in died (past its memory limit,
 // say) or answered garbage. The work is what killed it, as a rule: it is refused like
 // work past its deadline.
@@ -75,16 +80,14 @@ func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spe
 }
 
 // validateWithDeadline checks spec against ch's schemas with v until ctx is done: a
-// JSONSchemaValidator's check of values that are not small runs in the sandbox when
-// there is one (the sandbox keeps its own compiled schemas); the check of small values
-// (smallValues), and any other validator, runs in-process. A chart's schema is its
-// authors', compiled once; what a tenant chooses is the values, and the cost of
-// checking small values against a schema is small (patterns are RE2, linear): they
-// need not cross a pipe. A template, by contrast, may loop on a small value: renders
-// always run in the sandbox.
+// JSONSchemaValidator's check runs in the sandbox when there is one (the sandbox keeps
+// its own compiled schemas), unless the values are small (smallValues) and every
+// schema of the chart is cheap (schemasAreCheap): then it cannot run long, and need
+// not cross a pipe. Any other validator runs in-process. A template, by contrast, may
+// loop on a small value: renders always run in the sandbox.
 func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Chart, digest string, spec map[string]any) (vs []Violation, err error) {
 	const what = "the schema check"
-	if s := CurrentSandbox(); s != nil && ch != nil && !smallValues(spec) {
+	if s := CurrentSandbox(); s != nil && ch != nil && !(smallValues(spec) && schemasAreCheap(ch, digest)) {
 		if _, ok := v.(*JSONSchemaValidator); ok {
 			return s.ValidateValues(ctx, what, ch, digest, spec)
 		}
@@ -116,7 +119,7 @@ func (u uninterruptible) run(ctx context.Context, what string, fn func() error) 
 	select {
 	case u.slots <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %s could not start before the deadline: %d earlier runs are still going", ErrDeadline, what, cap(u.slots))
+		return fmt.Errorf("%w: %s could not start before the deadline: %d earlier runs are still going%w", ErrDeadline, what, cap(u.slots), notStarted)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -196,3 +199,15 @@ func smallValues(spec map[string]any) bool {
 	}
 	return small(map[string]any(spec))
 }
+
+// notStarted marks an error as ErrNotStarted without changing its text.
+var notStarted = hiddenError{ErrNotStarted}
+
+// NotStarted is notStarted for the sandbox: append it with %w to an error's format.
+var NotStarted error = notStarted
+
+// hiddenError wraps an error for errors.Is and prints nothing.
+type hiddenError struct{ err error }
+
+func (h hiddenError) Error() string { return "" }
+func (h hiddenError) Unwrap() error { return h.err }

@@ -183,19 +183,19 @@ func (p *Pool) do(ctx context.Context, what string, req *request) (*response, er
 	lane := policies.LaneOf(ctx)
 	leave, ok := p.lanes.Acquire(ctx, lane, time.Until(deadlineOf(ctx)))
 	if !ok {
-		return nil, fmt.Errorf("%w: %s could not start before the deadline: the %s already hold %d of the %d sandbox workers, all they may",
-			policies.ErrDeadline, what, laneName(lane), p.lanes.PerLane(), cap(p.slots))
+		return nil, fmt.Errorf("%w: %s could not start before the deadline: the %s already hold %d of the %d sandbox workers, all they may%w",
+			policies.ErrDeadline, what, laneName(lane), p.lanes.PerLane(), cap(p.slots), policies.NotStarted)
 	}
 	defer leave()
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %s could not start before the deadline: all %d sandbox workers are busy", policies.ErrDeadline, what, cap(p.slots))
+		return nil, fmt.Errorf("%w: %s could not start before the deadline: all %d sandbox workers are busy%w", policies.ErrDeadline, what, cap(p.slots), policies.NotStarted)
 	}
 	defer func() { <-p.slots }()
 	if ctx.Err() != nil {
 		// Not a worker killed for a request that was over before it began.
-		return nil, fmt.Errorf("%w: %s could not start before the deadline", policies.ErrDeadline, what)
+		return nil, fmt.Errorf("%w: %s could not start before the deadline%w", policies.ErrDeadline, what, policies.NotStarted)
 	}
 	if req.digest == "" {
 		digest, err := contentDigest(req.chart)

@@ -339,6 +339,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	_, err := p.Render(quickA, "rendering chart fireworks-app", ch, "sha256:x", spec, policies.RenderOptions{})
 	assert.ErrorIs(t, err, policies.ErrDeadline)
 	assert.ErrorContains(t, err, "could not start before the deadline: the compositions of namespace a already hold 1 of the 2 sandbox workers, all they may")
+	assert.ErrorIs(t, err, policies.ErrNotStarted, "it never ran: nothing is known of its cost")
 	_, err = p.Render(policies.WithLane(context.Background(), "compositions of namespace b"), "rendering", ch, "sha256:x", spec, policies.RenderOptions{})
 	require.NoError(t, err, "lane b is served while lane a's runaway runs")
 
@@ -354,6 +355,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	_, err = p.Render(short, "rendering chart fireworks-app", ch, "sha256:x", spec, policies.RenderOptions{})
 	assert.ErrorIs(t, err, policies.ErrDeadline)
 	assert.ErrorContains(t, err, "could not start before the deadline: all 2 sandbox workers are busy")
+	assert.ErrorIs(t, err, policies.ErrNotStarted)
 	wg.Wait()
 	_, err = p.Render(context.Background(), "rendering", ch, "sha256:x", spec, policies.RenderOptions{})
 	require.NoError(t, err)
@@ -557,4 +559,21 @@ func TestSmallValuesAreCheckedInProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, d.Violations)
 	assert.Equal(t, int64(1), p.Stats().Started, "bigger values are checked in a worker")
+
+	// Small values against a schema that is not cheap (a $ref cycle through anyOf,
+	// exponential in the values' depth) go to a worker too.
+	recursive := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "recursive", Version: "0.1.0"},
+		Schema: []byte(`{"$defs": {"n": {"anyOf": [
+			{"properties": {"a": {"$ref": "#/$defs/n"}}},
+			{"properties": {"a": {"$ref": "#/$defs/n"}}, "required": ["a"]}]}},
+			"$ref": "#/$defs/n"}`),
+	}
+	fresh := newPool(t, Options{Workers: 2})
+	policies.SetSandbox(fresh)
+	r := request(map[string]any{"a": map[string]any{"a": "x"}})
+	r.Chart, r.ChartDigest = recursive, "sha256:recursive"
+	_, err = checker.Check(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), fresh.Stats().Started, "a schema that is not cheap is checked in a worker")
 }

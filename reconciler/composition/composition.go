@@ -449,6 +449,9 @@ func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructur
 		return r.refused(obj, s, err)
 	}
 	if err := r.renderBounded(ctx, w, namespace, last != nil); err != nil {
+		if _, refused := asGateError(err); !refused {
+			return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on()))
+		}
 		a := r.refused(obj, s, err)
 		a.requeue = retryRunaway
 		return a

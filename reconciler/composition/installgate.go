@@ -338,6 +338,10 @@ func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, policies.ErrNotStarted), ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// Nothing is known of this render: the namespace's workers were busy, or the
+		// controller is stopping. Tried again with the queue's backoff, never refused.
+		return fmt.Errorf("rendering the chart before installing it: %w", err)
 	case errors.Is(err, policies.ErrDeadline):
 		return &GateError{Reason: ReasonRenderRefused, Message: fmt.Sprintf("nothing was installed: rendering the chart with these values did not finish within %s (--policy-timeout): %s",
 			timeout, strings.TrimPrefix(err.Error(), policies.ErrDeadline.Error()+": "))}

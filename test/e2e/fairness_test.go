@@ -434,7 +434,8 @@ func TestRunawayRendersHoldNoControllerWorker(t *testing.T) {
 		}
 	}
 	_, _, message := ready("team-a", runaways[len(runaways)-1])
-	t.Logf("team-a's %d runaways, %d of them stopped at the deadline, the others not started before it (the namespace's lane of sandbox workers was full); the last: %s", len(runaways), stopped, message)
+	t.Logf("team-a's %d runaways, %d of them refused for being stopped at the deadline (a render that could not start, its namespace's lane of sandbox workers full, is tried again, not refused); the last: %s", len(runaways), stopped, message)
+	assert.Equal(t, len(runaways), stopped, "every runaway is refused for what it did, not for its turn")
 	t.Logf("team-b, %d installs without the attacker: p50 %s, max %s", len(quiet), latencyPercentile(quiet, 50), latencyPercentile(quiet, 100))
 	t.Logf("team-b, %d installs while team-a created a runaway every second from each of 4 writers: p50 %s, max %s",
 		len(attacked), latencyPercentile(attacked, 50), latencyPercentile(attacked, 100))
