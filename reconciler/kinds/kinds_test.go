@@ -14,10 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
-	"helm.sh/helm/v3/pkg/chart"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,10 +34,10 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/test/generatedkind"
 )
 
 const (
@@ -299,36 +297,11 @@ type kind struct {
 	plural string
 }
 
-// installKind installs the CRD Compositor generates for a small chart named chartName,
-// its one version stored as itself: no conversion webhook runs here.
+// installKind installs the CRD Compositor generates for a small chart named chartName.
 func (e *env) installKind(t *testing.T, chartName string) kind {
 	t.Helper()
-	ch := &chart.Chart{
-		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: chartName, Version: "0.1.0"},
-		Values:   map[string]any{"message": "hello"},
-		Schema:   []byte(`{"type":"object","properties":{"message":{"type":"string"}}}`),
-	}
-	obj, _, err := crd.ForChart(ch, crd.ConversionWebhook{URL: "https://compositor.invalid/convert"})
-	require.NoError(t, err)
-	obj.Spec.Versions = obj.Spec.Versions[:1]
-	obj.Spec.Versions[0].Storage = true
-	obj.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
-	ctx := context.Background()
-	require.NoError(t, e.cp.Client.Create(ctx, obj))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got := &apiextensionsv1.CustomResourceDefinition{}
-		if assert.NoError(c, e.cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), got)) {
-			established := false
-			for _, cond := range got.Status.Conditions {
-				established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
-			}
-			assert.True(c, established, "CRD %s established", obj.Name)
-		}
-	}, wait, tick)
-	return kind{
-		gvk:    schema.GroupVersionKind{Group: obj.Spec.Group, Version: obj.Spec.Versions[0].Name, Kind: obj.Spec.Names.Kind},
-		plural: obj.Spec.Names.Plural,
-	}
+	gvk, plural := generatedkind.Install(t, e.cp, chartName)
+	return kind{gvk: gvk, plural: plural}
 }
 
 func (e *env) namespace(t *testing.T, name string) {

@@ -267,21 +267,7 @@ func (r *report) markdown() string {
 	p("clients, each sending its next request when the last is answered. CPU is the serving")
 	p("process's CPU time per request (Compositor's includes its controllers and informers).")
 	p("")
-	p("| workload | c | server | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | errors |")
-	p("|---|---|---|---|---|---|---|---|---|---|")
-	for _, c := range r.Admission {
-		row := func(x result, label string) {
-			p("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.3f | %d |", x.Workload, x.Concurrency, label,
-				x.Throughput, x.P50, x.P95, x.P99, x.Max, x.CPUPerRequest(), x.Errors)
-		}
-		row(c.Floor, "floor")
-		row(c.Compositor, "compositor")
-		p("| | | **ratio** | **%.2f×** | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | |",
-			ratio(c.Compositor.Throughput, c.Floor.Throughput), ratio(c.Compositor.P50, c.Floor.P50),
-			ratio(c.Compositor.P95, c.Floor.P95), ratio(c.Compositor.P99, c.Floor.P99),
-			ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
-	}
-	errorNotes(p, r.Admission)
+	comparisonTable(p, r.Admission, "floor", "compositor")
 	if rows := r.bothWebhooks(); len(rows) > 0 {
 		p("")
 		p("## One write, both webhooks (issue #27)")
@@ -305,21 +291,7 @@ func (r *report) markdown() string {
 		p("started with the hidden `--unbounded-admission` (none of them: in-process, as before #26),")
 		p("one right after the other for each row, in the same run. Ratios are bounded ÷ unbounded.")
 		p("")
-		p("| workload | c | server | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | errors |")
-		p("|---|---|---|---|---|---|---|---|---|---|")
-		for _, c := range r.Bounds {
-			row := func(x result, label string) {
-				p("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.3f | %d |", x.Workload, x.Concurrency, label,
-					x.Throughput, x.P50, x.P95, x.P99, x.Max, x.CPUPerRequest(), x.Errors)
-			}
-			row(c.Floor, "unbounded")
-			row(c.Compositor, "bounded")
-			p("| | | **ratio** | **%.2f×** | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | |",
-				ratio(c.Compositor.Throughput, c.Floor.Throughput), ratio(c.Compositor.P50, c.Floor.P50),
-				ratio(c.Compositor.P95, c.Floor.P95), ratio(c.Compositor.P99, c.Floor.P99),
-				ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
-		}
-		errorNotes(p, r.Bounds)
+		comparisonTable(p, r.Bounds, "unbounded", "bounded")
 	}
 	if len(r.APIServer) > 0 {
 		p("")
@@ -404,6 +376,27 @@ func (r *report) markdown() string {
 	p("go run ./test/bench -h   # durations, concurrency, number of definitions, profiles")
 	p("```")
 	return b.String()
+}
+
+// comparisonTable prints cs as rows of a Markdown table, each comparison a row for
+// its Floor (labelled floor), one for its Compositor (labelled measured) and their
+// ratios, then the notes of any errors.
+func comparisonTable(p func(string, ...any), cs []comparison, floor, measured string) {
+	p("| workload | c | server | req/s | p50 ms | p95 ms | p99 ms | max ms | CPU ms/req | errors |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
+	row := func(x result, label string) {
+		p("| %s | %d | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.3f | %d |", x.Workload, x.Concurrency, label,
+			x.Throughput, x.P50, x.P95, x.P99, x.Max, x.CPUPerRequest(), x.Errors)
+	}
+	for _, c := range cs {
+		row(c.Floor, floor)
+		row(c.Compositor, measured)
+		p("| | | **ratio** | **%.2f×** | %.2f× | %.2f× | %.2f× | %.2f× | %.2f× | |",
+			ratio(c.Compositor.Throughput, c.Floor.Throughput), ratio(c.Compositor.P50, c.Floor.P50),
+			ratio(c.Compositor.P95, c.Floor.P95), ratio(c.Compositor.P99, c.Floor.P99),
+			ratio(c.Compositor.Max, c.Floor.Max), ratio(c.Compositor.CPUPerRequest(), c.Floor.CPUPerRequest()))
+	}
+	errorNotes(p, cs)
 }
 
 func errorNotes(p func(string, ...any), cs []comparison) {
