@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -197,7 +195,12 @@ func (Resynced) Update(e event.UpdateEvent) bool {
 	return e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion()
 }
 
-// Reconcile brings one composition's release in line with its spec.
+// Reconcile brings one composition's releases in line with its spec. It takes a slot
+// of the namespace's lane (its renders and schema checks share it), reads the
+// composition and the definition that serves it, and then, on the leader, delivers it
+// to its sites or removes it (lead); on a replica that does not lead, it does this
+// replica's part on the target clusters engaged here (follow). The status the
+// reconcile came to is written once, at the end (settle).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lane := policies.CompositionsLane(req.Namespace)
 	leave, ok := r.enterLanes(lane)
@@ -206,49 +209,67 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: laneRetry()}, nil
 	}
 	defer leave()
-	ctx = policies.WithLane(ctx, lane) // the renders and schema checks share the namespace's
-	obj := r.NewComposition()
-	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if obj.GetLabels()[vocab.LabelCompositionVersion] != r.GVK.Version {
-		return ctrl.Result{}, nil // another version's controller owns it now
-	}
-	def, err := r.definition(ctx, obj)
-	if err != nil {
+	ctx = policies.WithLane(ctx, lane)
+	obj, def, err := r.load(ctx, req)
+	if obj == nil || err != nil {
 		return ctrl.Result{}, err
-	}
-	if def != nil && r.DefinitionNamespace != "" && def.Namespace != r.DefinitionNamespace {
-		return ctrl.Result{}, nil // the controller of that definition's namespace owns it
 	}
 	if !r.leads() {
 		return r.follow(ctx, obj, def)
 	}
 	before := obj.DeepCopy()
-	var result ctrl.Result
-	switch {
-	case isPaused(obj) || (def != nil && isPaused(def)):
-		r.setConditions(obj, false, condition.ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", vocab.AnnotationPaused))
-	case !obj.GetDeletionTimestamp().IsZero():
-		result, err = r.remove(ctx, obj, def)
-	case def == nil:
-		r.setConditions(obj, false, ReasonDefinitionNotFound, fmt.Sprintf("no Ready CompositionDefinition serves %s %s", r.GVK.Kind, r.GVK.GroupVersion()))
-		result = ctrl.Result{RequeueAfter: waitForDefinition}
-	default:
-		placement, placementErr := multicluster.ParsePlacement(obj.GetAnnotations())
-		switch {
-		case placementErr != nil:
-			r.setConditions(obj, false, ReasonPlacementInvalid, placementErr.Error())
-		case placement.Local():
-			result, err = r.install(ctx, obj, def)
-		default:
-			result, err = r.installPlaced(ctx, obj, def, placement, true)
-		}
-	}
+	result, err := r.lead(ctx, obj, def)
 	if obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
 		return r.settle(ctx, before, obj, result, err)
 	}
 	return result, err
+}
+
+// load reads the composition of req and the definition that serves it (nil when none
+// is Ready). obj is nil when there is nothing for this controller to do: the
+// composition is gone, another version's controller owns it now, or the controller
+// of another definition namespace does.
+func (r *Reconciler) load(ctx context.Context, req ctrl.Request) (obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, err error) {
+	obj = r.NewComposition()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[vocab.LabelCompositionVersion] != r.GVK.Version {
+		return nil, nil, nil
+	}
+	if def, err = r.definition(ctx, obj); err != nil {
+		return nil, nil, err
+	}
+	if def != nil && r.DefinitionNamespace != "" && def.Namespace != r.DefinitionNamespace {
+		return nil, nil, nil
+	}
+	return obj, def, nil
+}
+
+// lead is the leader's reconcile of a composition: nothing while it or its definition
+// is paused; its removal once it is being deleted; else its delivery to the local
+// cluster, or to the target clusters its placement selects.
+func (r *Reconciler) lead(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	switch {
+	case isPaused(obj) || (def != nil && isPaused(def)):
+		r.setConditions(obj, false, condition.ReasonPaused, fmt.Sprintf("%s is \"true\" on the composition or its definition: nothing is reconciled, deletion included", vocab.AnnotationPaused))
+		return ctrl.Result{}, nil
+	case !obj.GetDeletionTimestamp().IsZero():
+		return r.remove(ctx, obj, def)
+	case def == nil:
+		r.setConditions(obj, false, ReasonDefinitionNotFound, fmt.Sprintf("no Ready CompositionDefinition serves %s %s", r.GVK.Kind, r.GVK.GroupVersion()))
+		return ctrl.Result{RequeueAfter: waitForDefinition}, nil
+	}
+	placement, err := multicluster.ParsePlacement(obj.GetAnnotations())
+	switch {
+	case err != nil:
+		r.setConditions(obj, false, ReasonPlacementInvalid, err.Error())
+		return ctrl.Result{}, nil
+	case placement.Local():
+		return r.deliverLocally(ctx, obj, def)
+	default:
+		return r.deliverPlaced(ctx, obj, def, placement, true)
+	}
 }
 
 // conflictRetry is how soon a reconcile whose write met a newer object runs again.
@@ -268,250 +289,6 @@ func (r *Reconciler) settle(ctx context.Context, before, obj *unstructured.Unstr
 	default:
 		return result, errors.Join(err, patchErr)
 	}
-}
-
-// install runs helm upgrade --install in the local cluster unless the release already
-// is what the composition asks for; see installOn.
-func (r *Reconciler) install(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if err := r.addFinalizer(ctx, obj); err != nil {
-		return ctrl.Result{}, err
-	}
-	// A composition placed on target clusters before is no longer: its releases there go.
-	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
-		return result, err
-	}
-	w, err := r.prepare(ctx, obj, def)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
-	// status fields, so it is stored as it is. It only tells users what is installed:
-	// whether to install rests on the sealed release record alone.
-	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	a := r.installOn(ctx, obj, def, site{helm: r.Helm, bind: r.Bind}, w)
-	if a.changed || (a.ready && installed != w.fingerprint) {
-		for field, value := range map[string]string{
-			"helmChartUrl":     def.Status.PackageURL,
-			"helmChartVersion": w.chart.Metadata.Version,
-			"releaseName":      w.release,
-			"digest":           w.digest,
-			"fingerprint":      w.fingerprint,
-		} {
-			_ = unstructured.SetNestedField(obj.Object, value, "status", field)
-		}
-	}
-	r.setConditions(obj, a.ready, a.reason, a.message)
-	return a.result()
-}
-
-// work is what a composition asks to be installed, wherever it goes.
-type work struct {
-	chart       *chart.Chart
-	digest      string
-	values      map[string]interface{}
-	fingerprint string
-	release     string
-}
-
-// prepare loads the composition's chart and fingerprints the values; on an error the
-// composition's conditions say why.
-func (r *Reconciler) prepare(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (work, error) {
-	ch, digest, err := r.Charts.Chart(ctx, def)
-	if err != nil {
-		r.setConditions(obj, false, chartstore.ReasonChartFetchFailed, err.Error())
-		return work{}, err
-	}
-	values := spec(obj)
-	fingerprint, err := Fingerprint(digest, values)
-	if err != nil {
-		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
-		return work{}, reconcile.TerminalError(err)
-	}
-	return work{chart: ch, digest: digest, values: values, fingerprint: fingerprint, release: releaseName(obj)}, nil
-}
-
-// site is where a composition's release is installed: the local cluster (cluster ""),
-// or a target cluster it is placed on.
-type site struct {
-	cluster string
-	helm    *Helm
-	// bind, local only, gives the controller's identity its rights in a namespace.
-	bind func(ctx context.Context, namespace string) error
-	// related, targets only, is the cluster's kubeconfig Secret, named in events: the
-	// events of one composition on two clusters are two series, not one.
-	related runtime.Object
-	// check, targets only, reports what the kubeconfig's identity may not do that the
-	// install needs (Targets.checkRights).
-	check func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error
-	// gone, targets only, is closed when this replica no longer engages the cluster:
-	// nothing more is started there (handedOver).
-	gone <-chan struct{}
-	// shared, targets shared among replicas only: this replica's ID, recorded on the
-	// releases it installs or upgrades, and whether a replica runs still.
-	shared *replicas
-}
-
-// replicas are those of Compositor sharing the target clusters.
-type replicas struct {
-	self  string
-	alive func(ctx context.Context, id string) bool
-}
-
-// handedOver reports whether this replica no longer engages s's cluster.
-func (s site) handedOver() bool {
-	select {
-	case <-s.gone:
-		return true
-	default:
-		return false
-	}
-}
-
-// on is " on cluster <name>" for a target, "" for the local cluster: it ends messages.
-func (s site) on() string {
-	if s.cluster == "" {
-		return ""
-	}
-	return " on cluster " + s.cluster
-}
-
-// attempt is what reconciling a release on one site came to.
-type attempt struct {
-	ready           bool
-	reason, message string
-	// changed: the release was installed or upgraded, to revision.
-	changed  bool
-	revision int
-	// requeue, when set, is when to try again without an error (a refusal, a cluster
-	// that did not answer); err is retried with backoff.
-	requeue time.Duration
-	err     error
-	// elsewhere: nothing was tried, the cluster is another replica's.
-	elsewhere bool
-}
-
-func (a attempt) result() (ctrl.Result, error) {
-	return ctrl.Result{RequeueAfter: a.requeue}, a.err
-}
-
-func failed(reason string, err error) attempt {
-	return attempt{reason: reason, message: err.Error(), err: err}
-}
-
-// installOn runs helm upgrade --install on s unless the release there already is what
-// the composition asks for (deployed, with the fingerprint its sealed release record's
-// label LabelFingerprint holds: never the composition's status, which others may
-// write), and only through the install gate (installgate.go): the
-// release must be the composition's own, its values must pass the chart's schema, and
-// the manifests Helm is about to apply must stay in the namespace and pass the policies.
-// The policies judge the composition as written in Compositor's cluster, its namespace
-// there included, wherever it is installed.
-func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work) attempt {
-	namespace, name := obj.GetNamespace(), w.release
-	clusterKinds, clusterResources := allowedClusterScoped(def, s.helm.mapper)
-	if s.check != nil {
-		if err := s.check(ctx, w, namespace, clusterResources); err != nil {
-			if _, refused := asGateError(err); refused {
-				return r.refused(obj, s, err)
-			}
-			return failed(ReasonInstallFailed, err)
-		}
-	}
-	last, err := s.helm.ownedRelease(namespace, name, obj.GetUID())
-	if _, refused := asGateError(err); refused {
-		return r.refused(obj, s, err)
-	}
-	if err != nil {
-		return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on()))
-	}
-	if s.handedOver() {
-		return attempt{elsewhere: true}
-	}
-	if a, running := stillRunning(ctx, s, last); running {
-		return a
-	}
-	if err := r.recoverInterrupted(obj, s, last); err != nil {
-		return failed(ReasonInstallFailed, err)
-	}
-	if last != nil && last.Info.Status == release.StatusDeployed && last.Labels[vocab.LabelFingerprint] == releaseFingerprint(w.fingerprint) {
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", name, s.on(), w.chart.Metadata.Version, last.Version)
-		return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), revision: last.Version}
-	}
-	operation := "CREATE"
-	if last != nil {
-		operation = "UPDATE"
-	}
-	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
-	if err != nil {
-		return failed(ReasonInstallFailed, err)
-	}
-	if err := r.validateValues(ctx, request); err != nil {
-		return r.refused(obj, s, err)
-	}
-	if err := r.renderBounded(ctx, w, namespace, last != nil); err != nil {
-		if _, refused := asGateError(err); !refused {
-			return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on()))
-		}
-		a := r.refused(obj, s, err)
-		a.requeue = retryRunaway
-		return a
-	}
-	if s.bind != nil {
-		if err := s.bind(ctx, namespace); err != nil {
-			return failed(ReasonBindFailed, err)
-		}
-	}
-	gate := r.gate(ctx, namespace, request, clusterKinds, s.helm.mapper)
-	if s.handedOver() {
-		return attempt{elsewhere: true}
-	}
-	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, name, w.chart, w.values, InstallOptions{
-		Last:             last,
-		Labels:           releaseLabels(obj, w, s),
-		ClusterResources: clusterResources,
-		Gate:             gate,
-	})
-	if err != nil && gate.refusal != nil {
-		return r.refused(obj, s, gate.refusal)
-	}
-	if err != nil {
-		err = fmt.Errorf("%w%s", err, s.on())
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
-		return failed(ReasonInstallFailed, err)
-	}
-	reason := EventHelmInstalled
-	if outcome == Upgraded {
-		reason = EventHelmUpgraded
-	}
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", name, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
-	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", name, s.on()), changed: true, revision: rel.Version}
-}
-
-// releaseLabels are the labels of the revision about to be installed on s: whose it is,
-// what it installs and, on a target shared among replicas, the replica that runs the
-// operation (stillRunning).
-func releaseLabels(obj client.Object, w work, s site) map[string]string {
-	labels := map[string]string{vocab.LabelCompositionUID: string(obj.GetUID()), vocab.LabelFingerprint: releaseFingerprint(w.fingerprint)}
-	if s.shared != nil {
-		labels[vocab.LabelReplica] = s.shared.self
-	}
-	return labels
-}
-
-// recoverInterrupted marks the release's last revision failed when a process that
-// ended in the middle of an operation left it pending, and says so in an event; the
-// install that follows runs the operation again from there.
-func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, s site, last *release.Release) error {
-	stuck, err := s.helm.recoverInterrupted(obj.GetNamespace(), last)
-	if err != nil || stuck == "" {
-		if err != nil {
-			err = fmt.Errorf("%w%s", err, s.on())
-		}
-		return err
-	}
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
-		"release %s%s revision %d was left %s by an interrupted operation: marked it failed and runs the operation again", last.Name, s.on(), last.Version, stuck)
-	return nil
 }
 
 // addFinalizer adds the composition's finalizer before anything is installed. When
@@ -536,80 +313,6 @@ func (r *Reconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstruc
 		delete(withFinalizer.Object, "status")
 	}
 	obj.Object = withFinalizer.Object
-	return nil
-}
-
-// refused reports a refusal of the install gate on s: a Warning event, and an attempt
-// not ready with the refusal's reason. It tries again later, since a policy or the
-// foreign release may change without the composition changing.
-func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) attempt {
-	gate, ok := asGateError(err)
-	if !ok {
-		gate = &GateError{Reason: ReasonInstallFailed, Message: err.Error()}
-	}
-	message := gate.Message
-	if s.cluster != "" {
-		message = "cluster " + s.cluster + ": " + message
-	}
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
-	refusalsTotal.WithLabelValues(gate.Reason).Inc()
-	return attempt{reason: gate.Reason, message: message, requeue: retryRefused}
-}
-
-// remove uninstalls the composition's releases, on the target clusters it was placed on
-// and in the local cluster, then lets the composition go. A target cluster that does
-// not answer holds the deletion until it does, or is no longer registered.
-func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
-		return ctrl.Result{}, nil
-	}
-	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
-		return result, err
-	}
-	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
-		if err := r.uninstallLocal(ctx, obj, def); err != nil {
-			reason := ReasonUninstallFailed
-			if gate, refused := asGateError(err); refused {
-				reason = gate.Reason
-			}
-			r.setConditions(obj, false, reason, err.Error())
-			return ctrl.Result{}, err
-		}
-	}
-	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
-}
-
-// uninstallLocal uninstalls the composition's release from the local cluster, unless
-// it is not the composition's (then it is left alone, with an event).
-func (r *Reconciler) uninstallLocal(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) error {
-	name := releaseName(obj)
-	if _, err := r.Helm.ownedRelease(obj.GetNamespace(), name, obj.GetUID()); err != nil {
-		if gate, refused := asGateError(err); refused && gate.Reason == ReasonReleaseConflict {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s", err.Error())
-			return nil
-		} else if refused {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, gate.Reason, "Uninstall", "%s", err.Error())
-			return err
-		}
-		// Anything else: the uninstall reads the history again, and says why it cannot.
-	}
-	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, r.Helm.mapper)
-	removed := false
-	if err == nil {
-		removed, err = r.Helm.Uninstall(obj.GetNamespace(), name, gate, clusterResources...)
-	}
-	switch {
-	case err != nil && r.namespaceTerminating(ctx, obj.GetNamespace()):
-		// The namespace's deletion removes the release with everything else in it,
-		// and has taken away the controller's rights there already.
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall",
-			"release %s goes with namespace %s, which is being deleted", name, obj.GetNamespace())
-	case err != nil:
-		return err
-	case removed:
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled", name)
-	}
 	return nil
 }
 

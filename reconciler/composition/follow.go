@@ -58,7 +58,7 @@ func (r *Reconciler) follow(ctx context.Context, obj *unstructured.Unstructured,
 	before := obj.DeepCopy()
 	var result ctrl.Result
 	if installing {
-		result, err = r.installPlaced(ctx, obj, def, placement, false)
+		result, err = r.deliverPlaced(ctx, obj, def, placement, false)
 	} else {
 		// Being deleted, or no longer placed: a definition being deleted serves no more,
 		// and what it installed is uninstalled all the same.

@@ -1,5 +1,5 @@
 // Placement on target clusters: a composition annotated compositor.dev/placement is
-// installed on every cluster its selector picks (installPlaced, installOnTarget), each
+// installed on every cluster its selector picks (deliverPlaced, installOnTarget), each
 // recorded in status.clusters before anything is installed there (recordClusters),
 // and uninstalled from the clusters it leaves (uninstallFromTargets, leaveTargets);
 // later turns the attempts on several clusters into when to reconcile again. The
@@ -59,7 +59,7 @@ const (
 	EventReleaseLeftBehind = "ReleaseLeftBehind"
 )
 
-// installPlaced installs the composition's release on every engaged cluster its
+// deliverPlaced installs the composition's release on every engaged cluster its
 // placement selects that is open to its namespace, at once, and uninstalls it from
 // those it selected before and no longer does; a release in the local cluster from
 // before the placement goes once a target has it. Each cluster's outcome is an entry
@@ -76,9 +76,9 @@ const (
 // lead is the mode the reconcile chose once (Reconcile, then follow), not r.leads()
 // read again: a replica that follows may be elected while the reconcile runs, and
 // the reconcile then finishes as a follower (follow writes status.clusters only), not
-// half as one and half as the leader. leaveTargets, uninstallFromTargets and
-// uninstallFromTarget take it for the same reason.
-func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement, lead bool) (ctrl.Result, error) {
+// half as one and half as the leader. leaveTargets and uninstallFromTargets take it
+// for the same reason.
+func (r *Reconciler) deliverPlaced(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, placement multicluster.Placement, lead bool) (ctrl.Result, error) {
 	if r.Targets == nil {
 		r.setConditions(obj, false, ReasonPlacementUnsupported, fmt.Sprintf(
 			"the composition is placed (%s %q), but this controller installs in its own cluster only: run Compositor with --multicluster and its controllers in process",
@@ -94,61 +94,142 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ns := &corev1.Namespace{}
-	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
-		err = fmt.Errorf("reading namespace %s, to know which clusters are open to it: %w", obj.GetNamespace(), err)
+	plan, err := r.planPlacement(ctx, obj, placement)
+	if err != nil {
 		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
 		return ctrl.Result{}, err
 	}
-	previous := Clusters(obj)
-	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
-	selected, waiting := selection.Engaged, selection.Waiting
-	var leaving []string
-	for name := range previous {
-		if !slices.ContainsFunc(selected, func(cl multicluster.Cluster) bool { return cl.Name == name }) && !slices.Contains(waiting, name) {
-			leaving = append(leaving, name)
-		}
-	}
 	// A slow cluster holds the workers of the compositions placed on it: at most a
 	// lane's worth; the others come back in a moment, their status as it was.
-	lanes := make([]string, 0, len(selected)+len(leaving))
-	for _, cl := range selected {
-		lanes = append(lanes, clusterLane(cl.Name))
-	}
-	for _, name := range leaving {
-		lanes = append(lanes, clusterLane(name))
-	}
-	leave, ok := r.enterLanes(lanes...)
+	leave, ok := r.enterClusterLanes(append(plan.selectedNames(), plan.leaving...))
 	if !ok {
-		laneFullTotal.WithLabelValues("cluster").Inc()
 		return ctrl.Result{RequeueAfter: laneRetry()}, nil
 	}
 	defer leave()
-	if err := r.recordClusters(ctx, obj, previous, selected); err != nil {
+	if err := r.recordClusters(ctx, obj, plan.previous, plan.selected); err != nil {
 		if apierrors.IsConflict(err) { // another replica wrote first: read it again
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		r.setConditions(obj, false, ReasonInstallFailed, err.Error())
 		return ctrl.Result{}, err
 	}
-	installs := make([]attempt, len(selected))
+	installs := make([]attempt, len(plan.selected))
 	var wg sync.WaitGroup
-	for i, cl := range selected {
+	for i, cl := range plan.selected {
 		wg.Go(func() { installs[i] = r.installOnTarget(ctx, obj, def, cl, w) })
 	}
-	left := r.uninstallFromTargets(ctx, obj, def, leaving, lead)
+	left := r.uninstallFromTargets(ctx, obj, def, plan.leaving, lead)
 	wg.Wait()
 
-	next := map[string]ClusterStatus{}
-	var elsewhere []string
-	for i, cl := range selected {
-		a, st := installs[i], previous[cl.Name]
+	tally := r.tallyInstalls(ctx, plan, installs, w, lead)
+	pending := left.pending(plan.previous, tally.next)
+	setClusters(obj, tally.next)
+	all := append(tally.attempts, left.attempts...)
+	if !lead {
+		return later(all)
+	}
+	if len(tally.elsewhere) > 0 || len(left.elsewhere) > 0 {
+		// Another replica's entry that changes only its message wakes nobody
+		// (PlacementProgressed): the conditions read it again in a while.
+		all = append(all, attempt{requeue: elsewhereRefresh})
+	}
+	if err := r.retireLocalRelease(ctx, obj, def, tally.next, w); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.placedConditions(obj, placement, plan, w, tally, pending, left)
+	return later(all)
+}
+
+// retireLocalRelease uninstalls a release in the local cluster from before the
+// placement once the composition runs somewhere else (next says where): a placement
+// that selects nothing, or a target that fails, does not take the application down.
+func (r *Reconciler) retireLocalRelease(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, next map[string]ClusterStatus, w work) error {
+	if !hasLocalRelease(obj) || !readySomewhere(next, w.fingerprint) {
+		return nil
+	}
+	if a := r.uninstallOn(ctx, obj, def, r.localSite()); !a.ready {
+		r.setConditions(obj, false, ReasonUninstallFailed, a.message)
+		return a.err
+	}
+	for _, field := range localStatusFields {
+		unstructured.RemoveNestedField(obj.Object, "status", field)
+	}
+	return nil
+}
+
+// placementPlan is where a placed composition goes: the engaged clusters its placement
+// selects, those registered but not engaged here (waiting), those it selects that are
+// not open to its namespace (closed), and those status.clusters lists that it no
+// longer selects (leaving).
+type placementPlan struct {
+	previous map[string]ClusterStatus
+	selected []multicluster.Cluster
+	waiting  []string
+	closed   []string
+	leaving  []string
+}
+
+// planPlacement selects the clusters for obj's placement, as its namespace's labels
+// open them.
+func (r *Reconciler) planPlacement(ctx context.Context, obj *unstructured.Unstructured, placement multicluster.Placement) (placementPlan, error) {
+	ns := &corev1.Namespace{}
+	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		return placementPlan{}, fmt.Errorf("reading namespace %s, to know which clusters are open to it: %w", obj.GetNamespace(), err)
+	}
+	selection := r.Targets.Clusters.Select(ctx, placement.Selector, ns.Labels)
+	plan := placementPlan{previous: Clusters(obj), selected: selection.Engaged, waiting: selection.Waiting, closed: selection.Closed}
+	for name := range plan.previous {
+		if !slices.Contains(plan.selectedNames(), name) && !slices.Contains(plan.waiting, name) {
+			plan.leaving = append(plan.leaving, name)
+		}
+	}
+	slices.Sort(plan.leaving)
+	return plan, nil
+}
+
+func (p placementPlan) selectedNames() []string {
+	names := make([]string, len(p.selected))
+	for i, cl := range p.selected {
+		names[i] = cl.Name
+	}
+	return names
+}
+
+// enterClusterLanes takes a slot of the lane of each of the clusters, or none when
+// one is full.
+func (r *Reconciler) enterClusterLanes(clusters []string) (release func(), ok bool) {
+	lanes := make([]string, len(clusters))
+	for i, name := range clusters {
+		lanes[i] = clusterLane(name)
+	}
+	release, ok = r.enterLanes(lanes...)
+	if !ok {
+		laneFullTotal.WithLabelValues("cluster").Inc()
+	}
+	return release, ok
+}
+
+// installTally is what the installs on the selected clusters came to: the next
+// entries of status.clusters, the attempts (with one for each cluster that cannot be
+// used yet, on the leader), and the clusters another replica has still to install on.
+type installTally struct {
+	next      map[string]ClusterStatus
+	attempts  []attempt
+	elsewhere []string
+}
+
+// tallyInstalls turns the installs on plan.selected, and the clusters plan.waiting for,
+// into entries of status.clusters.
+func (r *Reconciler) tallyInstalls(ctx context.Context, plan placementPlan, installs []attempt, w work, lead bool) installTally {
+	t := installTally{next: map[string]ClusterStatus{}, attempts: installs}
+	for i, cl := range plan.selected {
+		a, st := installs[i], plan.previous[cl.Name]
 		if a.elsewhere {
 			// Handed over to another replica half-way: the entry is the new holder's.
-			if _, recorded := previous[cl.Name]; recorded {
-				next[cl.Name] = st
+			if _, recorded := plan.previous[cl.Name]; recorded {
+				t.next[cl.Name] = st
 			}
-			elsewhere = append(elsewhere, cl.Name)
+			t.elsewhere = append(t.elsewhere, cl.Name)
 			continue
 		}
 		st.Name, st.Ready, st.Reason, st.Message = cl.Name, a.ready, a.reason, a.message
@@ -156,75 +237,56 @@ func (r *Reconciler) installPlaced(ctx context.Context, obj *unstructured.Unstru
 			// What is there is what w asks for, installed now or before.
 			st.ChartVersion, st.Fingerprint, st.Revision = w.chart.Metadata.Version, w.fingerprint, int64(a.revision)
 		}
-		next[cl.Name] = st
+		t.next[cl.Name] = st
 	}
 	// A cluster registered but not engaged here keeps its entry and what is installed
 	// there. Shared among replicas, a usable one is another replica's; otherwise its
 	// kubeconfig was just written or rotated, or cannot be used, and the leader says so.
-	for _, name := range waiting {
-		st, recorded := previous[name]
+	for _, name := range plan.waiting {
+		st, recorded := plan.previous[name]
 		another := r.Targets.Sharded && r.Targets.Clusters.Unusable(ctx, name) == ""
 		if another || !lead {
 			if recorded {
-				next[name] = st
+				t.next[name] = st
 			}
 			if another && (!recorded || !st.Ready || st.Fingerprint != w.fingerprint) {
-				elsewhere = append(elsewhere, name)
+				t.elsewhere = append(t.elsewhere, name)
 			}
 			continue
 		}
 		message := r.Targets.notEngaged(ctx, name)
 		st.Name, st.Ready, st.Reason, st.Message = name, false, ReasonClusterUnavailable, message
-		next[name] = st
-		installs = append(installs, attempt{reason: ReasonClusterUnavailable, message: message, requeue: retryTarget})
+		t.next[name] = st
+		t.attempts = append(t.attempts, attempt{reason: ReasonClusterUnavailable, message: message, requeue: retryTarget})
 	}
-	pending := left.pending(previous, next)
-	setClusters(obj, next)
-	if !lead {
-		return later(append(installs, left.attempts...))
-	}
-	all := append(installs, left.attempts...)
-	if len(elsewhere) > 0 || len(left.elsewhere) > 0 {
-		// Another replica's entry that changes only its message wakes nobody
-		// (PlacementProgressed): the conditions read it again in a while.
-		all = append(all, attempt{requeue: elsewhereRefresh})
-	}
-	// A release in the local cluster from before the placement goes once the
-	// composition runs somewhere else: a placement that selects nothing, or a target
-	// that fails, does not take the application down.
-	if hasLocalRelease(obj) && readySomewhere(next, w.fingerprint) {
-		if err := r.uninstallLocal(ctx, obj, def); err != nil {
-			r.setConditions(obj, false, ReasonUninstallFailed, err.Error())
-			return ctrl.Result{}, err
-		}
-		for _, field := range localStatusFields {
-			unstructured.RemoveNestedField(obj.Object, "status", field)
-		}
-	}
+	return t
+}
+
+// placedConditions say whether a placed composition is Ready, and if not why: the
+// entries not Ready say why already.
+func (r *Reconciler) placedConditions(obj *unstructured.Unstructured, placement multicluster.Placement, plan placementPlan, w work, t installTally, pending []string, left departures) {
 	var closed string
-	if len(selection.Closed) > 0 {
+	if len(plan.closed) > 0 {
 		closed = fmt.Sprintf("; placement %q also matches %s, not open to namespace %s (their kubeconfig Secret's %s)",
-			placement, strings.Join(selection.Closed, ", "), obj.GetNamespace(), vocab.AnnotationNamespaceSelector)
+			placement, strings.Join(plan.closed, ", "), obj.GetNamespace(), vocab.AnnotationNamespaceSelector)
 	}
 	switch {
-	case len(installs) == 0 && len(pending) == 0 && len(waiting) == 0:
+	case len(t.attempts) == 0 && len(pending) == 0 && len(plan.waiting) == 0:
 		r.setConditions(obj, false, ReasonNoClusterSelected, fmt.Sprintf("placement %q selects no registered cluster open to namespace %s", placement, obj.GetNamespace())+closed)
-	case len(pending) == 0 && len(elsewhere) == 0 && !slices.ContainsFunc(installs, func(a attempt) bool { return !a.ready }):
-		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(slices.Sorted(maps.Keys(next)), ", "))+closed)
+	case len(pending) == 0 && len(t.elsewhere) == 0 && !slices.ContainsFunc(t.attempts, func(a attempt) bool { return !a.ready }):
+		r.setConditions(obj, true, condition.ReasonAvailable, fmt.Sprintf("release %s is installed on %s", w.release, strings.Join(slices.Sorted(maps.Keys(t.next)), ", "))+closed)
 	default:
-		reason, message := notReadyReason(next), notReadyMessage(next)
-		if message == "" && len(elsewhere) > 0 {
+		reason, message := notReadyReason(t.next), notReadyMessage(t.next)
+		if message == "" && len(t.elsewhere) > 0 {
 			reason = ReasonInstalling
 		} else if message == "" {
 			reason = ReasonUninstalling
 		}
-		// The entries not Ready say why already.
 		message = joinMessages(message,
-			heldElsewhere(unlisted(next, elsewhere), "has not installed this revision of the composition there yet (or, its kubeconfig just written or rotated, no replica engages the cluster yet)"),
-			heldElsewhere(unlisted(next, left.elsewhere), "has not uninstalled the release there yet"))
+			heldElsewhere(unlisted(t.next, t.elsewhere), "has not installed this revision of the composition there yet (or, its kubeconfig just written or rotated, no replica engages the cluster yet)"),
+			heldElsewhere(unlisted(t.next, left.elsewhere), "has not uninstalled the release there yet"))
 		r.setConditions(obj, false, reason, message+closed)
 	}
-	return later(all)
 }
 
 // elsewhereRefresh is how often the leader reads again the entries of clusters other
@@ -275,20 +337,31 @@ func (r *Reconciler) recordClusters(ctx context.Context, obj *unstructured.Unstr
 	return nil
 }
 
-// installOnTarget is installOn for one target cluster, with its Helm and the check of
-// its rights.
+// targetSite is the engaged cluster cl, as the identity of its kubeconfig, with the
+// check of that identity's rights.
+func (r *Reconciler) targetSite(cl multicluster.Cluster) (site, error) {
+	h, err := r.Targets.helm(cl)
+	if err != nil {
+		return site{}, err
+	}
+	return site{
+		cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), gone: cl.Done(), shared: r.Targets.replicas(),
+		check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
+			return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
+		},
+	}, nil
+}
+
+// installOnTarget is installOn for one target cluster, unless it is held for not
+// answering.
 func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster, w work) attempt {
 	if a, held := r.Targets.held(cl, ReasonInstallFailed); held {
 		return a
 	}
-	h, err := r.Targets.helm(cl)
+	s, err := r.targetSite(cl)
 	if err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
-	s := site{cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), gone: cl.Done(), check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
-		return r.Targets.checkRights(ctx, cl, h, w, namespace, clusterResources)
-	}}
-	s.shared = r.Targets.replicas()
 	return r.Targets.observe(cl, r.installOn(ctx, obj, def, s, w))
 }
 
@@ -366,42 +439,11 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 	if a, held := r.Targets.held(cl, ReasonUninstallFailed); held {
 		return a
 	}
-	return r.Targets.observe(cl, r.uninstallWith(ctx, obj, def, cl))
-}
-
-// uninstallWith uninstalls the composition's release from the engaged cluster cl.
-func (r *Reconciler) uninstallWith(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, cl multicluster.Cluster) attempt {
-	namespace, name, cluster := obj.GetNamespace(), releaseName(obj), cl.Name
-	h, err := r.Targets.helm(cl)
+	s, err := r.targetSite(cl)
 	if err != nil {
 		return failed(ReasonUninstallFailed, err)
 	}
-	last, err := h.ownedRelease(namespace, name, obj.GetUID())
-	if gate, refused := asGateError(err); refused && gate.Reason == ReasonReleaseConflict {
-		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "cluster %s: %s", cluster, err.Error())
-		return attempt{ready: true}
-	}
-	if err != nil {
-		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
-	}
-	gate, clusterResources, err := r.uninstallGate(ctx, obj, def, h.mapper)
-	if err != nil {
-		return failed(ReasonUninstallFailed, err)
-	}
-	if cl.Ended() { // another replica may hold the cluster now
-		return attempt{elsewhere: true}
-	}
-	if a, running := stillRunning(ctx, site{cluster: cluster, shared: r.Targets.replicas()}, last); running {
-		return a // what it installs would be left with no release to uninstall
-	}
-	removed, err := h.Uninstall(namespace, name, gate, clusterResources...)
-	if err != nil {
-		return failed(ReasonUninstallFailed, fmt.Errorf("%w on cluster %s", err, cluster))
-	}
-	if removed {
-		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled from cluster %s", name, cluster)
-	}
-	return attempt{ready: true}
+	return r.Targets.observe(cl, r.uninstallOn(ctx, obj, def, s))
 }
 
 // leaveTargets uninstalls the composition's release from every cluster status.clusters
@@ -423,13 +465,8 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 		return ctrl.Result{}, true, nil
 	}
 	clusters := slices.Sorted(maps.Keys(previous))
-	lanes := make([]string, len(clusters))
-	for i, name := range clusters {
-		lanes[i] = clusterLane(name)
-	}
-	leave, ok := r.enterLanes(lanes...)
+	leave, ok := r.enterClusterLanes(clusters)
 	if !ok {
-		laneFullTotal.WithLabelValues("cluster").Inc()
 		return ctrl.Result{RequeueAfter: laneRetry()}, false, nil
 	}
 	defer leave()

@@ -1,0 +1,76 @@
+// Delivery to the local cluster: a composition that is not placed has its release in
+// Compositor's own cluster, in its namespace (deliverLocally); remove uninstalls its
+// releases wherever they are before the composition goes.
+
+package composition
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/multicluster"
+)
+
+// localSite is the local cluster, as the controller's identity, which bind gives its
+// rights in a namespace.
+func (r *Reconciler) localSite() site { return site{helm: r.Helm, bind: r.Bind} }
+
+// deliverLocally runs helm upgrade --install in the local cluster unless the release
+// already is what the composition asks for (installOn). A composition placed on target
+// clusters before is uninstalled from them first.
+func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if err := r.addFinalizer(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
+		return result, err
+	}
+	w, err := r.prepare(ctx, obj, def)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// status.fingerprint is not in the fixed status schema; the schema keeps unknown
+	// status fields, so it is stored as it is. It only tells users what is installed:
+	// whether to install rests on the sealed release record alone.
+	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
+	a := r.installOn(ctx, obj, def, r.localSite(), w)
+	if a.changed || (a.ready && installed != w.fingerprint) {
+		for field, value := range map[string]string{
+			"helmChartUrl":     def.Status.PackageURL,
+			"helmChartVersion": w.chart.Metadata.Version,
+			"releaseName":      w.release,
+			"digest":           w.digest,
+			"fingerprint":      w.fingerprint,
+		} {
+			_ = unstructured.SetNestedField(obj.Object, value, "status", field)
+		}
+	}
+	r.setConditions(obj, a.ready, a.reason, a.message)
+	return a.result()
+}
+
+// remove uninstalls the composition's releases, on the target clusters it was placed on
+// and in the local cluster, then lets the composition go. A target cluster that does
+// not answer holds the deletion until it does, or is no longer registered.
+func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if result, done, err := r.leaveTargets(ctx, obj, def, true); !done {
+		return result, err
+	}
+	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
+		if a := r.uninstallOn(ctx, obj, def, r.localSite()); !a.ready {
+			r.setConditions(obj, false, a.reason, a.message)
+			return ctrl.Result{}, a.err
+		}
+	}
+	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+}
