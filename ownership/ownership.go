@@ -28,7 +28,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 )
+
+// Served is what def's status says it serves: the group, version and kind of its
+// generated API, which a definition being deleted keeps until its compositions are
+// gone. ok is false while it serves none.
+func Served(def *corev1alpha1.CompositionDefinition) (gvk schema.GroupVersionKind, ok bool) {
+	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
+	if err != nil || gv.Group != vocab.CompositionGroup || gv.Version == "" || def.Status.Kind == "" {
+		return schema.GroupVersionKind{}, false
+	}
+	return gv.WithKind(def.Status.Kind), true
+}
 
 // Serves tells whether def serves gvk: its status reports that kind and version and it
 // is not being deleted.
@@ -99,8 +111,8 @@ func ServedByAnother(defs []corev1alpha1.CompositionDefinition, def *corev1alpha
 // the kind is a generated API, whose writes need a chart to be judged.
 func Generated(defs []corev1alpha1.CompositionDefinition, gk schema.GroupKind) bool {
 	return slices.ContainsFunc(defs, func(d corev1alpha1.CompositionDefinition) bool {
-		gv, err := schema.ParseGroupVersion(d.Status.APIVersion)
-		return err == nil && gv.Group == gk.Group && d.Status.Kind == gk.Kind
+		served, ok := Served(&d)
+		return ok && served.GroupKind() == gk
 	})
 }
 
@@ -124,14 +136,14 @@ const ServedIndex = "compositor.dev/served"
 func IndexServed(ctx context.Context, indexer client.FieldIndexer) error {
 	return indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, ServedIndex, func(obj client.Object) []string {
 		def, ok := obj.(*corev1alpha1.CompositionDefinition)
-		if !ok || def.Status.Kind == "" {
+		if !ok {
 			return nil
 		}
-		gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-		if err != nil {
+		served, ok := Served(def)
+		if !ok {
 			return nil
 		}
-		return []string{versionKey(gv.WithKind(def.Status.Kind)), kindKey(schema.GroupKind{Group: gv.Group, Kind: def.Status.Kind})}
+		return []string{versionKey(served), kindKey(served.GroupKind())}
 	})
 }
 

@@ -146,3 +146,23 @@ func TestServedIndexSelectsWhatStatusReports(t *testing.T) {
 	assert.False(t, selects(ServingKind(schema.GroupKind{Group: v115.Group, Kind: "Other"}), serving))
 	assert.False(t, selects(ServingVersion(v115), def("a", "y", 0, schema.GroupVersionKind{}, "")), "a definition that serves nothing yet")
 }
+
+func TestServedReadsWhatStatusReports(t *testing.T) {
+	d := def("ops", "fireworks", 0, v115, "sha256:a")
+	served, ok := Served(&d)
+	assert.True(t, ok)
+	assert.Equal(t, v115, served)
+
+	for name, status := range map[string]corev1alpha1.CompositionDefinitionStatus{
+		"nothing yet":       {},
+		"no kind":           {APIVersion: v115.GroupVersion().String()},
+		"another group":     {APIVersion: "apps/v1", Kind: "FireworksApp"},
+		"no version":        {APIVersion: "composition.krateo.io/", Kind: "FireworksApp"},
+		"not an apiVersion": {APIVersion: "a/b/c", Kind: "FireworksApp"},
+	} {
+		d := def("ops", "fireworks", 0, schema.GroupVersionKind{}, "")
+		d.Status = status
+		_, ok := Served(&d)
+		assert.False(t, ok, name)
+	}
+}

@@ -218,8 +218,8 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(req.OldObject.Object, def); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("decoding the definition: %w", err))}, nil
 	}
-	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-	if err != nil || gv.Group != vocab.CompositionGroup || def.Status.Kind == "" {
+	served, ok := ownership.Served(def)
+	if !ok {
 		return nil, nil // it never served an API
 	}
 
@@ -227,14 +227,14 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	if err := k.reader.List(ctx, definitions); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing definitions: %w", err))}, nil
 	}
-	if ownership.ServedByAnother(definitions.Items, def, gv.WithKind(def.Status.Kind)) {
+	if ownership.ServedByAnother(definitions.Items, def, served) {
 		return nil, nil
 	}
 
 	// The compositions are listed through any version the CRD still serves: the
 	// definition's own may be gone already (an upgrade in flight).
 	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := k.reader.Get(ctx, client.ObjectKey{Name: def.Status.Resource + "." + gv.Group}, crd); err != nil {
+	if err := k.reader.Get(ctx, client.ObjectKey{Name: def.Status.Resource + "." + served.Group}, crd); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil // no API, no compositions
 		}
@@ -251,14 +251,14 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 		return nil, nil
 	}
 	compositions := &metav1.PartialObjectMetadataList{}
-	compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: gv.Group, Version: via, Kind: def.Status.Kind + "List"})
-	if err := k.reader.List(ctx, compositions, client.MatchingLabels{vocab.LabelCompositionVersion: gv.Version}); err != nil {
+	compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: served.Group, Version: via, Kind: served.Kind + "List"})
+	if err := k.reader.List(ctx, compositions, client.MatchingLabels{vocab.LabelCompositionVersion: served.Version}); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing %s compositions: %w", def.Status.Kind, err))}, nil
 	}
 	if n := len(compositions.Items); n > 0 {
 		return field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"), fmt.Sprintf(
 			"%d %s of version %s still exist and no other definition serves that version: delete them first (kubectl delete %s.%s.%s --all -A), or move them to another version",
-			n, def.Status.Kind, gv.Version, def.Status.Resource, gv.Version, gv.Group))}, nil
+			n, served.Kind, served.Version, def.Status.Resource, served.Version, served.Group))}, nil
 	}
 	return nil, nil
 }

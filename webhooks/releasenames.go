@@ -33,11 +33,7 @@ type ReleaseNames struct {
 	// CRDs is a cache that informs of CustomResourceDefinitions.
 	CRDs cache.Cache
 
-	mu      sync.Mutex
-	started chan struct{}
-	base    context.Context
-	kinds   map[schema.GroupResource]*kindReleaseNames
-	wg      sync.WaitGroup
+	kinds lightinformer.Set[schema.GroupResource, *kindReleaseNames]
 	// handled is the resourceVersion of the last update handled, by CRD name: a test
 	// tells from it that an update was handled and changed nothing.
 	handled sync.Map
@@ -45,14 +41,19 @@ type ReleaseNames struct {
 
 // kindReleaseNames is the informer of one kind, watched at one served version.
 type kindReleaseNames struct {
-	version  string
+	resource schema.GroupVersionResource
 	informer *lightinformer.Informer
-	cancel   context.CancelFunc
+}
+
+// Run watches until ctx is done.
+func (k *kindReleaseNames) Run(ctx context.Context) {
+	log.FromContext(ctx).V(1).Info("Watching release names", "resource", k.resource.Resource, "version", k.resource.Version)
+	k.informer.Run(ctx)
 }
 
 // NewReleaseNames returns ReleaseNames reading through client and crds.
 func NewReleaseNames(client metadata.Interface, crds cache.Cache) *ReleaseNames {
-	return &ReleaseNames{Metadata: client, CRDs: crds, started: make(chan struct{}), kinds: map[schema.GroupResource]*kindReleaseNames{}}
+	return &ReleaseNames{Metadata: client, CRDs: crds}
 }
 
 // NeedLeaderElection is false: every replica answers admission.
@@ -83,43 +84,31 @@ func (n *ReleaseNames) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	n.base = ctx
-	close(n.started)
-	n.mu.Unlock()
-	<-ctx.Done()
+	n.kinds.Run(ctx)
 	_ = crds.RemoveEventHandler(registration)
-	n.mu.Lock()
-	for resource, k := range n.kinds {
-		k.cancel()
-		delete(n.kinds, resource)
-	}
-	n.mu.Unlock()
-	n.wg.Wait()
 	return nil
 }
 
-// retire stops the informer of group/plural unless current still serves its version.
+// retire stops the informer of group/plural unless current still serves its version,
+// and waits until it has. Only the CRD informer's handler calls it, one event at a
+// time, so the informer it looks at is the one it stops.
 func (n *ReleaseNames) retire(group, plural string, current *apiextensionsv1.CustomResourceDefinition) {
 	if group != vocab.CompositionGroup {
 		return
 	}
 	resource := schema.GroupResource{Group: group, Resource: plural}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k, ok := n.kinds[resource]
+	k, ok := n.kinds.Get(resource)
 	if !ok {
 		return
 	}
 	if current != nil {
 		for _, v := range current.Spec.Versions {
-			if v.Name == k.version && v.Served {
+			if v.Name == k.resource.Version && v.Served {
 				return
 			}
 		}
 	}
-	k.cancel()
-	delete(n.kinds, resource)
+	n.kinds.Stop(resource)
 }
 
 // Users are the names of the compositions of resource in namespace whose release name
@@ -153,32 +142,16 @@ func (n *ReleaseNames) Users(ctx context.Context, resource schema.GroupVersionRe
 
 // informer returns the informer of resource's kind, started if need be.
 func (n *ReleaseNames) informer(ctx context.Context, resource schema.GroupVersionResource) (*lightinformer.Informer, error) {
-	select {
-	case <-n.started:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("release names are not served yet: %w", ctx.Err())
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.base.Err() != nil {
-		return nil, n.base.Err()
-	}
-	if k, ok := n.kinds[resource.GroupResource()]; ok {
-		return k.informer, nil
-	}
-	informer := lightinformer.NewMetadata(n.Metadata, lightinformer.Options{
-		Resource: resource,
-		Indexers: toolscache.Indexers{releaseNameIndex: byReleaseName},
+	k, err := n.kinds.Ensure(ctx, resource.GroupResource(), func() (*kindReleaseNames, error) {
+		return &kindReleaseNames{resource: resource, informer: lightinformer.NewMetadata(n.Metadata, lightinformer.Options{
+			Resource: resource,
+			Indexers: toolscache.Indexers{releaseNameIndex: byReleaseName},
+		})}, nil
 	})
-	runCtx, cancel := context.WithCancel(n.base)
-	n.kinds[resource.GroupResource()] = &kindReleaseNames{version: resource.Version, informer: informer, cancel: cancel}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		log.FromContext(runCtx).V(1).Info("Watching release names", "resource", resource.Resource, "version", resource.Version)
-		informer.Run(runCtx)
-	}()
-	return informer, nil
+	if err != nil {
+		return nil, fmt.Errorf("release names are not served: %w", err)
+	}
+	return k.informer, nil
 }
 
 // byReleaseName indexes a composition by namespace and release name.
@@ -196,11 +169,10 @@ func byReleaseName(obj any) ([]string, error) {
 
 // watching is how many kinds have an informer, for tests.
 func (n *ReleaseNames) watching() map[schema.GroupResource]string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make(map[schema.GroupResource]string, len(n.kinds))
-	for resource, k := range n.kinds {
-		out[resource] = k.version
+	running := n.kinds.All()
+	out := make(map[schema.GroupResource]string, len(running))
+	for resource, k := range running {
+		out[resource] = k.resource.Version
 	}
 	return out
 }

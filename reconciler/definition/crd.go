@@ -15,6 +15,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
@@ -103,11 +104,8 @@ func (r *Reconciler) claimedVersions(ctx context.Context, kind string, except *c
 
 // previousVersion is the served version the definition's status reports.
 func previousVersion(def *corev1alpha1.CompositionDefinition) string {
-	gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-	if err != nil || gv.Group != vocab.CompositionGroup {
-		return ""
-	}
-	return gv.Version
+	served, _ := ownership.Served(def)
+	return served.Version
 }
 
 // compositions lists the metadata of the compositions of kind labelled with version,

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -45,6 +44,7 @@ import (
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/binding"
 	"github.com/compositor-dev/compositor/reconciler/composition"
@@ -73,8 +73,8 @@ type VersionKey struct{ Namespace, Plural, Version string }
 // Targets shared among replicas (Targets.Sharded), it runs on every replica: each
 // installs placed compositions on the target clusters engaged there (package
 // composition, Reconciler.Leads), and one that does not lead serves the versions the
-// definitions in the cache serve (followDefinitions); the release bindings and
-// everything else stay with the leader.
+// definitions in the cache serve (followDefinitions) until it leads; the release
+// bindings and everything else stay with the leader.
 type Runtime struct {
 	// Config is Compositor's own; each version's client impersonates from it.
 	Config *rest.Config
@@ -118,14 +118,11 @@ type Runtime struct {
 	queue      workqueue.TypedRateLimitingInterface[request] // the controller's, once it starts
 	queued     chan struct{}                                 // closed when queue is set
 
-	mu       sync.RWMutex
-	started  chan struct{}
-	base     context.Context
-	versions map[VersionKey]*servedVersion
-	// led: the definition reconciler, which runs on the leader, has served or stopped
-	// a version; from then on it alone does (followDefinitions stops).
-	led bool
-	wg  sync.WaitGroup
+	versions lightinformer.Set[VersionKey, *servedVersion]
+	// followed is closed once followDefinitions has returned, or was never to run: the
+	// definition reconciler, which runs on the leader, serves and stops versions from
+	// then on, so that one of the two at a time decides what is served.
+	followed chan struct{}
 }
 
 // request is one piece of work of a served version: a composition to reconcile, or,
@@ -139,13 +136,19 @@ type request struct {
 // servedVersion is what runs for one version: its informer, a reader of what the
 // informer holds, and the reconcilers its requests go to.
 type servedVersion struct {
+	key          VersionKey
 	gvk          schema.GroupVersionKind
 	informer     *lightinformer.Informer
 	reader       client.Reader
-	cancel       context.CancelFunc
-	done         chan struct{}
 	compositions *composition.Reconciler // nil unless InProcess
 	binder       *binding.Reconciler
+}
+
+// Run runs the version's informer until ctx is done.
+func (v *servedVersion) Run(ctx context.Context) {
+	logger := log.FromContext(ctx).WithValues("namespace", v.key.Namespace, "resource", v.key.Plural, "version", v.key.Version)
+	logger.Info("Serving a version of a generated kind", "inProcess", v.compositions != nil)
+	v.informer.Run(log.IntoContext(ctx, logger))
 }
 
 // SetupWithManager creates the controller in mgr and adds Runtime to it.
@@ -153,8 +156,10 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders, k.elected = mgr, mgr.Elected()
-	k.started, k.queued = make(chan struct{}), make(chan struct{})
-	k.versions = map[VersionKey]*servedVersion{}
+	k.queued, k.followed = make(chan struct{}), make(chan struct{})
+	if !k.shared() {
+		close(k.followed)
+	}
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
 	perLane := k.NamespaceConcurrency
 	if perLane <= 0 {
@@ -244,36 +249,28 @@ func (k *Runtime) Start(ctx context.Context) error {
 	select {
 	case <-k.queued:
 	case <-ctx.Done():
+		if k.shared() {
+			close(k.followed)
+		}
 		return nil
 	}
-	k.mu.Lock()
-	k.base = ctx
-	k.mu.Unlock()
-	close(k.started)
+	var wg sync.WaitGroup
 	if k.shared() {
-		k.wg.Add(2)
-		go func() {
-			defer k.wg.Done()
+		wg.Go(func() {
+			defer close(k.followed)
 			k.followDefinitions(ctx)
-		}()
-		go func() {
-			defer k.wg.Done()
+		})
+		wg.Go(func() {
 			select {
 			case <-k.elected:
 				// What a replica that does not lead leaves alone is the leader's now.
 				k.enqueueAll()
 			case <-ctx.Done():
 			}
-		}()
+		})
 	}
-	<-ctx.Done()
-	k.mu.Lock()
-	for key, v := range k.versions {
-		v.cancel()
-		delete(k.versions, key)
-	}
-	k.mu.Unlock()
-	k.wg.Wait()
+	k.versions.Run(ctx)
+	wg.Wait()
 	return nil
 }
 
@@ -283,7 +280,7 @@ func (k *Runtime) NeedLeaderElection() bool { return !k.shared() }
 // followDefinitions serves, until this replica leads or ctx ends, the versions that
 // the definitions in the cache serve (status.apiVersion, which a definition being
 // deleted keeps until its compositions are gone), and stops the others. On the
-// leader, the definition reconciler does.
+// leader, the definition reconciler does, once this has returned (followed).
 func (k *Runtime) followDefinitions(ctx context.Context) {
 	logger := log.FromContext(ctx)
 	informer, err := k.cache.GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
@@ -314,7 +311,7 @@ func (k *Runtime) followDefinitions(ctx context.Context) {
 			return
 		case <-kick:
 		}
-		if k.leading() || k.hasLed() {
+		if k.leading() {
 			return
 		}
 		if err := k.serveDefined(ctx); err != nil && ctx.Err() == nil {
@@ -322,14 +319,6 @@ func (k *Runtime) followDefinitions(ctx context.Context) {
 			time.AfterFunc(time.Second, func() { poke(nil) })
 		}
 	}
-}
-
-// hasLed reports whether the definition reconciler has served or stopped a version
-// here (led).
-func (k *Runtime) hasLed() bool {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	return k.led
 }
 
 // serveDefined serves every version a definition in the cache serves, and stops
@@ -343,26 +332,20 @@ func (k *Runtime) serveDefined(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		def := &list.Items[i]
-		gv, err := schema.ParseGroupVersion(def.Status.APIVersion)
-		if err != nil || gv.Group != vocab.CompositionGroup || gv.Version == "" || def.Status.Kind == "" || def.Status.Resource == "" {
+		gvk, ok := ownership.Served(def)
+		if !ok || def.Status.Resource == "" {
 			continue
 		}
-		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version}
+		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gvk.Version}
 		served[key] = true
-		if err := k.ensure(ctx, def, def.Status.Kind, key.Plural, key.Version, false); err != nil {
+		if err := k.serve(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	k.mu.RLock()
-	var retired []VersionKey
-	for key := range k.versions {
+	for key := range k.versions.All() {
 		if !served[key] {
-			retired = append(retired, key)
+			k.stop(key)
 		}
-	}
-	k.mu.RUnlock()
-	for _, key := range retired {
-		k.stop(key, false)
 	}
 	return errors.Join(errs...)
 }
@@ -370,10 +353,7 @@ func (k *Runtime) serveDefined(ctx context.Context) error {
 // enqueueAll reconciles every composition and release binding of every served
 // version.
 func (k *Runtime) enqueueAll() {
-	k.mu.RLock()
-	versions := maps.Clone(k.versions)
-	k.mu.RUnlock()
-	for key, v := range versions {
+	for key, v := range k.versions.All() {
 		for _, item := range v.informer.Store().List() {
 			if obj, err := meta.Accessor(item); err == nil {
 				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
@@ -385,75 +365,43 @@ func (k *Runtime) enqueueAll() {
 
 // Ensure starts serving the version of def's kind, unless it is served: its informer,
 // its release bindings and, InProcess, its composition controller. It waits for Runtime
-// to start first. An error leaves nothing running; the caller tries again. A kind the
-// API server does not serve yet is no error: its informer retries until it does.
+// to start first, and on a replica that did not lead, for followDefinitions to end.
+// An error leaves nothing running; the caller tries again. A kind the API server does
+// not serve yet is no error: its informer retries until it does.
 func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
-	return k.ensure(ctx, def, kind, plural, version, true)
-}
-
-// ensure is Ensure, called by the definition reconciler (byLeader) or by
-// followDefinitions, which then does nothing once the former has begun.
-func (k *Runtime) ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string, byLeader bool) error {
 	select {
-	case <-k.started:
+	case <-k.followed:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return k.serve(ctx, def, kind, plural, version)
+}
+
+// serve is Ensure, without waiting for followDefinitions, which calls it.
+func (k *Runtime) serve(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
 	key := VersionKey{Namespace: def.Namespace, Plural: plural, Version: version}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.base.Err() != nil {
-		return k.base.Err()
-	}
-	if byLeader {
-		k.led = true
-	} else if k.led {
-		return nil
-	}
-	if _, ok := k.versions[key]; ok {
-		return nil
-	}
-	v, err := k.newVersion(def, key, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: kind})
-	if err != nil {
-		return fmt.Errorf("serving %s %s: %w", plural, version, err)
-	}
-	runCtx, cancel := context.WithCancel(k.base)
-	v.cancel, v.done = cancel, make(chan struct{})
-	k.versions[key] = v
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		defer close(v.done)
-		logger := log.FromContext(runCtx).WithValues("namespace", key.Namespace, "resource", key.Plural, "version", key.Version)
-		logger.Info("Serving a version of a generated kind", "inProcess", k.InProcess)
-		v.informer.Run(log.IntoContext(runCtx, logger))
-	}()
-	return nil
+	_, err := k.versions.Ensure(ctx, key, func() (*servedVersion, error) {
+		v, err := k.newVersion(def, key, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: kind})
+		if err != nil {
+			return nil, fmt.Errorf("serving %s %s: %w", plural, version, err)
+		}
+		return v, nil
+	})
+	return err
 }
 
 // Stop stops serving the version and waits until its informer has stopped; the
 // definition reconciler deletes its RBAC and bindings. Requests of the version still
-// queued are dropped when they come up.
+// queued are dropped when they come up. Like Ensure, it waits for followDefinitions to
+// end.
 func (k *Runtime) Stop(namespace, plural, version string) {
-	k.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version}, true)
+	<-k.followed
+	k.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version})
 }
 
-// stop is Stop, called by the definition reconciler (byLeader) or by
-// followDefinitions, which then does nothing once the former has begun.
-func (k *Runtime) stop(key VersionKey, byLeader bool) {
-	k.mu.Lock()
-	if byLeader {
-		k.led = true
-	} else if k.led {
-		k.mu.Unlock()
-		return
-	}
-	v, ok := k.versions[key]
-	delete(k.versions, key)
-	k.mu.Unlock()
-	if ok {
-		v.cancel()
-		<-v.done
+// stop is Stop, without waiting for followDefinitions, which calls it.
+func (k *Runtime) stop(key VersionKey) {
+	if k.versions.Stop(key) {
 		k.rates.forget(key)
 	}
 }
@@ -498,7 +446,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
-	v := &servedVersion{gvk: gvk}
+	v := &servedVersion{key: key, gvk: gvk}
 	v.informer = k.newInformer(key, k.handler(key, !k.InProcess))
 	v.reader = listerReader{v.informer.Lister()}
 	v.binder = &binding.Reconciler{
@@ -592,17 +540,14 @@ func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.Resource
 }
 
 func (k *Runtime) version(key VersionKey) *servedVersion {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	return k.versions[key]
+	v, _ := k.versions.Get(key)
+	return v
 }
 
 // versionsOfKind are the served versions of kind, in every definition namespace.
 func (k *Runtime) versionsOfKind(kind string) map[VersionKey]*servedVersion {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
 	out := map[VersionKey]*servedVersion{}
-	for key, v := range k.versions {
+	for key, v := range k.versions.All() {
 		if v.gvk.Kind == kind {
 			out[key] = v
 		}
@@ -652,10 +597,7 @@ func (k *Runtime) ClustersChanged() {
 	default:
 		return
 	}
-	k.mu.RLock()
-	versions := maps.Clone(k.versions)
-	k.mu.RUnlock()
-	for key, v := range versions {
+	for key, v := range k.versions.All() {
 		for _, item := range v.informer.Store().List() {
 			obj, ok := item.(*unstructured.Unstructured)
 			if !ok {

@@ -86,14 +86,10 @@ func TestRuntime(t *testing.T) {
 		require.NoError(t, e.kinds.Ensure(ctx, def, k.gvk.Kind, k.plural, k.gvk.Version))
 		assert.Same(t, v, e.kinds.version(key))
 
-		// Stop returns once the informer has stopped, and the API server's watch ends.
+		// Stop returns once the informer has stopped (lightinformer.Set), and the API
+		// server's watch ends.
 		e.kinds.Stop(key.Namespace, key.Plural, key.Version)
 		assert.Nil(t, e.kinds.version(key))
-		select {
-		case <-v.done:
-		default:
-			t.Fatal("Stop returned before the version's informer stopped")
-		}
 		watches(t, cp, k.plural, 0, "no watch of a version no longer served")
 
 		// A request of the version that comes up after Stop is dropped.
@@ -200,16 +196,13 @@ func TestRuntime(t *testing.T) {
 		key := VersionKey{Namespace: "delta-system", Plural: k.plural, Version: k.gvk.Version}
 		stop := e.start(t)
 		require.NoError(t, e.kinds.Ensure(ctx, def, k.gvk.Kind, k.plural, k.gvk.Version))
-		v := e.kinds.version(key)
-		require.NotNil(t, v)
+		require.NotNil(t, e.kinds.version(key))
+		watches(t, cp, k.plural, 1, "the version's watch")
 
+		// Runtime returns once every informer has stopped (lightinformer.Set).
 		require.NoError(t, stop())
-		select {
-		case <-v.done:
-		default:
-			t.Fatal("Runtime returned before the version's informer stopped")
-		}
 		assert.Nil(t, e.kinds.version(key))
+		watches(t, cp, k.plural, 0, "no watch once Runtime has stopped")
 		assert.Error(t, e.kinds.Ensure(ctx, def, k.gvk.Kind, k.plural, k.gvk.Version), "Runtime has stopped")
 		assert.Nil(t, e.kinds.version(key))
 	})
