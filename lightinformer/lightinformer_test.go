@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -123,6 +124,23 @@ func TestInformersTellAndKeepWhatTheySelect(t *testing.T) {
 		}
 		assert.Equal(t, []string{"kept"}, names)
 	}
+
+	// Reader reads the same store as a client.Reader, with copies of the informer's type.
+	got := &metav1.PartialObjectMetadata{}
+	require.NoError(t, metaInformer.Reader().Get(ctx, client.ObjectKey{Namespace: "default", Name: "kept"}, got))
+	assert.Equal(t, "kept", got.Name)
+	got.Labels["team"] = "changed"
+	again := &metav1.PartialObjectMetadata{}
+	require.NoError(t, metaInformer.Reader().Get(ctx, client.ObjectKey{Namespace: "default", Name: "kept"}, again))
+	assert.Equal(t, "a", again.Labels["team"], "a copy, not the store's object")
+	assert.Error(t, metaInformer.Reader().Get(ctx, client.ObjectKey{Namespace: "default", Name: "kept"}, &unstructured.Unstructured{}), "the informer holds metadata only")
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	require.NoError(t, wholeInformer.Reader().List(ctx, list, client.InNamespace("default"), client.MatchingLabels{"team": "a"}))
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, "kept", list.Items[0].GetName())
+	require.NoError(t, wholeInformer.Reader().List(ctx, list, client.InNamespace("elsewhere")))
+	assert.Empty(t, list.Items)
 }
 
 // TestAnInformerCostsFourGoroutinesAndLeavesNone counts what a running informer keeps —

@@ -448,7 +448,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 	}
 	v := &servedVersion{key: key, gvk: gvk}
 	v.informer = k.newInformer(key, k.handler(key, !k.InProcess))
-	v.reader = listerReader{v.informer.Lister()}
+	v.reader = v.informer.Reader()
 	v.binder = &binding.Reconciler{
 		Compositions:        v.reader,
 		Definitions:         k.cache,
@@ -689,99 +689,4 @@ func (c cachedReads) Get(ctx context.Context, key client.ObjectKey, obj client.O
 
 func (c cachedReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	return c.readerOf(list).List(ctx, list, opts...)
-}
-
-// perVersionRate lets each version reconcile at most perSecond compositions a second,
-// with a burst of ten seconds' worth, as each version's own controller did before
-// they shared a queue: a busy kind does not starve the others of their rate.
-type perVersionRate struct {
-	perSecond int
-	mu        sync.Mutex
-	limiters  map[VersionKey]*rate.Limiter
-}
-
-func (r *perVersionRate) delay(key VersionKey) time.Duration {
-	r.mu.Lock()
-	l, ok := r.limiters[key]
-	if !ok {
-		l = rate.NewLimiter(rate.Limit(r.perSecond), r.perSecond*10)
-		r.limiters[key] = l
-	}
-	r.mu.Unlock()
-	return l.Reserve().Delay()
-}
-
-func (r *perVersionRate) forget(key VersionKey) {
-	r.mu.Lock()
-	delete(r.limiters, key)
-	r.mu.Unlock()
-}
-
-// requestRate is perVersionRate as the queue's rate limiter; release bindings are not
-// limited.
-type requestRate struct{ *perVersionRate }
-
-func (r requestRate) When(req request) time.Duration {
-	if req.Binding {
-		return 0
-	}
-	return r.delay(req.Version)
-}
-func (requestRate) Forget(request)          {}
-func (requestRate) NumRequeues(request) int { return 0 }
-
-// listerReader reads what an informer holds through its lister, as a client.Reader:
-// Get by namespace and name, List by namespace, labels and limit. The objects are
-// copies.
-type listerReader struct{ lister toolscache.GenericLister }
-
-func (r listerReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	got, err := r.lister.ByNamespace(key.Namespace).Get(key.Name)
-	if err != nil {
-		return err
-	}
-	return copyInto(got, obj)
-}
-
-func (r listerReader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	o := (&client.ListOptions{}).ApplyOptions(opts)
-	selector := o.LabelSelector
-	if selector == nil {
-		selector = labels.Everything()
-	}
-	var got []runtime.Object
-	var err error
-	if o.Namespace != "" {
-		got, err = r.lister.ByNamespace(o.Namespace).List(selector)
-	} else {
-		got, err = r.lister.List(selector)
-	}
-	if err != nil {
-		return err
-	}
-	if o.Limit > 0 && int64(len(got)) > o.Limit {
-		got = got[:o.Limit]
-	}
-	items := make([]runtime.Object, len(got))
-	for i, obj := range got {
-		items[i] = obj.DeepCopyObject()
-	}
-	return meta.SetList(list, items)
-}
-
-// copyInto copies the informer's object from into obj, of the same type.
-func copyInto(from runtime.Object, obj client.Object) error {
-	switch src := from.(type) {
-	case *unstructured.Unstructured:
-		if dst, ok := obj.(*unstructured.Unstructured); ok {
-			src.DeepCopyInto(dst)
-			return nil
-		}
-	case *metav1.PartialObjectMetadata:
-		if dst, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			src.DeepCopyInto(dst)
-			return nil
-		}
-	}
-	return fmt.Errorf("the informer holds %T, not %T", from, obj)
 }
