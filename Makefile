@@ -26,7 +26,10 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
   -X k8s.io/component-base/version.gitTreeState=clean
 KUBE_STAMP := $(K8S)/.kube-$(call pins,kube)-$(KUBE_VERSION)
 ETCD_STAMP := $(K8S)/.etcd-$(call pins,etcd)
-HELM_STAMP := $(K8S)/.helm-$(call pins,helm)
+# helm reports the version of its module, as a release build does (a plain build says
+# v4.3, without the patch).
+HELM_VERSION := $(shell awk '$$1 == "helm.sh/helm/v4" {print $$2}' $(TOOLS)/helm/go.mod)
+HELM_STAMP := $(K8S)/.helm-$(call pins,helm)-$(HELM_VERSION)
 CODEGEN_STAMP := $(BIN)/.controller-gen-$(call pins,codegen)
 KUBENODE_STAMP := $(K8S)/.kubenode-$(call pins,kubenode)-$(KUBE_VERSION)
 CONTAINERD_STAMP := $(BIN)/node/.containerd-$(call pins,containerd)
@@ -39,11 +42,34 @@ FUZZTIME ?= 1m
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build bin/compositor
 	go build -o $(BIN)/compositor ./cmd/compositor
+
+# The last Compositor on Helm 3 (issue #28): test/e2e's TestUpgradeFromHelm3Compositor
+# installs compositions with it, replaces it with the current code and upgrades and
+# uninstalls them. It is built from git history, so the clone must hold the commit (not
+# a shallow clone). The file must be named compositor: Helm 3 manages fields as the
+# binary's base name, and the new build must see the same manager to take them over.
+HELM3_COMPOSITOR_COMMIT ?= 8c2afc1e5b0e6b7063bb6fb0cb83041257a4596b
+HELM3_COMPOSITOR := $(BIN)/helm3/compositor
+HELM3_COMPOSITOR_STAMP := $(BIN)/helm3/.compositor-$(HELM3_COMPOSITOR_COMMIT)
+
+.PHONY: compositor-helm3
+compositor-helm3: $(HELM3_COMPOSITOR_STAMP) ## Build the last Helm 3 Compositor (HELM3_COMPOSITOR_COMMIT) into bin/helm3/compositor
+
+$(HELM3_COMPOSITOR_STAMP):
+	@git -C $(CURDIR) cat-file -e '$(HELM3_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
+	  echo "commit $(HELM3_COMPOSITOR_COMMIT) (HELM3_COMPOSITOR_COMMIT, the last Compositor on Helm 3) is not in this clone:"; \
+	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
+	  exit 1; }
+	@echo "Building the Helm 3 Compositor of commit $(HELM3_COMPOSITOR_COMMIT) into $(HELM3_COMPOSITOR)"
+	mkdir -p $(BIN)/helm3; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git -C $(CURDIR) archive $(HELM3_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
+	cd "$$tmp" && go build -o $(HELM3_COMPOSITOR) ./cmd/compositor
+	rm -f $(BIN)/helm3/.compositor-* && touch $@
 
 .PHONY: generate
 generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
@@ -76,7 +102,7 @@ $(ETCD_STAMP):
 
 $(HELM_STAMP):
 	@echo "Building helm (the first build takes about a minute)"
-	cd $(TOOLS)/helm && go build -o $(K8S)/helm helm.sh/helm/v3/cmd/helm
+	cd $(TOOLS)/helm && go build -ldflags '-X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' -o $(K8S)/helm helm.sh/helm/v4/cmd/helm
 	rm -f $(K8S)/.helm-* && touch $@
 
 $(CODEGEN_STAMP):
@@ -84,7 +110,7 @@ $(CODEGEN_STAMP):
 	rm -f $(BIN)/.controller-gen-* && touch $@
 
 .PHONY: test
-test: control-plane ## Vet, run every test with the race detector, then fuzz each target briefly
+test: control-plane compositor-helm3 ## Vet, run every test with the race detector, then fuzz each target briefly
 	go vet ./...
 	@# The e2e tests log Compositor's JSON lines as they run; a failure's own lines are
 	@# printed again at the end, without them, where a log's tail shows them.

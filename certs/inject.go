@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // fieldOwner is the field manager of the CA bundles written here.
-const fieldOwner = client.FieldOwner("compositor")
+const fieldOwner = client.FieldOwner(vocab.FieldManager)
 
 var (
 	// ErrEmptyBundle is returned by InjectCABundle for an empty bundle, which would

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/repo"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/chartserver"

@@ -15,8 +15,8 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 // Fetcher fetches, checks, caches and loads charts. It is safe for concurrent use.

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -28,7 +29,7 @@ func tinyChart(t testing.TB, name, version string) []byte {
 	ch := &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: version, Type: "application"},
 		Values:   map[string]any{"replicas": 1},
-		Templates: []*chart.File{{
+		Templates: []*chartcommon.File{{
 			Name: "templates/cm.yaml",
 			Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n"),
 		}},

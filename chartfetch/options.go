@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 )
 
 // Ref says where a chart is; it mirrors a CompositionDefinition's spec.chart with the

@@ -9,7 +9,8 @@ import (
 	"strings"
 
 	"github.com/mitchellh/copystructure"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 )
 
 // CopyChart returns a copy of c that Helm may process, render and install without
@@ -39,8 +40,8 @@ func CopyChart(c *chart.Chart) (*chart.Chart, error) {
 		}
 		out.Values = v.(map[string]interface{})
 	}
-	out.Templates = append([]*chart.File(nil), c.Templates...)
-	out.Files = append([]*chart.File(nil), c.Files...)
+	out.Templates = append([]*chartcommon.File(nil), c.Templates...)
+	out.Files = append([]*chartcommon.File(nil), c.Files...)
 	deps := make([]*chart.Chart, 0, len(c.Dependencies()))
 	for _, d := range c.Dependencies() {
 		dc, err := CopyChart(d)
@@ -91,7 +92,7 @@ func copyValues(v interface{}) (interface{}, error) {
 // digests differ by timestamps.
 func ContentDigest(c *chart.Chart) string {
 	files := slices.Clone(c.Raw)
-	slices.SortFunc(files, func(a, b *chart.File) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(files, func(a, b *chartcommon.File) int { return strings.Compare(a.Name, b.Name) })
 	h := sha256.New()
 	for _, f := range files {
 		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/utils/lru"
 )
 

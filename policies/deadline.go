@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 )
 
 // ErrDeadline: the schema check or the rendering of a chart did not finish in time.

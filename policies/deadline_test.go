@@ -8,7 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 )
@@ -19,7 +20,7 @@ func slowChart() *chart.Chart {
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "slow", Version: "0.1.0"},
 		Values:   map[string]any{"n": 1},
 		Schema:   []byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":100000}}}`),
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: slow}
 data:

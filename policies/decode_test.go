@@ -14,10 +14,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/kube"
-	"helm.sh/helm/v3/pkg/releaseutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/kube"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -330,7 +331,7 @@ func TestRenderRefusesItemsInjectedThroughAValue(t *testing.T) {
 	// What Helm would have done with the same rendered files.
 	processed, _, err := helmValues(ch, spec)
 	require.NoError(t, err)
-	vals, err := chartutil.ToRenderValues(processed, spec, chartutil.ReleaseOptions{Name: "x", Namespace: "team-a", Revision: 1, IsInstall: true}, nil)
+	vals, err := chartvalues.ToRenderValues(processed, spec, chartcommon.ReleaseOptions{Name: "x", Namespace: "team-a", Revision: 1, IsInstall: true}, nil)
 	require.NoError(t, err)
 	files, err := engine.Render(processed, vals)
 	require.NoError(t, err)

@@ -1,7 +1,7 @@
 package policies
 
 import (
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -9,6 +9,6 @@ func gvk(group, version, kind string) metav1.GroupVersionKind {
 	return metav1.GroupVersionKind{Group: group, Version: version, Kind: kind}
 }
 
-func withData(f *chart.File, data string) *chart.File {
-	return &chart.File{Name: f.Name, Data: []byte(data)}
+func withData(f *chartcommon.File, data string) *chartcommon.File {
+	return &chartcommon.File{Name: f.Name, Data: []byte(data)}
 }

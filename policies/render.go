@@ -5,10 +5,11 @@ import (
 	"sort"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/releaseutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 )
 
 // RenderOptions name the release a chart is rendered for.
@@ -55,7 +56,7 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
-	vals, err := chartutil.ToRenderValuesWithSchemaValidation(processed, spec, chartutil.ReleaseOptions{
+	vals, err := chartvalues.ToRenderValuesWithSchemaValidation(processed, spec, chartcommon.ReleaseOptions{
 		Name:      opts.ReleaseName,
 		Namespace: opts.Namespace,
 		Revision:  1,

@@ -9,8 +9,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/generators"
@@ -64,8 +66,8 @@ func helmValidate(t *testing.T, ch *chart.Chart, spec map[string]any) error {
 	t.Helper()
 	c, err := generators.CopyChart(ch)
 	require.NoError(t, err)
-	require.NoError(t, chartutil.ProcessDependenciesWithMerge(c, spec))
-	_, err = chartutil.ToRenderValues(c, spec, chartutil.ReleaseOptions{Name: "x", Namespace: "default"}, nil)
+	require.NoError(t, chartutil.ProcessDependencies(c, spec))
+	_, err = chartvalues.ToRenderValues(c, spec, chartcommon.ReleaseOptions{Name: "x", Namespace: "default"}, nil)
 	return err
 }
 

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"k8s.io/utils/lru"
 
 	"github.com/compositor-dev/compositor/generators"
@@ -19,7 +21,7 @@ import (
 // ch with its dependencies processed (conditions, tags, aliases, import-values) and
 // the chart's values coalesced with spec. Helm's own functions do the work, so the
 // webhook and Helm agree; the copy keeps ch, which callers share, untouched.
-func helmValues(ch *chart.Chart, spec map[string]any) (*chart.Chart, chartutil.Values, error) {
+func helmValues(ch *chart.Chart, spec map[string]any) (*chart.Chart, chartcommon.Values, error) {
 	if ch == nil || ch.Metadata == nil {
 		return nil, nil, fmt.Errorf("%w: no chart or no Chart.yaml", ErrNoChart)
 	}
@@ -35,14 +37,14 @@ func processDependencies(ch *chart.Chart, spec map[string]any) (*chart.Chart, er
 	if err != nil {
 		return nil, err
 	}
-	if err := chartutil.ProcessDependenciesWithMerge(c, spec); err != nil {
+	if err := chartutil.ProcessDependencies(c, spec); err != nil {
 		return nil, fmt.Errorf("processing the dependencies of chart %s: %w", ch.Name(), err)
 	}
 	return c, nil
 }
 
-func coalesce(c *chart.Chart, spec map[string]any) (*chart.Chart, chartutil.Values, error) {
-	vals, err := chartutil.CoalesceValues(c, spec)
+func coalesce(c *chart.Chart, spec map[string]any) (*chart.Chart, chartcommon.Values, error) {
+	vals, err := chartvalues.CoalesceValues(c, spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("coalescing values with chart %s: %w", c.Name(), err)
 	}
@@ -77,7 +79,7 @@ func newProcessedCharts() *processedCharts {
 
 // values is helmValues for the chart of digest, from a kept processed chart when there
 // is one. Without a digest nothing is kept.
-func (p *processedCharts) values(ch *chart.Chart, digest string, spec map[string]any) (*chart.Chart, chartutil.Values, error) {
+func (p *processedCharts) values(ch *chart.Chart, digest string, spec map[string]any) (*chart.Chart, chartcommon.Values, error) {
 	if digest == "" || ch == nil || ch.Metadata == nil {
 		return helmValues(ch, spec)
 	}

@@ -19,9 +19,10 @@ import (
 	"sort"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/ignore"
+	"helm.sh/helm/v4/pkg/chart/loader/archive"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/ignore"
 )
 
 // ChartName is the name of the sample chart, in Chart.yaml and in the repository index.
@@ -94,7 +95,7 @@ func Load(version string) (*chart.Chart, error) {
 
 // chartFiles reads the chart directory dir of fsys the way loader.LoadDir reads one
 // from disk: .helmignore rules and Helm's defaults decide what is left out.
-func chartFiles(fsys fs.FS, dir string) ([]*loader.BufferedFile, error) {
+func chartFiles(fsys fs.FS, dir string) ([]*archive.BufferedFile, error) {
 	rules := ignore.Empty()
 	if b, err := fs.ReadFile(fsys, path.Join(dir, ignore.HelmIgnore)); err == nil {
 		if rules, err = ignore.Parse(bytes.NewReader(b)); err != nil {
@@ -105,7 +106,7 @@ func chartFiles(fsys fs.FS, dir string) ([]*loader.BufferedFile, error) {
 	}
 	rules.AddDefaults()
 
-	var out []*loader.BufferedFile
+	var out []*archive.BufferedFile
 	err := fs.WalkDir(fsys, dir, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -131,7 +132,7 @@ func chartFiles(fsys fs.FS, dir string) ([]*loader.BufferedFile, error) {
 		if err != nil {
 			return err
 		}
-		out = append(out, &loader.BufferedFile{Name: rel, Data: data})
+		out = append(out, &archive.BufferedFile{Name: rel, Data: data})
 		return nil
 	})
 	return out, err

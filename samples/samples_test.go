@@ -17,14 +17,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/cli"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/getter"
-	"helm.sh/helm/v3/pkg/releaseutil"
-	"helm.sh/helm/v3/pkg/repo"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/cli"
+	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/getter"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -78,12 +80,12 @@ func TestVersion116IsVersion115(t *testing.T) {
 // schema validation, then the template engine.
 func render(t *testing.T, ch *chart.Chart, valuesYAML []byte) (map[string]runtime.Object, error) {
 	t.Helper()
-	vals, err := chartutil.ReadValues(valuesYAML)
+	vals, err := chartcommon.ReadValues(valuesYAML)
 	require.NoError(t, err)
-	if err := chartutil.ProcessDependenciesWithMerge(ch, vals); err != nil {
+	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
 		return nil, err
 	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "demo", Namespace: "apps", IsInstall: true}, nil)
+	rv, err := chartvalues.ToRenderValues(ch, vals, chartcommon.ReleaseOptions{Name: "demo", Namespace: "apps", IsInstall: true}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -225,13 +227,13 @@ func TestLoadMatchesDirectory(t *testing.T) {
 			assert.Equal(t, want.Metadata, got.Metadata)
 			assert.Equal(t, want.Values, got.Values)
 			assert.Equal(t, want.Schema, got.Schema)
-			assert.Equal(t, want.Templates, got.Templates)
-			assert.Equal(t, want.Files, got.Files)
-			assert.Equal(t, want.Raw, got.Raw)
+			assert.Equal(t, contents(want.Templates), contents(got.Templates))
+			assert.Equal(t, contents(want.Files), contents(got.Files))
+			assert.Equal(t, contents(want.Raw), contents(got.Raw))
 			require.Len(t, got.Dependencies(), len(want.Dependencies()))
 			for i, dep := range want.Dependencies() {
 				assert.Equal(t, dep.Metadata, got.Dependencies()[i].Metadata)
-				assert.Equal(t, dep.Templates, got.Dependencies()[i].Templates)
+				assert.Equal(t, contents(dep.Templates), contents(got.Dependencies()[i].Templates))
 				assert.Equal(t, dep.Schema, got.Dependencies()[i].Schema)
 			}
 		})
@@ -307,4 +309,14 @@ func TestRepositoryServesHelm(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+}
+
+// contents are the files' names and data, in order: Helm 4 also records when a file
+// on disk was modified, which an embedded chart does not know.
+func contents(files []*chartcommon.File) []string {
+	out := make([]string, 0, 2*len(files))
+	for _, f := range files {
+		out = append(out, f.Name, string(f.Data))
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-
-	"helm.sh/helm/v3/pkg/chartutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"

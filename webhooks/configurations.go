@@ -25,7 +25,7 @@ import (
 const ConfigurationName = "compositor"
 
 // fieldManager owns what Compositor applies.
-const fieldManager = "compositor"
+const fieldManager = vocab.FieldManager
 
 // Endpoint says how the API server reaches the webhook server: through a Service in a
 // cluster, or at a URL (the local control plane of `compositor dev`).

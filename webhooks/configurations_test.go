@@ -5,9 +5,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -31,10 +32,10 @@ func TestChartConfigurationsAreCompositors(t *testing.T) {
 		{mode: "cert-manager", annotations: certs.InjectCAFrom("ops", "cmp-compositor-webhook")},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			values, err := chartutil.ToRenderValues(chart, map[string]any{
+			values, err := chartvalues.ToRenderValues(chart, map[string]any{
 				"certs":   map[string]any{"mode": tc.mode},
 				"webhook": map[string]any{"timeoutSeconds": 7},
-			}, chartutil.ReleaseOptions{Name: "cmp", Namespace: "ops", IsInstall: true}, chartutil.DefaultCapabilities)
+			}, chartcommon.ReleaseOptions{Name: "cmp", Namespace: "ops", IsInstall: true}, chartcommon.DefaultCapabilities)
 			require.NoError(t, err)
 			rendered, err := engine.Render(chart, values)
 			require.NoError(t, err)

@@ -9,13 +9,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	kubefake "helm.sh/helm/v3/pkg/kube/fake"
-	"helm.sh/helm/v3/pkg/releaseutil"
-	"helm.sh/helm/v3/pkg/storage"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	"helm.sh/helm/v4/pkg/action"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	kubefake "helm.sh/helm/v4/pkg/kube/fake"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -47,7 +48,7 @@ data:
 	return &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "arithmetic", Version: "0.1.0"},
 		Values:    map[string]any{"n": 1, "ratio": 0.5, "large": 1, "on": false},
-		Templates: []*chart.File{{Name: "templates/configmap.yaml", Data: []byte(template)}},
+		Templates: []*chartcommon.File{{Name: "templates/configmap.yaml", Data: []byte(template)}},
 	}
 }
 
@@ -64,14 +65,15 @@ func installManifests(t *testing.T, ch *chart.Chart, storedJSON []byte) []map[st
 	cfg := &action.Configuration{
 		Releases:     storage.Init(driver.NewMemory()),
 		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
-		Capabilities: chartutil.DefaultCapabilities,
-		Log:          func(string, ...any) {},
+		Capabilities: chartcommon.DefaultCapabilities,
 	}
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace = "parity", "default"
-	install.DryRun, install.ClientOnly = true, true
-	rel, err := install.RunWithContext(context.Background(), ch, spec)
+	install.DryRunStrategy = action.DryRunClient
+	r, err := install.RunWithContext(context.Background(), ch, spec)
 	require.NoError(t, err)
+	rel, ok := r.(*release.Release)
+	require.True(t, ok, "%T", r)
 	var out []map[string]any
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		m := map[string]any{}

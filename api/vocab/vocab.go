@@ -96,3 +96,9 @@ const (
 	// CompositionFinalizer holds a composition until its releases are uninstalled.
 	CompositionFinalizer = "compositor.dev/composition"
 )
+
+// FieldManager is Compositor's name in the managedFields of every object it writes:
+// its own (CRDs, RBAC, webhook configurations) and those Helm applies for a release.
+// It is the name Helm 3 gave the objects of releases it installed for Compositor (the
+// binary's name), so that Helm 4's server-side apply takes those fields over.
+const FieldManager = "compositor"

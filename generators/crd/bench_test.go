@@ -3,8 +3,9 @@ package crd
 import (
 	"testing"
 
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+
 	"github.com/compositor-dev/compositor/test/samplecharts"
-	"helm.sh/helm/v3/pkg/chart"
 )
 
 // BenchmarkBuildFireworksApp measures what the reconciler does per definition change:

@@ -338,6 +338,7 @@ func statusSchema() apiextensionsv1.JSONSchemaProps {
 func printColumns() []apiextensionsv1.CustomResourceColumnDefinition {
 	return []apiextensionsv1.CustomResourceColumnDefinition{
 		{Name: "READY", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
+		{Name: "HEALTHY", Type: "string", JSONPath: `.status.conditions[?(@.type=="Healthy")].status`},
 		{Name: "CHART VERSION", Type: "string", JSONPath: ".status.helmChartVersion"},
 		{Name: "RELEASE", Type: "string", JSONPath: ".status.releaseName"},
 		{Name: "AGE", Type: "date", JSONPath: ".metadata.creationTimestamp"},

@@ -140,7 +140,7 @@ func TestFireworksAppCRD(t *testing.T) {
 		for _, c := range v.AdditionalPrinterColumns {
 			columns = append(columns, c.Name)
 		}
-		assert.Equal(t, []string{"READY", "CHART VERSION", "RELEASE", "AGE"}, columns)
+		assert.Equal(t, []string{"READY", "HEALTHY", "CHART VERSION", "RELEASE", "AGE"}, columns)
 		status := v.Schema.OpenAPIV3Schema.Properties["status"]
 		assert.True(t, *status.XPreserveUnknownFields)
 		for _, k := range []string{"conditions", "helmChartUrl", "helmChartVersion", "releaseName", "digest", "observedGeneration"} {

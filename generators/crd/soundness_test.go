@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
 )
 
 // byteSource turns fuzz input into choices; it yields zeros once exhausted, so every
@@ -223,15 +224,15 @@ func checkSoundness(t *testing.T, data []byte) {
 	}
 	raw, _ := json.Marshal(instance)
 	// Helm validates the user's values coalesced with the chart's defaults.
-	user, err := chartutil.ReadValues(raw)
+	user, err := chartcommon.ReadValues(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chartDefaults, err := chartutil.ReadValues(values)
+	chartDefaults, err := chartcommon.ReadValues(values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged, _ := json.Marshal(chartutil.CoalesceTables(user, chartDefaults))
+	merged, _ := json.Marshal(chartvalues.CoalesceTables(user, chartDefaults))
 	parsed, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(merged)))
 	if compiled.Validate(parsed) != nil {
 		return // invalid for Helm: the CRD may accept or refuse it

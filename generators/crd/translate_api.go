@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -25,7 +25,7 @@ var ErrInvalidValues = errors.New("invalid values.yaml")
 // An empty schema is treated as "no schema": spec keeps unknown fields, and the Report
 // says so.
 func Translate(schemaJSON, valuesYAML []byte) (*apiextensionsv1.JSONSchemaProps, Report, error) {
-	defaults, err := chartutil.ReadValues(valuesYAML)
+	defaults, err := chartcommon.ReadValues(valuesYAML)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidValues, err)
 	}
@@ -149,13 +149,13 @@ func (t *translator) conditionalSubchart(dep *chart.Chart, key, keyword, what, p
 // over it before validating, so what a composition writes there is not what the
 // subchart's schema judges. The webhook judges the coalesced globals.
 func (t *translator) subchartGlobal(c *node, schemaFile string) {
-	path := childPath(c.path, chartutil.GlobalKey)
-	old, declared := c.props[chartutil.GlobalKey]
-	if dropKey(c, chartutil.GlobalKey) {
-		t.lose(path, schemaFile+"#", chartutil.GlobalKey, "Helm merges the parent's globals over a subchart's own before validating; its constraints on global are enforced by the webhook on the merged values")
+	path := childPath(c.path, chartcommon.GlobalKey)
+	old, declared := c.props[chartcommon.GlobalKey]
+	if dropKey(c, chartcommon.GlobalKey) {
+		t.lose(path, schemaFile+"#", chartcommon.GlobalKey, "Helm merges the parent's globals over a subchart's own before validating; its constraints on global are enforced by the webhook on the merged values")
 	}
 	if declared { // still documented as a field, holding any value
-		c.props[chartutil.GlobalKey] = &node{types: tAll, hasDefault: true, desc: old.desc, path: path, ptr: old.ptr}
+		c.props[chartcommon.GlobalKey] = &node{types: tAll, hasDefault: true, desc: old.desc, path: path, ptr: old.ptr}
 	}
 }
 

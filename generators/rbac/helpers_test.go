@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -67,7 +68,7 @@ func testChart(name string, templates map[string]string, values map[string]any, 
 		Values:   values,
 	}
 	for file, text := range templates {
-		ch.Templates = append(ch.Templates, &chart.File{Name: "templates/" + file, Data: []byte(text)})
+		ch.Templates = append(ch.Templates, &chartcommon.File{Name: "templates/" + file, Data: []byte(text)})
 	}
 	for _, d := range deps {
 		ch.AddDependency(d)

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 )
 
 // typeRef is one apiVersion/kind pair a chart can create, and where it was seen.

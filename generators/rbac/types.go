@@ -8,10 +8,12 @@ import (
 	"sort"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/releaseutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
@@ -168,7 +170,7 @@ func sortTypes(types []ResourceType) {
 
 // renderOptions are the release options of the renders: the names do not matter, only
 // which kinds come out.
-var renderOptions = chartutil.ReleaseOptions{Name: "release", Namespace: "default", Revision: 1, IsInstall: true}
+var renderOptions = chartcommon.ReleaseOptions{Name: "release", Namespace: "default", Revision: 1, IsInstall: true}
 
 // renderRefs renders a copy of ch with its default values, the way `helm install`
 // does, or with the conditions and tags of every dependency dropped so that every
@@ -179,10 +181,10 @@ func renderRefs(ch *chart.Chart, enableAll bool) ([]typeRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := chartutil.ProcessDependenciesWithMerge(c, chartutil.Values{}); err != nil {
+	if err := chartutil.ProcessDependencies(c, chartcommon.Values{}); err != nil {
 		return nil, fmt.Errorf("processing dependencies: %w", err)
 	}
-	vals, err := chartutil.ToRenderValuesWithSchemaValidation(c, map[string]interface{}{}, renderOptions, chartutil.DefaultCapabilities, true)
+	vals, err := chartvalues.ToRenderValuesWithSchemaValidation(c, map[string]interface{}{}, renderOptions, chartcommon.DefaultCapabilities, true)
 	if err != nil {
 		return nil, fmt.Errorf("computing values: %w", err)
 	}

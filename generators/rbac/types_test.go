@@ -7,7 +7,8 @@ import (
 	"github.com/mitchellh/copystructure"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -173,7 +174,7 @@ items:
 		name: "CRDs in crds/",
 		chart: func(t *testing.T) *chart.Chart {
 			ch := testChart("crds", map[string]string{"cm.yaml": configMap}, nil)
-			ch.Files = append(ch.Files, &chart.File{Name: "crds/widgets.yaml", Data: []byte("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n")})
+			ch.Files = append(ch.Files, &chartcommon.File{Name: "crds/widgets.yaml", Data: []byte("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n")})
 			return ch
 		},
 		errIs: []error{ErrForbiddenKind},

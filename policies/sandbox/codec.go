@@ -8,7 +8,8 @@ import (
 	"math"
 	"reflect"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/policies"
@@ -283,11 +284,11 @@ func (e *encoder) chart(ch *chart.Chart, depth int) error {
 		}
 		e.bytes(raw)
 	}
-	for _, files := range [][]*chart.File{ch.Templates, ch.Files} {
+	for _, files := range [][]*chartcommon.File{ch.Templates, ch.Files} {
 		e.uvarint(uint64(len(files)))
 		for _, f := range files {
 			if f == nil {
-				f = &chart.File{}
+				f = &chartcommon.File{}
 			}
 			e.str(f.Name)
 			e.bytes(f.Data)
@@ -523,12 +524,12 @@ func (d *decoder) mapValue() (map[string]any, error) {
 	return m, nil
 }
 
-func (d *decoder) files() ([]*chart.File, error) {
+func (d *decoder) files() ([]*chartcommon.File, error) {
 	n, err := d.count()
 	if err != nil {
 		return nil, err
 	}
-	var out []*chart.File
+	var out []*chartcommon.File
 	for range n {
 		name, err := d.str()
 		if err != nil {
@@ -538,7 +539,7 @@ func (d *decoder) files() ([]*chart.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &chart.File{Name: name, Data: data})
+		out = append(out, &chartcommon.File{Name: name, Data: data})
 	}
 	return out, nil
 }

@@ -16,7 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
@@ -94,7 +95,7 @@ func loopChart() *chart.Chart {
 	return &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loop", Version: "0.1.0"},
 		Values:   map[string]any{"n": 1},
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: loop}
 data:
@@ -198,7 +199,7 @@ func TestRunawayIsStoppedAtTheDeadline(t *testing.T) {
 	// an error within the deadline, and the worker is gone.
 	pid = p.onlyPID(t)
 	one := loopChart()
-	one.Templates[0] = &chart.File{Name: "templates/cm.yaml", Data: []byte("{{ range until (int .Values.n) }}{{ end }}")}
+	one.Templates[0] = &chartcommon.File{Name: "templates/cm.yaml", Data: []byte("{{ range until (int .Values.n) }}{{ end }}")}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start = time.Now()
@@ -277,7 +278,7 @@ func TestRunawayAllocationKillsOnlyTheWorker(t *testing.T) {
 	}
 	p := newPool(t, Options{Workers: 1, MemoryLimit: 64 << 20})
 	ch := loopChart()
-	ch.Templates = []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`{{ $s := "xxxxxxxxxxxxxxxx" }}{{ range until 40 }}{{ $s = print $s $s }}{{ end }}
+	ch.Templates = []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`{{ $s := "xxxxxxxxxxxxxxxx" }}{{ range until 40 }}{{ $s = print $s $s }}{{ end }}
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: big}

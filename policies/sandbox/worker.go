@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 
 	"github.com/compositor-dev/compositor/policies"
 )

@@ -358,6 +358,16 @@ func (r *Reconciler) compositionsOfDefinition(ctx context.Context, obj client.Ob
 // setConditions sets Ready and Synced for the composition's generation; a condition
 // whose status does not change keeps its lastTransitionTime.
 func (r *Reconciler) setConditions(obj *unstructured.Unstructured, ok bool, reason, message string) {
+	for _, kind := range []string{corev1alpha1.ConditionReady, corev1alpha1.ConditionSynced} {
+		c := condition.New(kind, ok, reason, message)
+		c.ObservedGeneration = obj.GetGeneration()
+		setCondition(obj, c)
+	}
+	_ = unstructured.SetNestedField(obj.Object, obj.GetGeneration(), "status", "observedGeneration")
+}
+
+// setCondition sets c among obj's status.conditions, as meta.SetStatusCondition does.
+func setCondition(obj *unstructured.Unstructured, c metav1.Condition) {
 	var conditions []metav1.Condition
 	if raw, found, _ := unstructured.NestedSlice(obj.Object, "status", "conditions"); found {
 		for _, item := range raw {
@@ -365,17 +375,13 @@ func (r *Reconciler) setConditions(obj *unstructured.Unstructured, ok bool, reas
 			if !isMap {
 				continue
 			}
-			var c metav1.Condition
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c); err == nil {
-				conditions = append(conditions, c)
+			var existing metav1.Condition
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &existing); err == nil {
+				conditions = append(conditions, existing)
 			}
 		}
 	}
-	for _, kind := range []string{corev1alpha1.ConditionReady, corev1alpha1.ConditionSynced} {
-		c := condition.New(kind, ok, reason, message)
-		c.ObservedGeneration = obj.GetGeneration()
-		meta.SetStatusCondition(&conditions, c)
-	}
+	meta.SetStatusCondition(&conditions, c)
 	out := make([]interface{}, 0, len(conditions))
 	for i := range conditions {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conditions[i])
@@ -384,7 +390,6 @@ func (r *Reconciler) setConditions(obj *unstructured.Unstructured, ok bool, reas
 		}
 	}
 	_ = unstructured.SetNestedSlice(obj.Object, out, "status", "conditions")
-	_ = unstructured.SetNestedField(obj.Object, obj.GetGeneration(), "status", "observedGeneration")
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, before, obj *unstructured.Unstructured) error {

@@ -6,7 +6,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/client-go/rest"
 
 	"github.com/compositor-dev/compositor/generators"
@@ -43,7 +44,7 @@ func TestCopyChartLeavesTheOriginalAlone(t *testing.T) {
 	parent := &chart.Chart{
 		Metadata:  &chart.Metadata{Name: "parent", Version: "1.0.0", Dependencies: []*chart.Dependency{{Name: "sub", Condition: "sub.enabled"}}},
 		Values:    map[string]interface{}{"replicaCount": 1},
-		Templates: []*chart.File{{Name: "templates/a.yaml"}},
+		Templates: []*chartcommon.File{{Name: "templates/a.yaml"}},
 	}
 	parent.SetDependencies(sub)
 
@@ -51,7 +52,7 @@ func TestCopyChartLeavesTheOriginalAlone(t *testing.T) {
 	require.NoError(t, err)
 	copied.Values["replicaCount"] = 3
 	copied.Metadata.Dependencies[0].Condition = ""
-	copied.Templates = append(copied.Templates[:0], &chart.File{Name: "templates/b.yaml"})
+	copied.Templates = append(copied.Templates[:0], &chartcommon.File{Name: "templates/b.yaml"})
 	copied.Dependencies()[0].Values["a"].(map[string]interface{})["b"] = 2
 	copied.SetDependencies()
 

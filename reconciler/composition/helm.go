@@ -10,13 +10,14 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/kube"
-	"helm.sh/helm/v3/pkg/postrender"
-	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/kube"
+	ri "helm.sh/helm/v4/pkg/release"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,8 +29,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators"
 )
+
+// Helm writes the objects of a release as vocab.FieldManager, whatever the binary's
+// name: a field manager that changed between two upgrades would leave the fields of
+// the first behind, each a conflict for server-side apply (docs/architecture.md).
+func init() { kube.ManagedFieldsManager = vocab.FieldManager }
 
 // maxReleaseHistory bounds the release Secrets Helm keeps per composition.
 const maxReleaseHistory = 10
@@ -42,6 +49,7 @@ type Helm struct {
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 	log       logr.Logger
+	live      *objectsClient // reads the objects of releases (health.go)
 }
 
 // NewHelm returns Helm acting as the user of cfg, reading and writing release records
@@ -58,6 +66,7 @@ func NewHelm(cfg *rest.Config, seal *ReleaseSeal, log logr.Logger) (*Helm, error
 		discovery: cached,
 		mapper:    restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil),
 		log:       log,
+		live:      &objectsClient{},
 	}, nil
 }
 
@@ -65,7 +74,7 @@ func NewHelm(cfg *rest.Config, seal *ReleaseSeal, log logr.Logger) (*Helm, error
 // what the API server serves is the same for every user, and each copy of it costs
 // memory in proportion to the number of kinds served.
 func (h *Helm) As(cfg *rest.Config) *Helm {
-	return &Helm{config: rest.CopyConfig(cfg), seal: h.seal, discovery: h.discovery, mapper: h.mapper, log: h.log}
+	return &Helm{config: rest.CopyConfig(cfg), seal: h.seal, discovery: h.discovery, mapper: h.mapper, log: h.log, live: &objectsClient{}}
 }
 
 // Getter returns the RESTClientGetter Helm uses for releases in namespace.
@@ -127,9 +136,11 @@ func (h *Helm) Actions(namespace string, clusterResources ...schema.GroupResourc
 	if h.seal == nil {
 		return nil, errNoSeal
 	}
-	cfg := &action.Configuration{}
-	debug := func(format string, v ...interface{}) { h.log.V(1).Info("Helm", "message", fmt.Sprintf(format, v...)) }
-	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret", debug); err != nil {
+	// Helm's debug messages are the controller's at V(1); its warnings and errors are
+	// returned as errors too.
+	logs := logr.ToSlogHandler(h.log.V(1))
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(logs))
+	if err := cfg.Init(h.Getter(namespace, clusterResources...), namespace, "secret"); err != nil {
 		return nil, fmt.Errorf("initialising Helm for namespace %s: %w", namespace, err)
 	}
 	kc, ok := cfg.KubeClient.(*kube.Client)
@@ -142,7 +153,7 @@ func (h *Helm) Actions(namespace string, clusterResources ...schema.GroupResourc
 		return nil, fmt.Errorf("initialising Helm's release records for namespace %s: %w", namespace, err)
 	}
 	cfg.Releases = storage.Init(&sealedSecrets{secrets: clients.CoreV1().Secrets(namespace), namespace: namespace, seal: h.seal})
-	cfg.Releases.Log = debug
+	cfg.Releases.SetLogger(logs)
 	return cfg, nil
 }
 
@@ -156,7 +167,25 @@ func (h *Helm) lastRelease(namespace, name string) (*release.Release, error) {
 	if errors.Is(err, driver.ErrReleaseNotFound) {
 		return nil, nil
 	}
-	return last, err
+	if err != nil {
+		return nil, err
+	}
+	return asRelease(last)
+}
+
+// asRelease is a release as Helm's storage and actions return it (any Releaser) in
+// the one form Compositor knows: Helm 4's v1 release, which reads Helm 3's records.
+func asRelease(r ri.Releaser) (*release.Release, error) {
+	switch rel := r.(type) {
+	case *release.Release:
+		return rel, nil
+	case release.Release:
+		return &rel, nil
+	case nil:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("a release of a kind Compositor does not know (%T)", r)
+	}
 }
 
 // ownedRelease returns the latest revision of the release, nil when there is none,
@@ -208,10 +237,17 @@ type InstallOptions struct {
 // values with Compositor's validator, which loads nothing. An install or upgrade, once
 // started, runs to its end even when ctx is cancelled (Compositor stopping): Helm's
 // cancellation abandons the operation on a goroutine that races with its own record of
-// the release, and leaves the release pending. Helm's check of the
-// manifests against the OpenAPI schema is off too: the API server refuses their unknown
-// fields itself (strictFieldValidation). The chart's crds/ directory
-// is never installed: CRDs are cluster-wide, and compositions never create them.
+// the release, and leaves the release pending. Helm's check of the manifests against
+// the OpenAPI schema is off too: the API server refuses their unknown fields itself
+// (strictFieldValidation). The chart's crds/ directory is never installed: CRDs are
+// cluster-wide, and compositions never create them.
+//
+// Objects are applied server-side, as vocab.FieldManager, forcing conflicts: the chart
+// is the truth of the fields it sets, as it was with Helm 3's three-way merge, and the
+// fields it does not set stay with whoever set them. A release Helm 3 installed
+// (client-side) is applied server-side from its next upgrade on; Helm moves the
+// fields of its client-side manager, the same name, to the apply
+// (docs/architecture.md#server-side-apply).
 func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *chart.Chart, values map[string]interface{}, opts InstallOptions) (Outcome, *release.Release, error) {
 	cfg, err := h.Actions(namespace, opts.ClusterResources...)
 	if err != nil {
@@ -226,51 +262,63 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	// when none is deployed, and keeps the objects the failed install created (those of
 	// an install that was interrupted, say). Unless the chart has install hooks, which
 	// only an install runs: then the release is installed again.
-	if last == nil || (last.Version == 1 && last.Info.Status == release.StatusFailed && hasInstallHooks(last)) {
+	if last == nil || (last.Version == 1 && last.Info.Status == releasecommon.StatusFailed && hasInstallHooks(last)) {
 		if last != nil {
-			gated(cfg, opts.Gate)
-			if _, err := action.NewUninstall(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+			gated(cfg, opts.Gate.forUninstall())
+			if _, err := uninstaller(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
 			}
 			if cfg, err = h.Actions(namespace, opts.ClusterResources...); err != nil {
 				return "", nil, err
 			}
 		}
-		postRenderer := gated(cfg, opts.Gate)
+		gated(cfg, opts.Gate)
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
 		install.SkipSchemaValidation, install.SkipCRDs = true, true
 		install.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
-		install.Labels, install.PostRenderer = opts.Labels, postRenderer
+		install.ServerSideApply, install.ForceConflicts = true, true
+		install.WaitStrategy = kube.HookOnlyStrategy // Ready means installed; Healthy tells the rest
+		install.Labels = opts.Labels
 		rel, err := install.RunWithContext(context.WithoutCancel(ctx), fresh, values)
 		if err != nil {
 			return "", nil, fmt.Errorf("installing release %s/%s: %w", namespace, name, err)
 		}
-		return Installed, rel, nil
+		installed, err := asRelease(rel)
+		return Installed, installed, err
 	}
-	postRenderer := gated(cfg, opts.Gate)
+	gated(cfg, opts.Gate)
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
 	upgrade.SkipSchemaValidation = true
 	upgrade.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
-	upgrade.Labels, upgrade.PostRenderer = opts.Labels, postRenderer
+	upgrade.ServerSideApply, upgrade.ForceConflicts = "true", true
+	upgrade.WaitStrategy = kube.HookOnlyStrategy
+	upgrade.Labels = opts.Labels
 	rel, err := upgrade.RunWithContext(context.WithoutCancel(ctx), name, fresh, values)
 	if err != nil {
 		return "", nil, fmt.Errorf("upgrading release %s/%s: %w", namespace, name, err)
 	}
-	return Upgraded, rel, nil
+	upgraded, err := asRelease(rel)
+	return Upgraded, upgraded, err
 }
 
-// gated puts gate in front of what cfg's actions apply: as the post-renderer of the
-// manifests, and in Helm's Kubernetes client for the hooks.
-func gated(cfg *action.Configuration, gate *installGate) postrender.PostRenderer {
+// gated puts gate in front of what cfg's actions apply: in Helm's Kubernetes client,
+// where Helm hands objects to the cluster.
+func gated(cfg *action.Configuration, gate *installGate) {
 	if gate == nil {
-		return nil
+		return
 	}
 	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
 		cfg.KubeClient = &gatedKubeClient{inner: kc, gate: gate}
 	}
-	return gate
+}
+
+// uninstaller is Helm's uninstall of cfg's releases: waiting for nothing but its hooks.
+func uninstaller(cfg *action.Configuration) *action.Uninstall {
+	uninstall := action.NewUninstall(cfg)
+	uninstall.WaitStrategy = kube.HookOnlyStrategy
+	return uninstall
 }
 
 // Uninstall removes the release and what it created; a release that does not exist is
@@ -282,7 +330,7 @@ func (h *Helm) Uninstall(namespace, name string, gate *installGate, clusterResou
 		return false, err
 	}
 	gated(cfg, gate)
-	if _, err := action.NewUninstall(cfg).Run(name); err != nil {
+	if _, err := uninstaller(cfg).Run(name); err != nil {
 		if errors.Is(err, driver.ErrReleaseNotFound) {
 			return false, nil
 		}

@@ -13,8 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,7 +70,7 @@ func refChart(httpRef, fileRef string) *chart.Chart {
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "refs", Version: "0.1.0"},
 		Values:   map[string]any{"a": "x", "b": "y"},
 		Schema:   []byte(`{"type":"object","properties":{"a":{"$ref":"` + httpRef + `"},"b":{"$ref":"file://` + fileRef + `"}}}`),
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-refs'}\ndata: {a: '{{ .Values.a }}'}\n")}},
 	}
 }
@@ -106,14 +107,14 @@ func TestHelmNeverLoadsSchemaReferences(t *testing.T) {
 	// failing file reference could come first and stop Helm before it asks.
 	control := refChart(listener.URL+"/a.json", "/nonexistent.json")
 	control.Schema = []byte(`{"type":"object","properties":{"a":{"$ref":"` + listener.URL + `/a.json"}}}`)
-	_ = chartutil.ValidateAgainstSchema(control, map[string]any{"a": "one"})
+	_ = chartvalues.ValidateAgainstSchema(control, map[string]any{"a": "one"})
 	assert.NotZero(t, requests.Load(), "Helm's own schema check loads $refs")
 }
 
 // Issue 15: Helm's client-side check of manifests against the OpenAPI schema is off
 // (it kept a copy of every served schema per Helm client); the API server refuses a
 // template's unknown fields instead, on install and on upgrade alike, and the release
-// says why.
+// says why: server-side apply names the field the schema does not declare.
 func TestTheAPIServerRefusesUnknownFieldsOfTemplates(t *testing.T) {
 	cp := controlplane.Start(t)
 	ctx := context.Background()
@@ -121,7 +122,7 @@ func TestTheAPIServerRefusesUnknownFieldsOfTemplates(t *testing.T) {
 	manifest := func(field string) *chart.Chart {
 		return &chart.Chart{
 			Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "strict", Version: "0.1.0"},
-			Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+			Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 				"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-cm'}\n" + field + ": {a: b}\n")}},
 		}
 	}
@@ -130,12 +131,12 @@ func TestTheAPIServerRefusesUnknownFieldsOfTemplates(t *testing.T) {
 
 	_, _, err = helm.UpgradeInstall(ctx, "strict", "typo", manifest("dataa"), nil, InstallOptions{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `unknown field "dataa"`)
+	assert.Contains(t, err.Error(), ".dataa: field not declared in schema")
 	assert.Error(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "strict", Name: "typo-cm"}, &corev1.ConfigMap{}), "nothing created")
 
 	_, rel, err := helm.UpgradeInstall(ctx, "strict", "fine", manifest("data"), nil, InstallOptions{})
 	require.NoError(t, err)
 	_, _, err = helm.UpgradeInstall(ctx, "strict", "fine", manifest("dataa"), nil, InstallOptions{Last: rel})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `unknown field "dataa"`)
+	assert.Contains(t, err.Error(), ".dataa: field not declared in schema")
 }

@@ -9,12 +9,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/kube"
-	"helm.sh/helm/v3/pkg/postrender"
-	"helm.sh/helm/v3/pkg/release"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/kube"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,15 +89,16 @@ var neverInstalled = map[schema.GroupKind]bool{
 const serviceAccountTokenType = "kubernetes.io/service-account-token"
 
 // installGate judges what Helm sends to the cluster for one install or upgrade of a
-// composition: as Helm's post-renderer, it judges the rendered manifests — every
-// object stays in the composition's namespace, is a kind compositions may create, and
-// passes the rendered policies — and, in Helm's Kubernetes client (gatedKubeClient),
-// it makes sure that every object Helm creates or updates is one it judged, decoded by
-// the very parse Helm creates objects from: an object that parse yields and the
-// judged manifests do not show is refused, and the hooks, which Helm never
-// post-renders, are judged there before Helm creates them.
+// composition, at the boundary where Helm hands objects to the cluster: Helm's
+// Kubernetes client (gatedKubeClient). Every object Helm acts on comes from Build,
+// Helm's one parse of a manifest, and the gate judges what that parse yields. The
+// release's manifest, which an install or upgrade builds first, before any hook runs,
+// is judged whole there: every object stays in the composition's namespace, is a kind
+// compositions may create, and passes the rendered policies. The hooks are judged as
+// Helm creates them, beside the manifest's objects. Create and Update send nothing the
+// gate has not judged.
 type installGate struct {
-	// ctx bounds the policies' evaluation: a PostRenderer's Run takes no context.
+	// ctx bounds the policies' evaluation: Helm's client calls take no context.
 	ctx context.Context
 	// namespace is the composition's: every object stays in it.
 	namespace string
@@ -115,35 +114,66 @@ type installGate struct {
 	// text only, so the reconciler reads the refusal here.
 	refusal *GateError
 
-	// manifest is the post-rendered manifest, which Helm stores as the release's and
-	// builds its objects from; judged are those objects, as the policies saw them, and
-	// approved their keys (policies.ObjectKey): what Helm may create or update.
-	manifest string
-	judged   []policies.RenderedObject
-	approved map[string]bool
+	// awaitsManifest: the next manifest Helm builds is the release's (an install's or
+	// upgrade's gate, until then). judged are its objects, as the policies saw them,
+	// and approved their keys (policies.ObjectKey): what Helm may create or update.
+	awaitsManifest bool
+	judged         []policies.RenderedObject
+	approved       map[string]bool
 }
 
-var _ postrender.PostRenderer = (*installGate)(nil)
+// forUninstall is a gate like g for an uninstall, which builds no release manifest:
+// it judges the hooks the uninstall creates and checks what it deletes.
+func (g *installGate) forUninstall() *installGate {
+	if g == nil {
+		return nil
+	}
+	return &installGate{ctx: g.ctx, namespace: g.namespace, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: g.request}
+}
 
-// Run returns the manifests unchanged, or a GateError.
-func (g *installGate) Run(manifests *bytes.Buffer) (*bytes.Buffer, error) {
-	objs, err := policies.ParseManifests(manifests.String())
+// judgeManifest judges the objects Helm built from the release's manifest, as the
+// policies see them: the template of each is the one the manifest's "# Source:"
+// comments name, read by policies.ParseManifests, which must find exactly the objects
+// Helm's parse found. A manifest that reads two ways is refused: what the policies
+// were told and what Helm applies would differ.
+func (g *installGate) judgeManifest(manifest string, built []policies.RenderedObject) error {
+	parsed, err := policies.ParseManifests(manifest)
 	if err != nil {
 		g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf("nothing was installed: reading the rendered manifests: %v", err)}
-		return nil, g.refusal
+		return g.refusal
 	}
-	if err := g.checkObjects(objs); err != nil {
-		return nil, err
+	templates := map[string][]string{}
+	for _, obj := range parsed {
+		key := policies.ObjectKey(obj.Object, g.namespace)
+		templates[key] = append(templates[key], obj.Template)
 	}
-	if err := g.checkPolicies(objs); err != nil {
-		return nil, err
+	for i := range built {
+		key := policies.ObjectKey(built[i].Object, g.namespace)
+		if len(templates[key]) == 0 {
+			g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
+				"nothing was installed: Helm would apply %s, which the rendered manifests as read for the policies do not show: the manifests read two ways, so they are refused",
+				objectRef(built[i]))}
+			return g.refusal
+		}
+		built[i].Template, templates[key] = templates[key][0], templates[key][1:]
 	}
-	g.manifest, g.judged = manifests.String(), objs
-	g.approved = make(map[string]bool, len(objs))
-	for _, obj := range objs {
+	if len(parsed) != len(built) {
+		g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
+			"nothing was installed: the rendered manifests read as %d objects for the policies and as %d by Helm: they read two ways, so they are refused", len(parsed), len(built))}
+		return g.refusal
+	}
+	if err := g.checkObjects(built); err != nil {
+		return err
+	}
+	if err := g.checkPolicies(built); err != nil {
+		return err
+	}
+	g.judged = built
+	g.approved = make(map[string]bool, len(built))
+	for _, obj := range built {
 		g.approved[policies.ObjectKey(obj.Object, g.namespace)] = true
 	}
-	return manifests, nil
+	return nil
 }
 
 // checkObjects refuses the objects that leave the namespace or that compositions never
@@ -300,7 +330,7 @@ func (r *Reconciler) uninstallGate(ctx context.Context, obj *unstructured.Unstru
 	}
 	request.Rendered = []policies.RenderedObject{}
 	clusterKinds, clusterResources := allowedClusterScoped(def, mapper)
-	return r.gate(ctx, obj.GetNamespace(), request, clusterKinds, mapper), clusterResources, nil
+	return r.gate(ctx, obj.GetNamespace(), request, clusterKinds, mapper).forUninstall(), clusterResources, nil
 }
 
 // validateValues checks the values about to be installed against the chart's schemas
@@ -352,9 +382,9 @@ func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string
 	}
 }
 
-// gate is the post-renderer of one install of the composition.
+// gate is the gate of one install or upgrade of the composition.
 func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) *installGate {
-	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped}
+	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped, awaitsManifest: true}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine
 	}
@@ -364,10 +394,10 @@ func (r *Reconciler) gate(ctx context.Context, namespace string, request *polici
 // gatedKubeClient is Helm's Kubernetes client behind the install gate: the boundary
 // where Helm hands objects to the cluster. Every object Helm acts on comes from Build,
 // Helm's one parse of a manifest (the release's, a hook's, or a stored revision's), so
-// Build checks each object's namespace and kind; Create and Update (of any flavour)
-// send only objects the gate judged, and judge there the ones the post-renderer could
-// not see (hooks). Only the methods Helm's actions use are offered: Helm finds no
-// other way to the cluster through it.
+// Build checks each object's namespace and kind, and judges the release's manifest
+// whole (installGate.judgeManifest); Create and Update send only objects the gate
+// judged, and judge there the ones it has not seen yet (hooks). Whatever Helm's
+// actions call besides goes to Helm's own client.
 type gatedKubeClient struct {
 	inner *kube.Client
 	gate  *installGate
@@ -378,16 +408,12 @@ type gatedKubeClient struct {
 }
 
 var (
-	_ kube.Interface                    = (*gatedKubeClient)(nil)
-	_ kube.InterfaceExt                 = (*gatedKubeClient)(nil)
-	_ kube.InterfaceThreeWayMerge       = (*gatedKubeClient)(nil)
-	_ kube.InterfaceDeletionPropagation = (*gatedKubeClient)(nil)
+	_ kube.Interface            = (*gatedKubeClient)(nil)
+	_ kube.InterfaceWaitOptions = (*gatedKubeClient)(nil)
 )
 
-// Build is Helm's parse of reader, with every object checked. For the release's own
-// manifest, every object must be one the post-renderer judged: one it did not is an
-// object Helm's parse sees and the policies did not — an ambiguous manifest — and
-// nothing is installed.
+// Build is Helm's parse of reader, with every object checked; the first manifest an
+// install or upgrade builds, the release's, is judged whole.
 func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceList, error) {
 	data, err := io.ReadAll(reader)
 	if err != nil {
@@ -405,24 +431,22 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		}
 		objs[i] = policies.RenderedObject{Template: info.Source, Object: content}
 	}
-	if err := c.gate.checkObjects(objs); err != nil {
-		return nil, err
-	}
-	manifest := c.gate.manifest != "" && string(data) == c.gate.manifest
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gate.awaitsManifest {
+		c.gate.awaitsManifest = false
+		if err := c.gate.judgeManifest(string(data), objs); err != nil {
+			return nil, err
+		}
+	} else if err := c.gate.checkObjects(objs); err != nil {
+		return nil, err
+	}
 	if c.judged == nil {
 		c.judged = map[*resource.Info]bool{}
 	}
 	for i, info := range infos {
-		switch {
-		case c.gate.approved[policies.ObjectKey(objs[i].Object, c.gate.namespace)]:
+		if c.gate.approved[policies.ObjectKey(objs[i].Object, c.gate.namespace)] {
 			c.judged[info] = true
-		case manifest:
-			c.gate.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
-				"nothing was installed: Helm would apply %s, which the rendered manifests as judged do not show: the manifests read two ways, so they are refused",
-				objectRef(objs[i]))}
-			return nil, c.gate.refusal
 		}
 	}
 	return infos, nil
@@ -462,55 +486,49 @@ func (c *gatedKubeClient) judge(resources kube.ResourceList) error {
 	return nil
 }
 
-func (c *gatedKubeClient) Create(resources kube.ResourceList) (*kube.Result, error) {
+func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.ClientCreateOption) (*kube.Result, error) {
 	if err := c.judge(resources); err != nil {
 		return nil, err
 	}
-	return c.inner.Create(resources)
+	return c.inner.Create(resources, options...)
 }
 
-func (c *gatedKubeClient) Update(original, target kube.ResourceList, force bool) (*kube.Result, error) {
+func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...kube.ClientUpdateOption) (*kube.Result, error) {
 	if err := c.judge(target); err != nil {
 		return nil, err
 	}
-	return c.inner.Update(original, target, force)
+	return c.inner.Update(original, target, options...)
 }
 
-func (c *gatedKubeClient) UpdateThreeWayMerge(original, target kube.ResourceList, force bool) (*kube.Result, error) {
-	if err := c.judge(target); err != nil {
-		return nil, err
-	}
-	return c.inner.UpdateThreeWayMerge(original, target, force)
+// Delete deletes objects Build checked: from the release's sealed record, or its hooks.
+func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.DeletionPropagation) (*kube.Result, []error) {
+	return c.inner.Delete(resources, policy)
 }
 
-// Delete and DeleteWithPropagationPolicy delete objects Build checked: from the
-// release's sealed record, or its hooks.
-func (c *gatedKubeClient) Delete(resources kube.ResourceList) (*kube.Result, []error) {
-	return c.inner.Delete(resources)
+// The rest reads the cluster, or waits: Helm's own client does it.
+
+func (c *gatedKubeClient) Get(resources kube.ResourceList, related bool) (map[string][]runtime.Object, error) {
+	return c.inner.Get(resources, related)
 }
 
-func (c *gatedKubeClient) DeleteWithPropagationPolicy(resources kube.ResourceList, policy metav1.DeletionPropagation) (*kube.Result, []error) {
-	return c.inner.DeleteWithPropagationPolicy(resources, policy)
+func (c *gatedKubeClient) BuildTable(reader io.Reader, validate bool) (kube.ResourceList, error) {
+	return c.inner.BuildTable(reader, validate)
 }
 
-func (c *gatedKubeClient) Wait(resources kube.ResourceList, timeout time.Duration) error {
-	return c.inner.Wait(resources, timeout)
+func (c *gatedKubeClient) GetWaiter(strategy kube.WaitStrategy) (kube.Waiter, error) {
+	return c.inner.GetWaiter(strategy)
 }
 
-func (c *gatedKubeClient) WaitWithJobs(resources kube.ResourceList, timeout time.Duration) error {
-	return c.inner.WaitWithJobs(resources, timeout)
+func (c *gatedKubeClient) GetWaiterWithOptions(strategy kube.WaitStrategy, opts ...kube.WaitOption) (kube.Waiter, error) {
+	return c.inner.GetWaiterWithOptions(strategy, opts...)
 }
 
-func (c *gatedKubeClient) WaitForDelete(resources kube.ResourceList, timeout time.Duration) error {
-	return c.inner.WaitForDelete(resources, timeout)
+func (c *gatedKubeClient) GetPodList(namespace string, listOptions metav1.ListOptions) (*corev1.PodList, error) {
+	return c.inner.GetPodList(namespace, listOptions)
 }
 
-func (c *gatedKubeClient) WatchUntilReady(resources kube.ResourceList, timeout time.Duration) error {
-	return c.inner.WatchUntilReady(resources, timeout)
-}
-
-func (c *gatedKubeClient) WaitAndGetCompletedPodPhase(name string, timeout time.Duration) (corev1.PodPhase, error) {
-	return c.inner.WaitAndGetCompletedPodPhase(name, timeout)
+func (c *gatedKubeClient) OutputContainerLogsForPodList(podList *corev1.PodList, namespace string, writerFunc func(namespace, pod, container string) io.Writer) error {
+	return c.inner.OutputContainerLogsForPodList(podList, namespace, writerFunc)
 }
 
 func (c *gatedKubeClient) IsReachable() error { return c.inner.IsReachable() }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +20,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // testMapper knows a few namespaced and cluster-scoped kinds, as discovery would.
@@ -53,6 +54,19 @@ func manifest(docs ...string) *bytes.Buffer {
 	return &b
 }
 
+// judgeRendered judges manifests as the release's, as Build does: Helm's parse is
+// policies.ParseManifests here, which reads as Helm's builder does, without templates.
+func judgeRendered(g *installGate, manifests *bytes.Buffer) error {
+	built, err := policies.ParseManifests(manifests.String())
+	if err != nil {
+		return err
+	}
+	for i := range built {
+		built[i].Template = ""
+	}
+	return g.judgeManifest(manifests.String(), built)
+}
+
 func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 	gate := &installGate{namespace: "team-a", mapper: testMapper()}
 	for name, tc := range map[string]struct {
@@ -75,7 +89,7 @@ func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			in := manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}", tc.doc)
-			_, err := gate.Run(in)
+			err := judgeRendered(gate, in)
 			gateErr, ok := asGateError(err)
 			require.True(t, ok, "refused with a GateError: %v", err)
 			assert.Equal(t, tc.reason, gateErr.Reason)
@@ -85,17 +99,16 @@ func TestInstallGateRefusesWhatLeavesTheNamespace(t *testing.T) {
 		})
 	}
 	t.Run("every refused object is named", func(t *testing.T) {
-		_, err := gate.Run(manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}", "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}"))
+		err := judgeRendered(gate, manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x}", "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}"))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "ConfigMap/a")
 		assert.Contains(t, err.Error(), "Role/r")
 	})
 	t.Run("namespaced objects in the namespace pass unchanged", func(t *testing.T) {
 		in := manifest("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: team-a}", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ntype: Opaque")
-		want := in.String()
-		out, err := gate.Run(in)
-		require.NoError(t, err)
-		assert.Equal(t, want, out.String())
+		require.NoError(t, judgeRendered(gate, in))
+		assert.Len(t, gate.approved, 3, "each object may be applied")
+		assert.Equal(t, "app/templates/tb.yaml", gate.judged[1].Template, "the policies see each object's template")
 	})
 }
 
@@ -215,11 +228,11 @@ func TestClusterScopedKindsByOptIn(t *testing.T) {
 	assert.Equal(t, []schema.GroupResource{{Group: "example.com", Resource: "widgets"}}, resources)
 
 	gate := &installGate{namespace: "team-a", mapper: mapper, clusterScoped: kinds}
-	_, err := gate.Run(manifest("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}"))
+	err := judgeRendered(gate, manifest("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}"))
 	assert.NoError(t, err)
-	_, err = gate.Run(manifest("apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g}"))
+	err = judgeRendered(gate, manifest("apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g}"))
 	assert.ErrorContains(t, err, "unless their definition lists the kind in annotation compositor.dev/allow-cluster-scoped (Gizmo.example.com)")
-	_, err = gate.Run(manifest("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: c}"))
+	err = judgeRendered(gate, manifest("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: c}"))
 	assert.ErrorContains(t, err, "compositions never create a CustomResourceDefinition")
 
 	assert.Empty(t, outsideNamespace("/apis/example.com/v1/widgets/w", "team-a", resources...))

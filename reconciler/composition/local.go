@@ -52,7 +52,11 @@ func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstr
 		}
 	}
 	r.setConditions(obj, a.ready, a.reason, a.message)
-	return a.result()
+	if !a.ready {
+		return a.result()
+	}
+	r.setHealth(obj, a.health)
+	return healthRetry(a.result())(a.health)
 }
 
 // remove uninstalls the composition's releases, on the target clusters it was placed on

@@ -137,7 +137,12 @@ func (r *Reconciler) deliverPlaced(ctx context.Context, obj *unstructured.Unstru
 		return ctrl.Result{}, err
 	}
 	r.placedConditions(obj, placement, plan, w, tally, pending, left)
-	return later(all)
+	h, installed := placedHealth(w.release, plan.selected, installs)
+	if !installed {
+		return later(all)
+	}
+	r.setHealth(obj, h)
+	return healthRetry(later(all))(h)
 }
 
 // retireLocalRelease uninstalls a release in the local cluster from before the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/release"
-	helmtime "helm.sh/helm/v3/pkg/time"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -87,7 +87,7 @@ func TestAPendingRevisionOfAnotherReplicaIsWaitedFor(t *testing.T) {
 	shared := site{cluster: "eu-1", shared: &replicas{self: "r1", alive: func(_ context.Context, id string) bool { return alive[id] }}}
 	pending := func(by string, since time.Time) *release.Release {
 		return &release.Release{Name: "shop", Version: 3, Labels: map[string]string{vocab.LabelReplica: by},
-			Info: &release.Info{Status: release.StatusPendingUpgrade, LastDeployed: helmtime.Time{Time: since}}}
+			Info: &release.Info{Status: releasecommon.StatusPendingUpgrade, LastDeployed: since}}
 	}
 	a, running := stillRunning(context.Background(), shared, pending("r2", time.Now()))
 	require.True(t, running)
@@ -102,7 +102,7 @@ func TestAPendingRevisionOfAnotherReplicaIsWaitedFor(t *testing.T) {
 		"a replica that is gone": pending("r3", time.Now()),
 		"no replica recorded":    pending("", time.Now()),
 		"pending for too long":   pending("r2", time.Now().Add(-maxPending-time.Minute)),
-		"not pending":            {Name: "shop", Labels: map[string]string{vocab.LabelReplica: "r2"}, Info: &release.Info{Status: release.StatusDeployed}},
+		"not pending":            {Name: "shop", Labels: map[string]string{vocab.LabelReplica: "r2"}, Info: &release.Info{Status: releasecommon.StatusDeployed}},
 	} {
 		_, running := stillRunning(context.Background(), shared, rel)
 		assert.False(t, running, name)

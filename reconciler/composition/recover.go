@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+
 	"github.com/compositor-dev/compositor/api/vocab"
-	"helm.sh/helm/v3/pkg/release"
-	helmtime "helm.sh/helm/v3/pkg/time"
 )
 
 // EventReleaseRecovered says that a release left pending by a process that ended in
@@ -28,7 +29,7 @@ const interruptedDescription = "Interrupted while %s: the process running the op
 // from another replica, which may still be running its last operation there
 // (stillRunning waits for it). Helm itself would refuse every later operation on
 // the release ("another operation is in progress"), forever.
-func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (release.Status, error) {
+func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (releasecommon.Status, error) {
 	if last == nil || last.Info == nil || !last.Info.Status.IsPending() {
 		return "", nil
 	}
@@ -39,9 +40,9 @@ func (h *Helm) recoverInterrupted(namespace string, last *release.Release) (rele
 	stuck := last.Info.Status
 	marked := *last
 	info := *last.Info
-	info.Status = release.StatusFailed
+	info.Status = releasecommon.StatusFailed
 	info.Description = fmt.Sprintf(interruptedDescription, stuck)
-	info.LastDeployed = helmtime.Now()
+	info.LastDeployed = time.Now()
 	marked.Info = &info
 	if err := cfg.Releases.Update(&marked); err != nil {
 		return "", fmt.Errorf("marking the interrupted revision %d of release %s/%s failed: %w", last.Version, namespace, last.Name, err)
@@ -65,7 +66,7 @@ func stillRunning(ctx context.Context, s site, last *release.Release) (attempt, 
 		return attempt{}, false
 	}
 	by := last.Labels[vocab.LabelReplica]
-	since := last.Info.LastDeployed.Time
+	since := last.Info.LastDeployed
 	if by == "" || by == s.shared.self || time.Since(since) > maxPending || !s.shared.alive(ctx, by) {
 		return attempt{}, false
 	}

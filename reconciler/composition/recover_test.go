@@ -8,8 +8,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,7 +26,7 @@ func twoConfigMaps() *chart.Chart {
 	return &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "two", Version: "0.1.0"},
 		Values:   map[string]any{"a": "one"},
-		Templates: []*chart.File{
+		Templates: []*chartcommon.File{
 			{Name: "templates/first.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-first'}\ndata: {a: '{{ .Values.a }}'}\n")},
 			{Name: "templates/second.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-second'}\ndata: {a: '{{ .Values.a }}'}\n")},
 		},
@@ -52,7 +54,7 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 	}
 	// leavePending rewrites the release's record as a killed process leaves it: the
 	// last revision pending, with what it was about to install.
-	leavePending := func(rel *release.Release, status release.Status, version int, values map[string]any) *release.Release {
+	leavePending := func(rel *release.Release, status releasecommon.Status, version int, values map[string]any) *release.Release {
 		pending := *rel
 		info := *rel.Info
 		info.Status, info.Description = status, "Initial install underway"
@@ -75,16 +77,16 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		status release.Status
+		status releasecommon.Status
 		// revision is the pending one; the recovered operation makes revision+1.
 		revision int
 		values   map[string]any
 		// after is the interrupted revision's status in the end: Helm supersedes the
 		// failed revision it upgrades from when none was deployed.
-		after release.Status
+		after releasecommon.Status
 	}{
-		{name: "install", status: release.StatusPendingInstall, revision: 1, values: map[string]any{"a": "one"}, after: release.StatusSuperseded},
-		{name: "upgrade", status: release.StatusPendingUpgrade, revision: 2, values: map[string]any{"a": "two"}, after: release.StatusFailed},
+		{name: "install", status: releasecommon.StatusPendingInstall, revision: 1, values: map[string]any{"a": "one"}, after: releasecommon.StatusSuperseded},
+		{name: "upgrade", status: releasecommon.StatusPendingUpgrade, revision: 2, values: map[string]any{"a": "two"}, after: releasecommon.StatusFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rel, err := helm.UpgradeInstall(ctx, namespace, tc.name, twoConfigMaps(), map[string]any{"a": "one"}, InstallOptions{})
@@ -112,19 +114,21 @@ func TestInterruptedReleasesAreRecovered(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, Upgraded, outcome)
 			assert.Equal(t, tc.revision+1, rel.Version)
-			assert.Equal(t, release.StatusDeployed, rel.Info.Status)
+			assert.Equal(t, releasecommon.StatusDeployed, rel.Info.Status)
 
 			history, err := storage.Releases.History(tc.name)
 			require.NoError(t, err)
-			statuses := map[int]release.Status{}
-			for _, h := range history {
+			statuses := map[int]releasecommon.Status{}
+			for _, r := range history {
+				h, err := asRelease(r)
+				require.NoError(t, err)
 				statuses[h.Version] = h.Info.Status
 				if h.Version == tc.revision {
 					assert.Contains(t, h.Info.Description, "Interrupted while "+string(tc.status))
 				}
 			}
 			assert.Equal(t, tc.after, statuses[tc.revision], "the interrupted revision")
-			assert.Equal(t, release.StatusDeployed, statuses[tc.revision+1])
+			assert.Equal(t, releasecommon.StatusDeployed, statuses[tc.revision+1])
 			assert.Equal(t, kept, configMap(tc.name+"-first").UID, "the object the interrupted operation created is kept")
 			assert.Equal(t, tc.values["a"], configMap(tc.name + "-second").Data["a"], "the missing object is created")
 			assert.Equal(t, tc.values["a"], configMap(tc.name + "-first").Data["a"])

@@ -18,14 +18,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/compositor-dev/compositor/api/vocab"
-	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	ri "helm.sh/helm/v4/pkg/release"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // A Helm release record is a Secret in the release's namespace, which the tenant who
@@ -143,7 +145,15 @@ var _ driver.Driver = (*sealedSecrets)(nil)
 func (d *sealedSecrets) Name() string { return driver.SecretsDriverName }
 
 // Get returns the record named key.
-func (d *sealedSecrets) Get(key string) (*release.Release, error) {
+func (d *sealedSecrets) Get(key string) (ri.Releaser, error) {
+	rel, err := d.get(key)
+	if err != nil {
+		return nil, err
+	}
+	return rel, nil
+}
+
+func (d *sealedSecrets) get(key string) (*release.Release, error) {
 	secret, err := d.secrets.Get(context.Background(), key, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, driver.ErrReleaseNotFound
@@ -155,18 +165,18 @@ func (d *sealedSecrets) Get(key string) (*release.Release, error) {
 }
 
 // List returns the records filter keeps; one that fails its seal fails the list.
-func (d *sealedSecrets) List(filter func(*release.Release) bool) ([]*release.Release, error) {
+func (d *sealedSecrets) List(filter func(ri.Releaser) bool) ([]ri.Releaser, error) {
 	all, err := d.query(labels.Set{"owner": "helm"})
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(all, func(r *release.Release) bool { return !filter(r) }), nil
+	return slices.DeleteFunc(all, func(r ri.Releaser) bool { return !filter(r) }), nil
 }
 
 // Query returns the records whose labels hold labels; one that fails its seal fails
 // the query, since Helm decides from the whole history (the last revision, the one
 // deployed) and a record left out would change that decision.
-func (d *sealedSecrets) Query(set map[string]string) ([]*release.Release, error) {
+func (d *sealedSecrets) Query(set map[string]string) ([]ri.Releaser, error) {
 	out, err := d.query(set)
 	if err == nil && len(out) == 0 {
 		return nil, driver.ErrReleaseNotFound
@@ -174,7 +184,7 @@ func (d *sealedSecrets) Query(set map[string]string) ([]*release.Release, error)
 	return out, err
 }
 
-func (d *sealedSecrets) query(set labels.Set) ([]*release.Release, error) {
+func (d *sealedSecrets) query(set labels.Set) ([]ri.Releaser, error) {
 	selector, err := labels.ValidatedSelectorFromSet(set)
 	if err != nil {
 		return nil, fmt.Errorf("querying Helm release records: %w", err)
@@ -183,7 +193,7 @@ func (d *sealedSecrets) query(set labels.Set) ([]*release.Release, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing Helm release records in %s: %w", d.namespace, err)
 	}
-	out := make([]*release.Release, 0, len(list.Items))
+	out := make([]ri.Releaser, 0, len(list.Items))
 	for i := range list.Items {
 		rel, err := d.open(&list.Items[i])
 		if err != nil {
@@ -195,7 +205,11 @@ func (d *sealedSecrets) query(set labels.Set) ([]*release.Release, error) {
 }
 
 // Create stores a new record; driver.ErrReleaseExists when one has key.
-func (d *sealedSecrets) Create(key string, rel *release.Release) error {
+func (d *sealedSecrets) Create(key string, r ri.Releaser) error {
+	rel, err := asRelease(r)
+	if err != nil {
+		return err
+	}
 	secret, err := d.record(key, rel, "createdAt")
 	if err != nil {
 		return err
@@ -210,7 +224,11 @@ func (d *sealedSecrets) Create(key string, rel *release.Release) error {
 }
 
 // Update replaces the record named key.
-func (d *sealedSecrets) Update(key string, rel *release.Release) error {
+func (d *sealedSecrets) Update(key string, r ri.Releaser) error {
+	rel, err := asRelease(r)
+	if err != nil {
+		return err
+	}
 	secret, err := d.record(key, rel, "modifiedAt")
 	if err != nil {
 		return err
@@ -222,8 +240,8 @@ func (d *sealedSecrets) Update(key string, rel *release.Release) error {
 }
 
 // Delete removes the record named key, once it is proven Compositor's.
-func (d *sealedSecrets) Delete(key string) (*release.Release, error) {
-	rel, err := d.Get(key)
+func (d *sealedSecrets) Delete(key string) (ri.Releaser, error) {
+	rel, err := d.get(key)
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
-	"helm.sh/helm/v3/pkg/storage/driver"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -48,7 +50,7 @@ func sealedRecord(t *testing.T, d *sealedSecrets) *corev1.Secret {
 	t.Helper()
 	rel := &release.Release{
 		Name: "demo", Namespace: "team", Version: 2,
-		Info:     &release.Info{Status: release.StatusDeployed},
+		Info:     &release.Info{Status: releasecommon.StatusDeployed},
 		Chart:    &chart.Chart{Metadata: &chart.Metadata{Name: "app", Version: "1.0.0"}},
 		Config:   map[string]any{"replicas": float64(1)},
 		Manifest: "---\n# Source: app/templates/cm.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo}\n",
@@ -89,7 +91,7 @@ func TestSealedRecordsRefuseEveryChange(t *testing.T) {
 		"hooks": reencode(func(r *release.Release) {
 			r.Hooks = append(r.Hooks, &release.Hook{Name: "evil", Events: []release.HookEvent{release.HookPreDelete}, Manifest: "kind: Service"})
 		}),
-		"info.status":         reencode(func(r *release.Release) { r.Info.Status = release.StatusFailed }),
+		"info.status":         reencode(func(r *release.Release) { r.Info.Status = releasecommon.StatusFailed }),
 		"config":              reencode(func(r *release.Release) { r.Config["replicas"] = float64(9) }),
 		"version":             reencode(func(r *release.Release) { r.Version = 1 }),
 		"label uid":           func(s *corev1.Secret) { s.Labels[vocab.LabelCompositionUID] = "uid-2" },
@@ -160,7 +162,7 @@ func TestHelmActsOnlyOnSealedRecords(t *testing.T) {
 	require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sealed"}}))
 	ch := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "sealed", Version: "0.1.0"},
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-cm'}\ndata: {a: '{{ .Values.a }}'}\n")}},
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}-cm'}\ndata: {a: '{{ .Values.a }}'}\n")}},
 	}
 	helm, err := NewHelm(cp.Config, testSeal(t), logr.Discard())
 	require.NoError(t, err)

@@ -11,8 +11,9 @@ import (
 	"fmt"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -128,6 +129,8 @@ type attempt struct {
 	err     error
 	// elsewhere: nothing was tried, the cluster is another replica's.
 	elsewhere bool
+	// health, of a ready attempt, is what the objects of the release say (health.go).
+	health health
 }
 
 func (a attempt) result() (ctrl.Result, error) {
@@ -149,10 +152,16 @@ func failed(reason string, err error) attempt {
 func (r *Reconciler) installOn(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work) attempt {
 	scope := clusterScopeOf(def, s.helm)
 	last, a, done := r.lastRevision(ctx, obj, s, w, scope)
-	if done {
-		return a
+	var installed *release.Release
+	if !done {
+		a, installed = r.upgrade(ctx, obj, def, s, w, scope, last)
+	} else if a.ready {
+		installed = last
 	}
-	return r.upgrade(ctx, obj, def, s, w, scope, last)
+	if a.ready {
+		a.health = r.healthOn(ctx, s, installed)
+	}
+	return a
 }
 
 // clusterScope is what the definition lets the chart install outside the namespace,
@@ -197,7 +206,7 @@ func (r *Reconciler) lastRevision(ctx context.Context, obj *unstructured.Unstruc
 	if err := r.recoverInterrupted(obj, s, last); err != nil {
 		return nil, failed(ReasonInstallFailed, err), true
 	}
-	if last != nil && last.Info.Status == release.StatusDeployed && last.Labels[vocab.LabelFingerprint] == releaseFingerprint(w.fingerprint) {
+	if last != nil && last.Info.Status == releasecommon.StatusDeployed && last.Labels[vocab.LabelFingerprint] == releaseFingerprint(w.fingerprint) {
 		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", w.release, s.on(), w.chart.Metadata.Version, last.Version)
 		return last, attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), revision: last.Version}, true
 	}
@@ -207,7 +216,7 @@ func (r *Reconciler) lastRevision(ctx context.Context, obj *unstructured.Unstruc
 // upgrade installs w on s, or upgrades last to it, through the install gate: the values
 // pass the chart's schema, the chart renders with them within bounds in the sandbox,
 // and every object Helm hands to the API server passes the policies.
-func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, scope clusterScope, last *release.Release) attempt {
+func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, scope clusterScope, last *release.Release) (attempt, *release.Release) {
 	namespace := obj.GetNamespace()
 	operation := "CREATE"
 	if last != nil {
@@ -215,27 +224,27 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	}
 	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
 	if err != nil {
-		return failed(ReasonInstallFailed, err)
+		return failed(ReasonInstallFailed, err), nil
 	}
 	if err := r.validateValues(ctx, request); err != nil {
-		return r.refused(obj, s, err)
+		return r.refused(obj, s, err), nil
 	}
 	if err := r.renderBounded(ctx, w, namespace, last != nil); err != nil {
 		if _, refused := asGateError(err); !refused {
-			return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on()))
+			return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on())), nil
 		}
 		a := r.refused(obj, s, err)
 		a.requeue = retryRunaway
-		return a
+		return a, nil
 	}
 	if s.bind != nil {
 		if err := s.bind(ctx, namespace); err != nil {
-			return failed(ReasonBindFailed, err)
+			return failed(ReasonBindFailed, err), nil
 		}
 	}
 	gate := r.gate(ctx, namespace, request, scope.kinds, s.helm.mapper)
 	if s.handedOver() {
-		return attempt{elsewhere: true}
+		return attempt{elsewhere: true}, nil
 	}
 	outcome, rel, err := s.helm.UpgradeInstall(ctx, namespace, w.release, w.chart, w.values, InstallOptions{
 		Last:             last,
@@ -244,19 +253,19 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		Gate:             gate,
 	})
 	if err != nil && gate.refusal != nil {
-		return r.refused(obj, s, gate.refusal)
+		return r.refused(obj, s, gate.refusal), nil
 	}
 	if err != nil {
 		err = fmt.Errorf("%w%s", err, s.on())
 		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
-		return failed(ReasonInstallFailed, err)
+		return failed(ReasonInstallFailed, err), nil
 	}
 	reason := EventHelmInstalled
 	if outcome == Upgraded {
 		reason = EventHelmUpgraded
 	}
 	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", w.release, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
-	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), changed: true, revision: rel.Version}
+	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), changed: true, revision: rel.Version}, rel
 }
 
 // uninstallOn uninstalls the composition's release from s. A release there that is

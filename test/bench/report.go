@@ -94,7 +94,7 @@ func (r *report) describeMachine(compositor, controlPlaneDir string) error {
 		if len(f) >= 3 && f[0] == "dep" {
 			switch f[1] {
 			case "sigs.k8s.io/controller-runtime", "k8s.io/client-go", "github.com/open-policy-agent/opa",
-				"helm.sh/helm/v3", "github.com/santhosh-tekuri/jsonschema/v6":
+				"helm.sh/helm/v4", "github.com/santhosh-tekuri/jsonschema/v6":
 				mods = append(mods, f[1]+" "+f[2])
 			}
 		}

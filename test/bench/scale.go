@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 
 	"github.com/compositor-dev/compositor/test/chartserver"
 )
@@ -136,9 +137,9 @@ data:
 		ch := &chart.Chart{
 			Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: scaleChartName(i), Version: "1.0.0", Type: "application"},
 			Values:    map[string]any{"message": "hello", "replicas": 1},
-			Raw:       []*chart.File{{Name: chartutil.ValuesfileName, Data: []byte("message: hello\nreplicas: 1\n")}},
+			Raw:       []*chartcommon.File{{Name: chartutil.ValuesfileName, Data: []byte("message: hello\nreplicas: 1\n")}},
 			Schema:    schema,
-			Templates: []*chart.File{{Name: "templates/configmap.yaml", Data: template}},
+			Templates: []*chartcommon.File{{Name: "templates/configmap.yaml", Data: template}},
 		}
 		if _, err := chartutil.Save(ch, dir); err != nil {
 			return fmt.Errorf("packaging chart %s: %w", ch.Name(), err)

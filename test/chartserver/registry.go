@@ -18,8 +18,8 @@ import (
 	"github.com/distribution/distribution/v3/registry/handlers"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/crypto/bcrypt"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	helmregistry "helm.sh/helm/v3/pkg/registry"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	helmregistry "helm.sh/helm/v4/pkg/registry"
 
 	// The storage driver and auth backend register themselves by name.
 	_ "github.com/distribution/distribution/v3/registry/auth/htpasswd"

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"helm.sh/helm/v3/pkg/repo"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	"sigs.k8s.io/yaml"
 )
 

@@ -10,9 +10,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/repo"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,7 +177,7 @@ func loopsChart() *chart.Chart {
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "loops", Version: "0.1.0"},
 		Values:   map[string]any{"size": 1},
 		Schema:   []byte(`{"type":"object","properties":{"size":{"type":"integer","minimum":0,"maximum":100000}},"additionalProperties":false}`),
-		Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: {{ .Release.Name }}}
 data:

@@ -15,9 +15,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/repo"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +50,7 @@ var keptChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: keptDefinition, Version: "0.1.0"},
 	Values:   map[string]any{"value": "one"},
 	Schema:   []byte(`{"type":"object","properties":{"value":{"type":"string"}},"additionalProperties":false}`),
-	Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+	Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {value: '{{ .Values.value }}'}\n")}},
 }
 

@@ -13,7 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,7 +36,7 @@ var crashChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "crash-test", Version: "0.1.0"},
 	Values:   map[string]any{"value": "one", "objects": crashObjects},
 	Schema:   []byte(`{"type":"object","properties":{"value":{"type":"string"},"objects":{"type":"integer","minimum":1,"maximum":1000}},"additionalProperties":false}`),
-	Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(`{{- range $i := until (int .Values.objects) }}
+	Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`{{- range $i := until (int .Values.objects) }}
 ---
 apiVersion: v1
 kind: ConfigMap

@@ -9,8 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -34,7 +35,7 @@ var gateChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "gate-check", Version: "0.1.0"},
 	Values:   map[string]any{"mode": "plain", "ns": ""},
 	Schema:   []byte(`{"type":"object","properties":{"mode":{"type":"string","enum":["plain","token","cluster","priority","lookup","hook"]},"ns":{"type":"string"}},"additionalProperties":false}`),
-	Templates: []*chart.File{
+	Templates: []*chartcommon.File{
 		{Name: "templates/data.yaml", Data: []byte(`apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -269,7 +270,7 @@ func TestControllerLeavesAForeignReleaseAlone(t *testing.T) {
 
 	ops := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "opschart", Version: "1.0.0"},
-		Templates: []*chart.File{{Name: "templates/data.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: precious-data}\ndata: {keep: \"yes\"}\n")}},
+		Templates: []*chartcommon.File{{Name: "templates/data.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: precious-data}\ndata: {keep: \"yes\"}\n")}},
 	}
 	archive, err := chartutil.Save(ops, t.TempDir())
 	require.NoError(t, err)

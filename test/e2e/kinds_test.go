@@ -11,7 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +38,7 @@ func TestGeneratedKindsShareOneRuntime(t *testing.T) {
 			Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: "0.1.0"},
 			Values:   map[string]any{"message": "hello"},
 			Schema:   []byte(`{"type":"object","properties":{"message":{"type":"string"}},"additionalProperties":false}`),
-			Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+			Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 				"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .Release.Name }}}\ndata: {message: {{ .Values.message | quote }}}\n")}},
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,7 +157,8 @@ users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, com
 	require.NoError(t, err)
 	last, err := actions.Releases.Last("hello")
 	require.NoError(t, err)
-	assert.Equal(t, "placed-app", last.Chart.Metadata.Name)
+	require.IsType(t, &release.Release{}, last)
+	assert.Equal(t, "placed-app", last.(*release.Release).Chart.Metadata.Name)
 
 	// Deleting target-a's Secret disengages it; target-b stays.
 	a, ok := clusters.Get(ctx, "target-a")

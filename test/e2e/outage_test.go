@@ -9,7 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,7 @@ var outageChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "outage-app", Version: "0.1.0"},
 	Values:   map[string]any{"value": "one"},
 	Schema:   []byte(`{"type":"object","properties":{"value":{"type":"string","maxLength":10}},"additionalProperties":false}`),
-	Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+	Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {value: '{{ .Values.value }}'}\n")}},
 }
 

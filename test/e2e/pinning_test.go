@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/repo"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +36,7 @@ func republish(t *testing.T, dir string) {
 	require.NoError(t, err)
 	for i, tpl := range ch.Templates {
 		if tpl.Name == "templates/configmap.yaml" {
-			ch.Templates[i] = &chart.File{Name: tpl.Name, Data: append(append([]byte{}, tpl.Data...), []byte("\n  tampered: \"yes\"\n")...)}
+			ch.Templates[i] = &chartcommon.File{Name: tpl.Name, Data: append(append([]byte{}, tpl.Data...), []byte("\n  tampered: \"yes\"\n")...)}
 		}
 	}
 	// A tighter schema, too: at most 3 replicas where the original allows 10.

@@ -9,7 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,7 +31,7 @@ var placedChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "placed-app", Version: "0.1.0"},
 	Values:   map[string]any{"greeting": "hello"},
 	Schema:   []byte(`{"type":"object","properties":{"greeting":{"type":"string","maxLength":20}},"additionalProperties":false}`),
-	Templates: []*chart.File{{Name: "templates/data.yaml", Data: []byte(`apiVersion: v1
+	Templates: []*chartcommon.File{{Name: "templates/data.yaml", Data: []byte(`apiVersion: v1
 kind: ConfigMap
 metadata:
   name: {{ .Release.Name }}-data

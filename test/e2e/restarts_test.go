@@ -10,7 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,7 +34,7 @@ var loadChart = &chart.Chart{
 	Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "load-test", Version: "0.1.0"},
 	Values:   map[string]any{"value": "one"},
 	Schema:   []byte(`{"type":"object","properties":{"value":{"type":"string"}},"additionalProperties":false}`),
-	Templates: []*chart.File{{Name: "templates/cm.yaml", Data: []byte(
+	Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{ .Release.Name }}'}\ndata: {value: '{{ .Values.value }}'}\n")}},
 }
 

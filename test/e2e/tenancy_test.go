@@ -8,8 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,7 +81,7 @@ func TestAReleaseInstalledByHelmCannotBeTakenOver(t *testing.T) {
 
 	ops := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "opschart", Version: "1.0.0"},
-		Templates: []*chart.File{{Name: "templates/data.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: precious-data}\ndata: {keep: \"yes\"}\n")}},
+		Templates: []*chartcommon.File{{Name: "templates/data.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: precious-data}\ndata: {keep: \"yes\"}\n")}},
 	}
 	dir := t.TempDir()
 	archive, err := chartutil.Save(ops, dir)

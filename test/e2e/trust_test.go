@@ -17,7 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/release"
+	releasecommon "helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -243,7 +244,7 @@ func TestTamperedReleaseRecordsAreNotActedOn(t *testing.T) {
 	t.Run("revision marked failed with a pre-upgrade hook", func(t *testing.T) {
 		installed(t, cp, "failed", 1)
 		secret, rel := record(t, cp, "failed")
-		rel.Info.Status = release.StatusFailed
+		rel.Info.Status = releasecommon.StatusFailed
 		rel.Hooks = append(rel.Hooks, hook("evil-preupgrade", release.HookPreUpgrade), hook("evil-preinstall", release.HookPreInstall))
 		rewrite(t, tenantClient, secret, rel)
 		res := cp.Kubectl(ctx, "", "patch", fireworks, "failed", "-n", trustNamespace, "--as="+tenant, "--type=merge", "-p", `{"spec":{"replicaCount":2}}`)

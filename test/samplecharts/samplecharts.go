@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"helm.sh/helm/v3/pkg/chart"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 
 	"github.com/compositor-dev/compositor/samples"
 )

@@ -6,7 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"helm.sh/helm/v3/pkg/chart/loader"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 func TestChartsDirFromElsewhere(t *testing.T) {
@@ -31,7 +32,7 @@ func TestDir(t *testing.T) {
 		require.NoError(t, err)
 		fromDir.Metadata.Version = v
 		assert.Equal(t, fromDir.Metadata, ch.Metadata, v)
-		assert.Equal(t, fromDir.Templates, ch.Templates, v)
+		assert.Equal(t, contents(fromDir.Templates), contents(ch.Templates), v)
 	}
 	d115, err := Dir("1.1.5")
 	require.NoError(t, err)
@@ -40,4 +41,14 @@ func TestDir(t *testing.T) {
 	assert.Equal(t, d115, d116)
 	_, err = Dir("9.9.9")
 	assert.ErrorIs(t, err, ErrUnknownVersion)
+}
+
+// contents are the files' names and data, in order: Helm 4 also records when a file
+// on disk was modified, which an embedded chart does not know.
+func contents(files []*chartcommon.File) []string {
+	out := make([]string, 0, 2*len(files))
+	for _, f := range files {
+		out = append(out, f.Name, string(f.Data))
+	}
+	return out
 }

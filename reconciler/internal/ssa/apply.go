@@ -9,10 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // fieldManager owns what the reconciler applies.
-const fieldManager = "compositor"
+const fieldManager = vocab.FieldManager
 
 // Apply server-side applies obj, which carries its apiVersion and kind, as Compositor.
 func Apply(ctx context.Context, c client.Client, obj client.Object) error {
