@@ -264,7 +264,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	// only an install runs: then the release is installed again.
 	if last == nil || (last.Version == 1 && last.Info.Status == releasecommon.StatusFailed && hasInstallHooks(last)) {
 		if last != nil {
-			gated(cfg, opts.Gate.forUninstall())
+			gated(cfg, opts.Gate.forUninstall(), name)
 			if _, err := uninstaller(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 				return "", nil, fmt.Errorf("removing the failed release %s/%s: %w", namespace, name, err)
 			}
@@ -272,7 +272,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 				return "", nil, err
 			}
 		}
-		gated(cfg, opts.Gate)
+		gated(cfg, opts.Gate, name)
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace = name, namespace
 		install.SkipSchemaValidation, install.SkipCRDs = true, true
@@ -287,7 +287,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		installed, err := asRelease(rel)
 		return Installed, installed, err
 	}
-	gated(cfg, opts.Gate)
+	gated(cfg, opts.Gate, name)
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
 	upgrade.SkipSchemaValidation = true
@@ -303,12 +303,13 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	return Upgraded, upgraded, err
 }
 
-// gated puts gate in front of what cfg's actions apply: in Helm's Kubernetes client,
-// where Helm hands objects to the cluster.
-func gated(cfg *action.Configuration, gate *installGate) {
+// gated puts gate in front of what cfg's actions apply to release name: in Helm's
+// Kubernetes client, where Helm hands objects to the cluster.
+func gated(cfg *action.Configuration, gate *installGate, name string) {
 	if gate == nil {
 		return
 	}
+	gate.release = name
 	if kc, ok := cfg.KubeClient.(*kube.Client); ok {
 		cfg.KubeClient = &gatedKubeClient{inner: kc, gate: gate}
 	}
@@ -329,7 +330,7 @@ func (h *Helm) Uninstall(namespace, name string, gate *installGate, clusterResou
 	if err != nil {
 		return false, err
 	}
-	gated(cfg, gate)
+	gated(cfg, gate, name)
 	if _, err := uninstaller(cfg).Run(name); err != nil {
 		if errors.Is(err, driver.ErrReleaseNotFound) {
 			return false, nil

@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,6 +114,9 @@ type installGate struct {
 	// refusal is the gate's last refusal: Helm reports some errors (those of hooks) as
 	// text only, so the reconciler reads the refusal here.
 	refusal *GateError
+	// release is the name of the release the gate guards (set by gated): Helm's
+	// ownership annotations name it on every object of the release.
+	release string
 
 	// awaitsManifest: the next manifest Helm builds is the release's (an install's or
 	// upgrade's gate, until then). judged are its objects, as the policies saw them,
@@ -123,12 +127,22 @@ type installGate struct {
 }
 
 // forUninstall is a gate like g for an uninstall, which builds no release manifest:
-// it judges the hooks the uninstall creates and checks what it deletes.
+// it judges the hooks the uninstall creates and checks what it deletes. A hook is an
+// object being created, so the policies judge it as they judge a create's objects,
+// whatever the operations they match (an uninstall's are DELETE): a delete hook is
+// rendered when the release is installed, with lookup results the admission render
+// never saw, and is judged only when it runs.
 func (g *installGate) forUninstall() *installGate {
 	if g == nil {
 		return nil
 	}
-	return &installGate{ctx: g.ctx, namespace: g.namespace, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: g.request}
+	request := g.request
+	if request != nil {
+		creating := *request
+		creating.Operation = "CREATE"
+		request = &creating
+	}
+	return &installGate{ctx: g.ctx, namespace: g.namespace, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: request}
 }
 
 // judgeManifest judges the objects Helm built from the release's manifest, as the
@@ -486,23 +500,144 @@ func (c *gatedKubeClient) judge(resources kube.ResourceList) error {
 	return nil
 }
 
+// Create creates what the gate judged. Hooks — objects that are not the release
+// manifest's — are marked the release's (Helm's ownership annotations, which Helm sets
+// on the manifest's objects itself) and created with a plain create, never merged into
+// an object of the same name that is there: Helm 4 would apply them server-side.
 func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.ClientCreateOption) (*kube.Result, error) {
 	if err := c.judge(resources); err != nil {
 		return nil, err
 	}
+	if hooks := c.unapproved(resources); len(hooks) > 0 {
+		for _, info := range hooks {
+			if err := markOwned(info, c.gate.release, c.gate.namespace); err != nil {
+				return nil, err
+			}
+		}
+		options = append(options, kube.ClientCreateOptionServerSideApply(false, false))
+	}
 	return c.inner.Create(resources, options...)
 }
 
+// Update applies what the gate judged, onto objects of the release only: an object of
+// the target that is there and is not the release's (a name claimed through a revision
+// that failed, say) is refused, and nothing more is applied.
 func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...kube.ClientUpdateOption) (*kube.Result, error) {
 	if err := c.judge(target); err != nil {
 		return nil, err
 	}
+	for _, info := range target {
+		owner, err := c.owner(info)
+		if err != nil {
+			return nil, err
+		}
+		if owner.foreign() {
+			c.mu.Lock()
+			c.gate.refusal = &GateError{Reason: ReasonReleaseConflict, Message: fmt.Sprintf(
+				"nothing more was applied: %s %s/%s is there and is not release %s's (%s): it is left alone",
+				info.Mapping.GroupVersionKind.Kind, info.Namespace, info.Name, c.gate.release, owner)}
+			c.mu.Unlock()
+			return nil, c.gate.refusal
+		}
+	}
 	return c.inner.Update(original, target, options...)
 }
 
-// Delete deletes objects Build checked: from the release's sealed record, or its hooks.
+// Delete deletes the objects of the release only: those Helm would delete that are
+// there and are not the release's (a hook's namesake, an object a failed revision
+// named) are left alone.
 func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.DeletionPropagation) (*kube.Result, []error) {
-	return c.inner.Delete(resources, policy)
+	var ours kube.ResourceList
+	for _, info := range resources {
+		owner, err := c.owner(info)
+		if err != nil {
+			return nil, []error{err}
+		}
+		if owner.foreign() {
+			continue
+		}
+		ours = append(ours, info)
+	}
+	if len(ours) == 0 {
+		return &kube.Result{}, nil
+	}
+	return c.inner.Delete(ours, policy)
+}
+
+// unapproved are the objects of resources that are not the release manifest's.
+func (c *gatedKubeClient) unapproved(resources kube.ResourceList) []*resource.Info {
+	var out []*resource.Info
+	for _, info := range resources {
+		content, err := contentOf(info)
+		if err != nil || !c.gate.approved[policies.ObjectKey(content, c.gate.namespace)] {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// Helm's ownership annotations, which it sets on every object of a release's manifest
+// (and Compositor on its hooks).
+const (
+	annotationReleaseName      = "meta.helm.sh/release-name"
+	annotationReleaseNamespace = "meta.helm.sh/release-namespace"
+)
+
+// liveOwner is whose the live object of a name is: absent, the release's, or another's.
+type liveOwner struct {
+	absent, ours bool
+	release      string // the release its annotations name, if any
+}
+
+func (o liveOwner) foreign() bool { return !o.absent && !o.ours }
+
+func (o liveOwner) String() string {
+	if o.release == "" {
+		return "it names no release"
+	}
+	return "it is release " + o.release + "'s"
+}
+
+// owner reads the live object info names and tells whose it is. An object is the
+// release's when Helm's annotations name it, or — a hook a Compositor on Helm 3
+// created, which it did not mark — when it names no release and only Compositor has
+// ever written it.
+func (c *gatedKubeClient) owner(info *resource.Info) (liveOwner, error) {
+	live, err := resource.NewHelper(info.Client, info.Mapping).Get(info.Namespace, info.Name)
+	if apierrors.IsNotFound(err) {
+		return liveOwner{absent: true}, nil
+	}
+	if err != nil {
+		return liveOwner{}, fmt.Errorf("reading %s %s/%s, to know whose it is: %w", info.Mapping.GroupVersionKind.Kind, info.Namespace, info.Name, err)
+	}
+	obj, err := meta.Accessor(live)
+	if err != nil {
+		return liveOwner{}, err
+	}
+	annotations := obj.GetAnnotations()
+	o := liveOwner{release: annotations[annotationReleaseName]}
+	if o.release != "" {
+		o.ours = o.release == c.gate.release && annotations[annotationReleaseNamespace] == c.gate.namespace
+		return o, nil
+	}
+	managers := obj.GetManagedFields()
+	o.ours = len(managers) > 0 && !slices.ContainsFunc(managers, func(e metav1.ManagedFieldsEntry) bool { return e.Manager != vocab.FieldManager })
+	return o, nil
+}
+
+// markOwned sets Helm's ownership annotations of release in namespace on info's object.
+func markOwned(info *resource.Info, release, namespace string) error {
+	obj, err := meta.Accessor(info.Object)
+	if err != nil {
+		return err
+	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[annotationReleaseName], annotations[annotationReleaseNamespace] = release, namespace
+	obj.SetAnnotations(annotations)
+	return nil
 }
 
 // The rest reads the cluster, or waits: Helm's own client does it.
