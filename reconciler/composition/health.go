@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	release "helm.sh/helm/v4/pkg/release/v1"
@@ -109,10 +110,26 @@ func (r *Reconciler) healthOn(ctx context.Context, s site, rel *release.Release)
 		}
 		if result.Status != status.CurrentStatus {
 			return health{status: metav1.ConditionFalse, reason: string(result.Status), retry: retry,
-				message: fmt.Sprintf("%s of release %s%s is not ready: %s", objectName(gvk, u), rel.Name, s.on(), result.Message)}
+				message: fmt.Sprintf("%s of release %s%s is not ready: %s", objectName(gvk, u), rel.Name, s.on(), shortened(result.Message))}
 		}
 	}
 	return health{status: metav1.ConditionTrue, reason: ReasonCurrent, message: fmt.Sprintf("every object of release %s%s is ready", rel.Name, s.on())}
+}
+
+// maxHealthMessage bounds what an object's status says in the condition: whoever
+// writes the object's conditions writes it.
+const maxHealthMessage = 256
+
+// shortened is message cut to maxHealthMessage bytes, at a rune boundary.
+func shortened(message string) string {
+	if len(message) <= maxHealthMessage {
+		return message
+	}
+	cut := maxHealthMessage
+	for cut > 0 && !utf8.RuneStart(message[cut]) {
+		cut--
+	}
+	return message[:cut] + "…"
 }
 
 // objectName names an object as kubectl does: kind.group/name.

@@ -2,7 +2,9 @@ package composition
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -81,4 +83,13 @@ func TestHealthNamesTheFirstObjectThatIsNotReady(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, h.status)
 	assert.Equal(t, "NotFound", h.reason)
 	assert.Equal(t, "ConfigMap/shop-config of release shop is not ready: the object is not there", h.message)
+}
+
+func TestHealthMessagesAreBounded(t *testing.T) {
+	assert.Equal(t, "short", shortened("short"))
+	long := strings.Repeat("é", maxHealthMessage)
+	got := shortened(long)
+	assert.LessOrEqual(t, len(got), maxHealthMessage+len("…"))
+	assert.True(t, utf8.ValidString(got), "cut at a rune boundary")
+	assert.True(t, strings.HasSuffix(got, "…"))
 }

@@ -229,6 +229,12 @@ var subchartCases = []struct {
 	{"subchart-only global key", "common: {global: {other: 1}}", true},
 	{"parent's global default deleted by null", "global: {imageRegistry: null}", true},
 	{"subchart's global not a map", `common: {global: "x"}`, false},
+	// Helm 4: a null among the parent chart's defaults (alertmanager.replicaCount) no
+	// longer deletes the subchart's default (its required replicaCount) when the values
+	// leave the subchart out; Helm 3 refused these values. Values of the subchart's own
+	// bring the parent's null back, as in Helm 3.
+	{"a parent's null default keeps the subchart's default", "mariadb: {enabled: false}", true},
+	{"the same null deletes it under the values' own", "alertmanager: {enabled: true}", false},
 }
 
 // Issue 16, item 4: subchart constraints follow Helm. A composition is admitted
