@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -104,39 +105,72 @@ func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Char
 
 // uninterruptible runs work that cannot be cancelled (Go templates and the JSON Schema
 // validator take no context) with a deadline, in-process: the runner without a
-// Sandbox (tests, tools). A run past its deadline goes on in the background until it
-// ends; slots bound how many runs there are at once, so that a few runaway templates
-// hold a few cores at most.
+// Sandbox (tests, tools, and the small values admission checks in-process). A run past
+// its deadline goes on in the background until it ends; slots bound how many runs
+// there are at once, so that a few runaway templates hold a few cores at most.
+//
+// The runs go to as many long-lived workers as there are slots: a goroutine started
+// per run grew its stack again for every deep schema walk (a tenth of /mutate's CPU
+// went to copying stacks).
 type uninterruptible struct {
-	slots chan struct{}
+	slots   chan struct{}
+	jobs    chan uninterruptibleJob
+	workers sync.Once
+}
+
+type uninterruptibleJob struct {
+	what string
+	fn   func() error
+	done chan error
 }
 
 // uncancellable is shared by every in-process schema check and render of the process.
-var uncancellable = uninterruptible{slots: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
+var uncancellable = newUninterruptible(max(2, runtime.GOMAXPROCS(0)))
+
+func newUninterruptible(slots int) *uninterruptible {
+	return &uninterruptible{slots: make(chan struct{}, slots), jobs: make(chan uninterruptibleJob)}
+}
 
 // run calls fn and waits for it until ctx is done. what names the work in errors.
-func (u uninterruptible) run(ctx context.Context, what string, fn func() error) error {
+func (u *uninterruptible) run(ctx context.Context, what string, fn func() error) error {
 	select {
 	case u.slots <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s could not start before the deadline: %d earlier runs are still going%w", ErrDeadline, what, cap(u.slots), notStarted)
 	}
+	u.workers.Do(func() {
+		for range cap(u.slots) {
+			go u.work()
+		}
+	})
 	done := make(chan error, 1)
-	go func() {
-		defer func() { <-u.slots }()
-		defer func() {
-			if p := recover(); p != nil {
-				done <- fmt.Errorf("%s failed: %v", what, p)
-			}
-		}()
-		done <- fn()
-	}()
+	// A slot taken means a worker is free, or about to be: it gives the slot back
+	// before it takes the next job.
+	u.jobs <- uninterruptibleJob{what: what, fn: fn, done: done}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s was stopped at the deadline (a template or value that takes this long is refused)", ErrDeadline, what)
 	}
+}
+
+// work runs jobs, one at a time, for the life of the process.
+func (u *uninterruptible) work() {
+	for job := range u.jobs {
+		job.done <- runRecovered(job.what, job.fn)
+		<-u.slots
+	}
+}
+
+// runRecovered calls fn, turning a panic into an error that names what.
+func runRecovered(what string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s failed: %v", what, p)
+		}
+	}()
+	return fn()
 }
 
 type laneKey struct{}

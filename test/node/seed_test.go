@@ -135,6 +135,18 @@ spec:
 	started = time.Now()
 	kubectl(t, "wait", "fireworksapp", "demo", "-n", definitionNS, "--for", "condition=Ready=True", "--timeout", "3m")
 	t.Logf("composition Ready: %s", time.Since(started).Round(100*time.Millisecond))
+	// Healthy reads the release's objects on the node as kstatus does: the chart's
+	// image is not on the node (it has no registry), so its Deployment does not roll
+	// out, and Healthy says so, naming it, while Ready says it is installed.
+	eventually(t, "Healthy names the Deployment that does not roll out", 2*time.Minute, func() error {
+		out := kubectl(t, "get", "fireworksapp", "demo", "-n", definitionNS, "-o",
+			`jsonpath={.status.conditions[?(@.type=="Healthy")].status} {.status.conditions[?(@.type=="Healthy")].reason}: {.status.conditions[?(@.type=="Healthy")].message}`)
+		if !strings.HasPrefix(out, "False ") || !strings.Contains(out, "Deployment.apps/") || !strings.Contains(out, "of release demo is not ready") {
+			return fmt.Errorf("Healthy: %q", out)
+		}
+		t.Logf("Healthy: %s", out)
+		return nil
+	})
 	eventually(t, "helm list shows demo at fireworks-app-1.1.5, deployed", time.Minute, func() error {
 		return releaseAt("demo", "fireworks-app-1.1.5")(t)
 	})
