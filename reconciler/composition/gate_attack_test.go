@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -361,4 +362,26 @@ metadata:
 
 	err = env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: "c-cleanup"}, &corev1.ConfigMap{})
 	assert.True(t, apierrors.IsNotFound(err), "the pre-delete hook labelled mode=evil is not created (get: %v)", err)
+}
+
+// The release's objects are applied server-side as Compositor (one Apply entry of
+// vocab.FieldManager), hooks created with a plain create: Helm's own labels and
+// annotations, which it adds to the manifest's objects after Build, do not make them
+// hooks.
+func TestTheManifestIsAppliedServerSideAndHooksCreated(t *testing.T) {
+	env := newAttackEnv(t, "apply")
+	ctx := context.Background()
+	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "shop", hookChart(""), nil, InstallOptions{Gate: env.gate(ctx, nil)})
+	require.NoError(t, err)
+	operations := func(name string) []string {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: name}, cm))
+		var out []string
+		for _, e := range cm.ManagedFields {
+			out = append(out, e.Manager+"/"+string(e.Operation))
+		}
+		return out
+	}
+	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, operations("shop-app"), "the manifest's object")
+	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, operations("setup"), "the hook, created")
 }

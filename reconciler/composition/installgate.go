@@ -417,8 +417,9 @@ type gatedKubeClient struct {
 	gate  *installGate
 
 	mu sync.Mutex
-	// judged are the objects Build returned that the gate has judged.
-	judged map[*resource.Info]bool
+	// judged are the objects Build returned that the gate has judged; manifest those
+	// of them that are the release manifest's (the rest are hooks).
+	judged, manifest map[*resource.Info]bool
 }
 
 var (
@@ -456,11 +457,11 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		return nil, err
 	}
 	if c.judged == nil {
-		c.judged = map[*resource.Info]bool{}
+		c.judged, c.manifest = map[*resource.Info]bool{}, map[*resource.Info]bool{}
 	}
 	for i, info := range infos {
 		if c.gate.approved[policies.ObjectKey(objs[i].Object, c.gate.namespace)] {
-			c.judged[info] = true
+			c.judged[info], c.manifest[info] = true, true
 		}
 	}
 	return infos, nil
@@ -564,12 +565,14 @@ func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.Dele
 	return c.inner.Delete(ours, policy)
 }
 
-// unapproved are the objects of resources that are not the release manifest's.
+// unapproved are the objects of resources that are not the release manifest's, as
+// Build made them (Helm then adds its own labels and annotations to the manifest's).
 func (c *gatedKubeClient) unapproved(resources kube.ResourceList) []*resource.Info {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []*resource.Info
 	for _, info := range resources {
-		content, err := contentOf(info)
-		if err != nil || !c.gate.approved[policies.ObjectKey(content, c.gate.namespace)] {
+		if !c.manifest[info] {
 			out = append(out, info)
 		}
 	}
