@@ -177,6 +177,19 @@ func Install(ctx context.Context, c client.Client, certs BundleSource, opts Conf
 			return err
 		}
 		for _, obj := range []client.Object{mutating, validating} {
+			if opts.Endpoint.Service != nil {
+				// In a cluster, the chart's configurations: apply only what Compositor
+				// fills in, so that the chart's own fields stay the chart's, which
+				// Helm 4's server-side apply of an upgrade changes without conflict.
+				err := applyOwnFields(ctx, c, obj)
+				if err == nil {
+					continue
+				}
+				if !apierrors.IsInvalid(err) {
+					return err
+				}
+				// Not there (no chart made it): the whole configuration.
+			}
 			err := serverSideApply(ctx, c, obj)
 			if apierrors.IsInvalid(err) {
 				// Possibly another manager's endpoint of the other kind next to this
@@ -252,6 +265,36 @@ func moveEndpoint(ctx context.Context, c client.Client, obj client.Object) error
 		return fmt.Errorf("moving the webhooks of %s to this endpoint: %w", obj.GetName(), err)
 	}
 	log.FromContext(ctx).Info("Moved the webhook configuration to this endpoint", "name", obj.GetName())
+	return nil
+}
+
+// applyOwnFields applies, of the configuration obj, only the fields Compositor fills
+// in beside the chart: each webhook's rules (what this binary judges) and CA bundle
+// (built-in certificates). Fields Compositor applied before and leaves out now stay
+// as the chart's.
+func applyOwnFields(ctx context.Context, c client.Client, obj client.Object) error {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting %s: %w", obj.GetName(), err)
+	}
+	webhooks, _, _ := unstructured.NestedSlice(content, "webhooks")
+	own := make([]any, 0, len(webhooks))
+	for _, w := range webhooks {
+		hook, _ := w.(map[string]any)
+		entry := map[string]any{"name": hook["name"], "rules": hook["rules"]}
+		if bundle, found, _ := unstructured.NestedFieldNoCopy(hook, "clientConfig", "caBundle"); found && bundle != nil {
+			entry["clientConfig"] = map[string]any{"caBundle": bundle}
+		}
+		own = append(own, entry)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": content["apiVersion"], "kind": content["kind"],
+		"metadata": map[string]any{"name": obj.GetName()},
+		"webhooks": own,
+	}}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying the rules and CA bundle of %s %s: %w", content["kind"], obj.GetName(), err)
+	}
 	return nil
 }
 
