@@ -3,6 +3,7 @@ package lightinformer
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"sync"
 	"testing"
@@ -143,18 +144,26 @@ func TestInformersTellAndKeepWhatTheySelect(t *testing.T) {
 	assert.Empty(t, list.Items)
 }
 
+// connectedMetadata is a metadata client of cp, and its HTTP client, whose connection
+// to the API server, and the goroutines that connection keeps, exist already:
+// goroutines counted after it are the informers'.
+func connectedMetadata(t *testing.T, cp *controlplane.ControlPlane) (metadata.Interface, *http.Client) {
+	t.Helper()
+	httpClient, err := rest.HTTPClientFor(cp.Config)
+	require.NoError(t, err)
+	md, err := metadata.NewForConfigAndClient(cp.Config, httpClient)
+	require.NoError(t, err)
+	_, err = md.Resource(configMaps).List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	return md, httpClient
+}
+
 // TestAnInformerCostsFourGoroutinesAndLeavesNone counts what a running informer keeps —
 // the figure a thousand generated kinds multiply: the reflector's three and the HTTP/2
 // stream of its watch — and that stopping it leaves nothing.
 func TestAnInformerCostsFourGoroutinesAndLeavesNone(t *testing.T) {
 	cp := controlplane.Start(t)
-	httpClient, err := rest.HTTPClientFor(cp.Config)
-	require.NoError(t, err)
-	md, err := metadata.NewForConfigAndClient(cp.Config, httpClient)
-	require.NoError(t, err)
-	// The connection to the API server and its goroutines exist before the count.
-	_, err = md.Resource(configMaps).List(context.Background(), metav1.ListOptions{})
-	require.NoError(t, err)
+	md, httpClient := connectedMetadata(t, cp)
 	before := settledGoroutines()
 
 	const n = 20

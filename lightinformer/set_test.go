@@ -10,10 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -34,13 +31,7 @@ func (t *tracked) Run(ctx context.Context) {
 // the end of Run stops the others, after which nothing starts, and no goroutine is left.
 func TestASetRunsEachKeyOnceAndLeavesNothing(t *testing.T) {
 	cp := controlplane.Start(t)
-	httpClient, err := rest.HTTPClientFor(cp.Config)
-	require.NoError(t, err)
-	md, err := metadata.NewForConfigAndClient(cp.Config, httpClient)
-	require.NoError(t, err)
-	// The connection to the API server and its goroutines exist before the count.
-	_, err = md.Resource(configMaps).List(context.Background(), metav1.ListOptions{})
-	require.NoError(t, err)
+	md, httpClient := connectedMetadata(t, cp)
 	before := settledGoroutines()
 
 	var set Set[string, *tracked]
@@ -51,7 +42,7 @@ func TestASetRunsEachKeyOnceAndLeavesNothing(t *testing.T) {
 	}
 	gone, cancelGone := context.WithCancel(context.Background())
 	cancelGone()
-	_, err = set.Ensure(gone, "a", build("a"))
+	_, err := set.Ensure(gone, "a", build("a"))
 	require.ErrorIs(t, err, context.Canceled, "Ensure waits for Run, as long as its context allows")
 
 	ctx, cancel := context.WithCancel(context.Background())
