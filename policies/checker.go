@@ -18,7 +18,7 @@ type Checker struct {
 // Check returns every violation of r. The schema check runs when r carries a chart and
 // an object (a composition being created or updated). The error is for trouble other
 // than violations: a chart whose schema cannot be compiled (ErrSchemaCompile,
-// ErrRemoteRef), a request that cannot become Rego input.
+// ErrRemoteRef).
 //
 // The schema check and the policies share one deadline, the engine's (DefaultTimeout
 // without an engine), so that together they stay below the webhook's timeout.
@@ -47,11 +47,7 @@ func (c *Checker) Check(ctx context.Context, r *Request) (Decision, error) {
 		out = append(out, vs...)
 	}
 	if c.Engine != nil {
-		vs, err := c.Engine.Evaluate(ctx, r)
-		if err != nil {
-			return Decision{}, err
-		}
-		out = append(out, vs...)
+		out = append(out, c.Engine.Evaluate(ctx, r)...)
 	}
 	SortViolations(out)
 	return Decision{Violations: out}, nil

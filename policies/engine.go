@@ -185,9 +185,8 @@ func (e *Engine) Timeout() time.Duration { return e.opts.Timeout }
 // their action, in the order of SortViolations. All policies of one request share
 // the engine's deadline; a policy that cannot finish, fails at run time, or needs a
 // chart that does not render yields one violation saying so (deny, or warn with
-// FailOpen; a warn or dryrun policy keeps its own action). The error is for a
-// request that cannot be turned into Rego input at all.
-func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) {
+// FailOpen; a warn or dryrun policy keeps its own action).
+func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	set := e.set.Load()
 	var matched []*compiled
 	for _, c := range set.ordered {
@@ -196,12 +195,9 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) 
 		}
 	}
 	if len(matched) == 0 {
-		return nil, nil
+		return nil
 	}
-	doc, err := newInputDoc(r)
-	if err != nil {
-		return nil, err
-	}
+	doc := newInputDoc(r)
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()
 
@@ -240,7 +236,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) ([]Violation, error) 
 		}
 	}
 	SortViolations(out)
-	return out, nil
+	return out
 }
 
 // renderedTerm is one rendered object, ready to be input.rendered.
@@ -312,7 +308,14 @@ func (e *Engine) failure(ctx context.Context, c *compiled, err error) Violation 
 
 // eval runs the policy's prepared query once and turns its deny and warn sets into
 // violations. Undefined (no result) is no violation; an error is returned as such.
-func (c *compiled) eval(ctx context.Context, input ast.Value, object string) ([]Violation, error) {
+func (c *compiled) eval(ctx context.Context, input ast.Value, object string) (_ []Violation, err error) {
+	defer func() {
+		// Input is converted as the policy reads it; a value Rego cannot hold panics
+		// there. It is the policy's failure, not the process's.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("evaluating the policy failed: %v", p)
+		}
+	}()
 	rs, err := c.query.Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
 		return nil, err

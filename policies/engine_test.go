@@ -202,14 +202,51 @@ warn contains input.review.object.spec.image.registry
 	r := compositionRequest(map[string]any{"image": map[string]any{"registry": "docker.io"}})
 	r.UserInfo = authenticationv1.UserInfo{Username: "alice", Groups: []string{"devs"}}
 	r.Definition = &ChartRef{URL: "oci://registry.example.com/charts/fireworks-app", Version: "1.1.5"}
-	vs, err := e.Evaluate(ctx, r)
-	require.NoError(t, err)
+	vs := e.Evaluate(ctx, r)
 	assert.Equal(t, []string{
 		`CREATE composition.krateo.io/v1-1-5/FireworksApp fireworksapps team-a/x by alice in ["devs"] old=null limit=3 chart=oci://registry.example.com/charts/fireworks-app@1.1.5 rendered=none [policy echo]`,
 		"docker.io [policy echo]",
 	}, FormatLines(vs))
 	assert.LessOrEqual(t, len(FormatWarnings(vs)[0]), MaxWarningLength)
 	assert.True(t, strings.HasSuffix(FormatWarnings(vs)[0], "..."))
+}
+
+// The input is converted as policies read it; policies that read all of it (walk it,
+// compare it, count it, marshal it) see the whole document, and the same one each.
+func TestPoliciesThatReadTheWholeInput(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Options{})
+	whole := `package whole
+
+deny contains sprintf("%v at %v", [value, path]) if {
+	walk(input.review.object, [path, value])
+	value == "forbidden"
+}
+
+deny contains sprintf("%d keys in metadata, labels %s", [count(input.review.object.metadata), json.marshal(input.review.object.metadata.labels)]) if true
+
+deny contains "the object is not what it was" if input.review.object != input.review.object
+
+deny contains sprintf("input has %v", [sort(object.keys(input))]) if true
+`
+	require.NoError(t, e.Set(ctx, Policy{Name: "whole", Action: v1alpha1.EnforcementDeny, Rego: whole}))
+	require.NoError(t, e.Set(ctx, Policy{Name: "again", Action: v1alpha1.EnforcementDeny, Rego: strings.ReplaceAll(whole, "package whole", "package again")}))
+	r := compositionRequest(map[string]any{"a": []any{int64(1), map[string]any{"b": "forbidden"}}})
+	r.Definition = &ChartRef{URL: "oci://r/c", Version: "1"}
+	vs := e.Evaluate(ctx, r)
+	want := []string{
+		`3 keys in metadata, labels {"tier":"web"}`,
+		`forbidden at ["spec", "a", 1, "b"]`,
+		`input has ["definition", "parameters", "review"]`,
+	}
+	var got []string
+	for _, v := range vs {
+		if v.Policy == "whole" {
+			got = append(got, v.Message)
+		}
+	}
+	assert.ElementsMatch(t, want, got)
+	assert.Len(t, vs, 2*len(want), "the second policy sees the same: %v", FormatLines(vs))
 }
 
 func TestEnforcementActions(t *testing.T) {
@@ -253,8 +290,7 @@ func TestDeadlineCutsOffExpensivePolicies(t *testing.T) {
 		e := newTestEngine(t, Options{Timeout: 100 * time.Millisecond})
 		require.NoError(t, e.Set(ctx, Policy{Name: "slow", Rego: slowPolicy}))
 		require.NoError(t, e.Set(ctx, Policy{Name: "zz-after", Rego: "package after\n\ndeny contains \"never reached\"\n"}))
-		vs, err := e.Evaluate(ctx, compositionRequest(map[string]any{}))
-		require.NoError(t, err)
+		vs := e.Evaluate(ctx, compositionRequest(map[string]any{}))
 		d := Decision{Violations: vs}
 		assert.True(t, d.Denied())
 		assert.Equal(t, strings.Join([]string{
@@ -265,8 +301,7 @@ func TestDeadlineCutsOffExpensivePolicies(t *testing.T) {
 	t.Run("fail open", func(t *testing.T) {
 		e := newTestEngine(t, Options{Timeout: 100 * time.Millisecond, FailOpen: true})
 		require.NoError(t, e.Set(ctx, Policy{Name: "slow", Rego: slowPolicy}))
-		vs, err := e.Evaluate(ctx, compositionRequest(map[string]any{}))
-		require.NoError(t, err)
+		vs := e.Evaluate(ctx, compositionRequest(map[string]any{}))
 		d := Decision{Violations: vs}
 		assert.False(t, d.Denied())
 		assert.Equal(t, []string{"evaluation did not finish within 100ms and was stopped (admitted: policies fail open) [policy slow]"}, d.Warnings())
@@ -276,8 +311,7 @@ func TestDeadlineCutsOffExpensivePolicies(t *testing.T) {
 		require.NoError(t, e.Set(ctx, Policy{Name: "slow", Rego: slowPolicy}))
 		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		vs, err := e.Evaluate(cctx, compositionRequest(map[string]any{}))
-		require.NoError(t, err)
+		vs := e.Evaluate(cctx, compositionRequest(map[string]any{}))
 		require.Len(t, vs, 1)
 		assert.Equal(t, v1alpha1.EnforcementDeny, vs[0].Action)
 	})
@@ -288,8 +322,7 @@ func TestRuntimeErrorFailsClosed(t *testing.T) {
 	e := newTestEngine(t, Options{})
 	// Two values for one complete rule is a run-time conflict.
 	require.NoError(t, e.Set(ctx, Policy{Name: "conflict", Rego: "package conflict\n\nx := 1 if input.review.name\n\nx := 2 if input.review.namespace\n\ndeny contains \"x\" if x\n"}))
-	vs, err := e.Evaluate(ctx, compositionRequest(nil))
-	require.NoError(t, err)
+	vs := e.Evaluate(ctx, compositionRequest(nil))
 	require.Len(t, vs, 1)
 	assert.Contains(t, vs[0].Message, "evaluation failed: ")
 	assert.Equal(t, v1alpha1.EnforcementDeny, vs[0].Action)
@@ -307,8 +340,7 @@ func TestBrokenUpdateKeepsLastGood(t *testing.T) {
 	require.ErrorIs(t, e.Set(ctx, broken), ErrCompile)
 
 	messages := func() []string {
-		vs, err := e.Evaluate(ctx, compositionRequest(nil))
-		require.NoError(t, err)
+		vs := e.Evaluate(ctx, compositionRequest(nil))
 		var out []string
 		for _, v := range vs {
 			out = append(out, v.Message)
@@ -339,8 +371,7 @@ func TestOriginsDoNotReplaceEachOther(t *testing.T) {
 	e := newTestEngine(t, Options{})
 	require.NoError(t, e.Set(ctx, Policy{Name: "p", Origin: OriginObject, Rego: "package p\n\ndeny contains \"object\"\n"}))
 	require.NoError(t, e.Sync(ctx, OriginDir, []Policy{{Name: "p", Rego: "package p\n\ndeny contains \"dir\"\n"}}))
-	vs, err := e.Evaluate(ctx, compositionRequest(nil))
-	require.NoError(t, err)
+	vs := e.Evaluate(ctx, compositionRequest(nil))
 	assert.Len(t, vs, 2)
 	assert.Len(t, e.Policies(), 2)
 }
@@ -358,8 +389,7 @@ func TestConcurrentEvaluateAndUpdate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 50 {
-				vs, err := e.Evaluate(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": fmt.Sprintf("r%d-%d", w, i)}}))
-				assert.NoError(t, err)
+				vs := e.Evaluate(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": fmt.Sprintf("r%d-%d", w, i)}}))
 				assert.Len(t, vs, 1)
 			}
 		}()
@@ -389,8 +419,7 @@ func TestFromCompositionPolicy(t *testing.T) {
 	assert.Equal(t, "spec.rego", p.File)
 	e := newTestEngine(t, Options{})
 	require.NoError(t, e.Set(context.Background(), p))
-	vs, err := e.Evaluate(context.Background(), compositionRequest(map[string]any{"image": map[string]any{"registry": "docker.io"}}))
-	require.NoError(t, err)
+	vs := e.Evaluate(context.Background(), compositionRequest(map[string]any{"image": map[string]any{"registry": "docker.io"}}))
 	assert.Equal(t, []string{`spec.image.registry: registry "docker.io" is not allowed [policy allowed-registries]`}, FormatLines(vs))
 
 	obj.Spec.Parameters = &apiextensionsv1.JSON{Raw: []byte(`[1]`)}

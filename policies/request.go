@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -133,13 +132,14 @@ func (r *Request) Spec() map[string]any {
 }
 
 // inputDoc holds input.review and input.definition, converted to Rego values once
-// per request and shared by every policy evaluated on it.
+// per request (input.review as the policies read it) and shared by every policy
+// evaluated on it.
 type inputDoc struct {
 	review     *ast.Term
 	definition *ast.Term // nil: not known
 }
 
-func newInputDoc(r *Request) (*inputDoc, error) {
+func newInputDoc(r *Request) *inputDoc {
 	groups := make([]any, len(r.UserInfo.Groups))
 	for i, g := range r.UserInfo.Groups {
 		groups[i] = g
@@ -162,18 +162,17 @@ func newInputDoc(r *Request) (*inputDoc, error) {
 		"object":    nilIfEmpty(r.Object),
 		"oldObject": nilIfEmpty(r.OldObject),
 	}
-	v, err := ast.InterfaceToValue(review)
-	if err != nil {
-		return nil, fmt.Errorf("converting the request for Rego: %w", err)
-	}
-	doc := &inputDoc{review: ast.NewTerm(v)}
+	// Converted as the policies read it: the parts of the object no policy reads (most
+	// of it, as a rule) are never converted. Policies are evaluated one after another,
+	// never at once, as the lazy object requires.
+	doc := &inputDoc{review: ast.NewTerm(ast.LazyObject(review))}
 	if r.Definition != nil {
 		doc.definition = ast.ObjectTerm(
 			ast.Item(ast.StringTerm("url"), ast.StringTerm(r.Definition.URL)),
 			ast.Item(ast.StringTerm("version"), ast.StringTerm(r.Definition.Version)),
 		)
 	}
-	return doc, nil
+	return doc
 }
 
 func nilIfEmpty(m map[string]any) any {
@@ -183,25 +182,19 @@ func nilIfEmpty(m map[string]any) any {
 	return m
 }
 
-var (
-	keyReview     = ast.StringTerm("review")
-	keyParameters = ast.StringTerm("parameters")
-	keyDefinition = ast.StringTerm("definition")
-	keyRendered   = ast.StringTerm("rendered")
-)
-
 // input is the document one policy sees: input.review, input.parameters,
-// input.definition and, for target rendered, input.rendered.
+// input.definition and, for target rendered, input.rendered. It is lazy too: an object
+// built eagerly hashes its values, which would convert all of input.review.
 func (d *inputDoc) input(params *ast.Term, rendered *ast.Term) ast.Value {
-	items := make([][2]*ast.Term, 0, 4)
-	items = append(items, ast.Item(keyReview, d.review), ast.Item(keyParameters, params))
+	doc := make(map[string]any, 4)
+	doc["review"], doc["parameters"] = d.review.Value, params.Value
 	if d.definition != nil {
-		items = append(items, ast.Item(keyDefinition, d.definition))
+		doc["definition"] = d.definition.Value
 	}
 	if rendered != nil {
-		items = append(items, ast.Item(keyRendered, rendered))
+		doc["rendered"] = rendered.Value
 	}
-	return ast.NewObject(items...)
+	return ast.LazyObject(doc)
 }
 
 // matches tells whether the policy applies to r (docs/admission.md#which-policies-apply).

@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -71,8 +72,8 @@ func decode(req admission.Request) (*Request, *admission.Response) {
 	}
 	r := &Request{Request: req}
 	var err error
-	if r.Object, err = decodeObject("object", req.Object.Raw); err == nil {
-		r.OldObject, err = decodeObject("oldObject", req.OldObject.Raw)
+	if r.Object, err = decodeObject("object", req.Object); err == nil {
+		r.OldObject, err = decodeObject("oldObject", req.OldObject)
 	}
 	if err != nil {
 		resp := admission.Errored(http.StatusBadRequest, err)
@@ -91,7 +92,13 @@ func decode(req admission.Request) (*Request, *admission.Response) {
 	return r, nil
 }
 
-func decodeObject(name string, raw []byte) (*unstructured.Unstructured, error) {
+// decodeObject is the object in ext: the one decodeReview decoded with the review, or
+// else its JSON.
+func decodeObject(name string, ext runtime.RawExtension) (*unstructured.Unstructured, error) {
+	if obj, ok := ext.Object.(*unstructured.Unstructured); ok && len(ext.Raw) == 0 {
+		return obj, nil
+	}
+	raw := ext.Raw
 	if len(raw) == 0 {
 		return nil, nil
 	}

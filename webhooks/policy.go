@@ -44,17 +44,16 @@ type policyCheck struct {
 	schemas conversion.SchemaSource
 	// live reads what the cache has not seen yet; may be nil.
 	live client.Reader
-	// memo carries /mutate's schema check to /validate for the same request.
-	memo *schemaMemo
+	// memo carries what /mutate learned of a request to /validate.
+	memo *reviewMemo
 }
 
 // decide builds the policy request for req and decides on it.
 func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decision, error) {
-	r, err := p.request(ctx, req)
+	r, err := p.request(ctx, req, p.memo.take(req.UID))
 	if err != nil {
 		return policies.Decision{}, err
 	}
-	p.memo.recall(req.UID, r)
 	return p.checker.Check(ctx, r)
 }
 
@@ -63,20 +62,21 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 // decision will say why). The request is returned for that decision, so that it is
 // built once.
 func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies.Request, bool) {
-	r, err := p.request(ctx, req)
+	r, err := p.request(ctx, req, nil)
 	if err != nil || r.Chart == nil {
 		return nil, false
 	}
 	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
 	d, err := schemaOnly.Check(ctx, r)
 	if err == nil {
-		p.memo.remember(req.UID, r.ChartDigest, r.Spec(), d.Violations)
+		p.memo.remember(req.UID, r, d.Violations)
 	}
 	return r, err == nil && d.Reason() == metav1.StatusReasonInvalid
 }
 
-// request builds the policy request for req.
-func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Request, error) {
+// request builds the policy request for req; what /mutate learned of it (known, may be
+// nil) saves looking up the composition's namespace, definition and chart again.
+func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMemoEntry) (*policies.Request, error) {
 	r := &policies.Request{
 		Operation: string(req.Operation),
 		Kind:      req.Kind,
@@ -97,6 +97,10 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 	}
 	if req.OldObject != nil {
 		r.OldObject = req.OldObject.Object
+	}
+	if known != nil && req.Kind.Group == vocab.CompositionGroup && known.describe(r) {
+		r.ReleaseName = releaseNameOf(req)
+		return r, nil
 	}
 	if req.Namespace != "" {
 		labels, err := p.namespaceLabels(ctx, req.Namespace)
@@ -124,11 +128,7 @@ func (p *policyCheck) request(ctx context.Context, req *Request) (*policies.Requ
 
 // describeComposition adds the composition's definition, chart and release to r.
 func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *policies.Request) error {
-	current := req.Object
-	if current == nil {
-		current = req.OldObject
-	}
-	r.ReleaseName = current.GetAnnotations()[vocab.AnnotationReleaseName]
+	r.ReleaseName = releaseNameOf(req)
 	def, err := cachedOwningDefinition(ctx, p.cached, req)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
@@ -157,6 +157,15 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 			def.Spec.Chart.Repo, def.Spec.Chart.Version, cmp.Or(def.Status.Digest, "not recorded yet"), def.Namespace, def.Name, req.Kind.Kind, cause))
 	}
 	return nil
+}
+
+// releaseNameOf is the release name of the composition req writes, or deletes.
+func releaseNameOf(req *Request) string {
+	current := req.Object
+	if current == nil {
+		current = req.OldObject
+	}
+	return current.GetAnnotations()[vocab.AnnotationReleaseName]
 }
 
 // maxChartWait bounds how long admission waits for a composition's chart, well under
@@ -199,7 +208,8 @@ func (p *policyCheck) unowned(ctx context.Context, req *Request) error {
 // error, never "no labels", which would leave selected policies silently unmatched.
 func (p *policyCheck) namespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
 	ns := &corev1.Namespace{}
-	err := p.cached.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	// Only read: the cache need not copy the namespace for each review.
+	err := p.cached.Get(ctx, client.ObjectKey{Name: namespace}, ns, client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) && p.live != nil {
 		err = p.live.Get(ctx, client.ObjectKey{Name: namespace}, ns)
 	}

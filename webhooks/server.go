@@ -1,17 +1,20 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -106,7 +109,7 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 	}
 	m := &Mutator{Definitions: opts.Cached}
 	if opts.Checker != nil {
-		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newSchemaMemo()}
+		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo()}
 		if v.schemas != nil {
 			v.decider.schemas = v.schemas
 		}
@@ -308,24 +311,38 @@ func guard(h admission.Handler) http.Handler {
 		"the admission request took too long to read or answer")
 }
 
+// The body is read on the request's goroutine; decoding and deciding run on a warm one
+// (see warmGoroutines).
 func (s reviewServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	review, status, err := readReview(w, r)
+	body, status, err := readJSONBody(w, r)
 	if err != nil {
 		writeReview(w, status, admission.Errored(int32(status), err).AdmissionResponse)
 		return
 	}
-	resp := s.webhook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
-	writeReview(w, http.StatusOK, resp.AdmissionResponse)
+	reviewGoroutines.run(func() {
+		review, status, err := decodeReview(body)
+		if err != nil {
+			writeReview(w, status, admission.Errored(int32(status), err).AdmissionResponse)
+			return
+		}
+		resp := s.webhook.Handle(r.Context(), admission.Request{AdmissionRequest: *review.Request})
+		writeReview(w, http.StatusOK, resp.AdmissionResponse)
+	})
 }
 
-// readReview reads the AdmissionReview of r, or says which status refuses it and why.
-func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, int, error) {
-	body, status, err := readJSONBody(w, r)
-	if err != nil {
-		return nil, status, err
-	}
+// decodeReview decodes body as an AdmissionReview, or says which status refuses it and
+// why.
+//
+// The objects are decoded in the same pass, into the review's RawExtensions' Object (see
+// decode): decoding them from Raw afterwards scanned and copied them twice more. A body
+// that does not decode so is decoded again the plain way, for its error.
+func decodeReview(body []byte) (*admissionv1.AdmissionReview, int, error) {
 	review := &admissionv1.AdmissionReview{}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
+	if doc := (reviewDocument{}); kjson.UnmarshalCaseSensitivePreserveInts(body, &doc) == nil && doc.Request != nil {
+		review.TypeMeta, review.Request = doc.TypeMeta, &doc.Request.AdmissionRequest
+		review.Request.Object = reviewObject(doc.Request.Object)
+		review.Request.OldObject = reviewObject(doc.Request.OldObject)
+	} else if err := kjson.UnmarshalCaseSensitivePreserveInts(body, review); err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview: %w", err)
 	}
 	if gvk := review.GroupVersionKind(); gvk != admissionv1.SchemeGroupVersion.WithKind("AdmissionReview") {
@@ -338,6 +355,25 @@ func readReview(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionR
 	return review, http.StatusOK, nil
 }
 
+// reviewDocument is an AdmissionReview whose objects decode as JSON objects.
+type reviewDocument struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *struct {
+		admissionv1.AdmissionRequest `json:",inline"`
+		Object                       map[string]any `json:"object"`
+		OldObject                    map[string]any `json:"oldObject"`
+	} `json:"request"`
+}
+
+// reviewObject is an object reviewDocument decoded, for decode to take; nil (absent or
+// null) is no object.
+func reviewObject(m map[string]any) runtime.RawExtension {
+	if m == nil {
+		return runtime.RawExtension{}
+	}
+	return runtime.RawExtension{Object: &unstructured.Unstructured{Object: m}}
+}
+
 // readJSONBody reads the JSON body of a POST of at most MaxRequestBytes, or says which
 // status refuses it and why.
 func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
@@ -347,7 +383,11 @@ func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 	if r.ContentLength > MaxRequestBytes {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is %d bytes; the limit is %d", r.ContentLength, MaxRequestBytes)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	// Sized for the declared length, so that reading does not grow the buffer again
+	// and again.
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body := buf.Bytes()
 	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is over the limit of %d bytes", MaxRequestBytes)
 	}

@@ -292,16 +292,10 @@ func (p *auditPass) request(obj *unstructured.Unstructured, resource string) *po
 	return r
 }
 
-// evaluate records every violation of obj. An object that cannot become Rego input
-// at all is logged and skipped: it would stay so on every pass.
+// evaluate records every violation of obj.
 func (p *auditPass) evaluate(ctx context.Context, obj *unstructured.Unstructured, r *policies.Request) {
 	p.objects++
-	vs, err := p.Engine.Evaluate(ctx, r)
-	if err != nil {
-		log.FromContext(ctx).Error(err, "Cannot audit object", "apiVersion", obj.GetAPIVersion(), "kind", obj.GetKind(), "namespace", obj.GetNamespace(), "name", obj.GetName())
-		return
-	}
-	for _, v := range vs {
+	for _, v := range p.Engine.Evaluate(ctx, r) {
 		p.findings.add(v.Policy, policyv1alpha1.AuditViolation{
 			APIVersion: obj.GetAPIVersion(),
 			Kind:       obj.GetKind(),

@@ -266,11 +266,7 @@ func (g *installGate) checkPolicies(objs []policies.RenderedObject) error {
 	if req.Rendered == nil {
 		req.Rendered = []policies.RenderedObject{}
 	}
-	violations, err := g.policies.Evaluate(g.ctx, &req)
-	if err != nil {
-		g.refusal = &GateError{Reason: ReasonPolicyDenied, Message: fmt.Sprintf("nothing was installed: the policies could not be evaluated: %v", err)}
-		return g.refusal
-	}
+	violations := g.policies.Evaluate(g.ctx, &req)
 	decision := policies.Decision{Violations: violations}
 	if !decision.Denied() {
 		return nil
