@@ -68,8 +68,11 @@ type Reconciler struct {
 	AllowChartNetworks []netip.Prefix
 	// Kinds, when set, serves each version: it binds the version's release role in the
 	// namespaces of its compositions as they come and go and, when InProcess, runs the
-	// composition controllers instead of the generated Deployments.
+	// composition controllers instead of the generated Deployments. Which versions it
+	// serves is the reconciler's to say (see served.go).
 	Kinds *kinds.Runtime
+
+	follower *follower // the following mode, where Kinds runs on every replica
 }
 
 // Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD
@@ -102,9 +105,13 @@ func indexDefinitions(ctx context.Context, indexer client.FieldIndexer) error {
 	})
 }
 
-// SetupWithManager registers the reconciler, its watches and its indexes with mgr.
+// SetupWithManager registers the reconciler, its watches and its indexes with mgr,
+// and, where Kinds runs on replicas that do not lead, its following mode.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexDefinitions(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if err := r.setupFollower(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

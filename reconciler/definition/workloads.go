@@ -121,7 +121,7 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		}
 	}
 	if r.Kinds != nil {
-		if err := r.Kinds.Ensure(ctx, def, api.Kind, api.Plural, api.Version); err != nil {
+		if err := r.serveVersion(ctx, def, api); err != nil {
 			return archiveErr, err
 		}
 		if r.Kinds.InProcess {
@@ -182,7 +182,9 @@ func (r *Reconciler) compositorNamespace() string {
 // deleteWorkloads removes the controller and RBAC of one version of the definition.
 func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
 	if r.Kinds != nil {
-		r.Kinds.Stop(def.Namespace, plural, version)
+		if err := r.stopVersion(ctx, def.Namespace, plural, version); err != nil {
+			return fmt.Errorf("removing the controller of %s %s: %w", plural, version, err)
+		}
 	}
 	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
 	deployment := &appsv1.Deployment{}

@@ -1,13 +1,16 @@
 // Package kinds is the runtime of the generated kinds: one controller in Compositor's
 // process that serves every served version of every generated kind, with an informer
 // per version, the release bindings of each (package binding) and, in process, its
-// composition controller (package composition).
+// composition controller (package composition). It is a mechanism: the definition
+// reconciler (package definition) decides which versions are served, and starts and
+// stops them with Runtime.Ensure and Runtime.Stop.
 package kinds
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,7 +47,6 @@ import (
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
-	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/binding"
 	"github.com/compositor-dev/compositor/reconciler/composition"
@@ -69,12 +71,16 @@ type VersionKey struct{ Namespace, Plural, Version string }
 // generated RBAC. Without it, generated Deployments run them, and Runtime keeps only
 // the release bindings, from a metadata-only informer per version.
 //
+// Which versions are served is not Runtime's to decide: the definition reconciler
+// (package definition) calls Ensure and Stop, and Runtime serves what it is told.
+//
 // Runtime is leader-elected: add it to the manager with SetupWithManager. With
-// Targets shared among replicas (Targets.Sharded), it runs on every replica: each
-// installs placed compositions on the target clusters engaged there (package
-// composition, Reconciler.Leads), and one that does not lead serves the versions the
-// definitions in the cache serve (followDefinitions) until it leads; the release
-// bindings and everything else stay with the leader.
+// Targets shared among replicas (Targets.Sharded), it runs on every replica
+// (NeedLeaderElection is false): each installs placed compositions on the target
+// clusters engaged there (package composition, Reconciler.Leads), and on a replica
+// that does not lead, the definition reconciler's following mode tells it which
+// versions to serve. The release bindings and everything else stay with the leader,
+// which reconciles them all once elected (enqueueAll).
 type Runtime struct {
 	// Config is Compositor's own; each version's client impersonates from it.
 	Config *rest.Config
@@ -119,10 +125,6 @@ type Runtime struct {
 	queued     chan struct{}                                 // closed when queue is set
 
 	versions lightinformer.Set[VersionKey, *servedVersion]
-	// followed is closed once followDefinitions has returned, or was never to run: the
-	// definition reconciler, which runs on the leader, serves and stops versions from
-	// then on, so that one of the two at a time decides what is served.
-	followed chan struct{}
 }
 
 // request is one piece of work of a served version: a composition to reconcile, or,
@@ -156,10 +158,7 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders, k.elected = mgr, mgr.Elected()
-	k.queued, k.followed = make(chan struct{}), make(chan struct{})
-	if !k.shared() {
-		close(k.followed)
-	}
+	k.queued = make(chan struct{})
 	k.rates = &perVersionRate{perSecond: max(k.MaxReconcileRate, 1), limiters: map[VersionKey]*rate.Limiter{}}
 	perLane := k.NamespaceConcurrency
 	if perLane <= 0 {
@@ -249,17 +248,10 @@ func (k *Runtime) Start(ctx context.Context) error {
 	select {
 	case <-k.queued:
 	case <-ctx.Done():
-		if k.shared() {
-			close(k.followed)
-		}
 		return nil
 	}
 	var wg sync.WaitGroup
 	if k.shared() {
-		wg.Go(func() {
-			defer close(k.followed)
-			k.followDefinitions(ctx)
-		})
 		wg.Go(func() {
 			select {
 			case <-k.elected:
@@ -277,79 +269,6 @@ func (k *Runtime) Start(ctx context.Context) error {
 // NeedLeaderElection is true unless Runtime runs on every replica (see Runtime).
 func (k *Runtime) NeedLeaderElection() bool { return !k.shared() }
 
-// followDefinitions serves, until this replica leads or ctx ends, the versions that
-// the definitions in the cache serve (status.apiVersion, which a definition being
-// deleted keeps until its compositions are gone), and stops the others. On the
-// leader, the definition reconciler does, once this has returned (followed).
-func (k *Runtime) followDefinitions(ctx context.Context) {
-	logger := log.FromContext(ctx)
-	informer, err := k.cache.GetInformer(ctx, &corev1alpha1.CompositionDefinition{})
-	if err != nil {
-		logger.Error(err, "Watching the definitions, to serve their versions on this replica")
-		return
-	}
-	kick := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	registration, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, obj any) { poke(obj) }, DeleteFunc: poke,
-	})
-	if err != nil {
-		logger.Error(err, "Watching the definitions, to serve their versions on this replica")
-		return
-	}
-	defer func() { _ = informer.RemoveEventHandler(registration) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-k.elected:
-			return
-		case <-kick:
-		}
-		if k.leading() {
-			return
-		}
-		if err := k.serveDefined(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Serving the versions of the definitions on this replica")
-			time.AfterFunc(time.Second, func() { poke(nil) })
-		}
-	}
-}
-
-// serveDefined serves every version a definition in the cache serves, and stops
-// serving the others.
-func (k *Runtime) serveDefined(ctx context.Context) error {
-	list := &corev1alpha1.CompositionDefinitionList{}
-	if err := k.cache.List(ctx, list); err != nil {
-		return err
-	}
-	served := map[VersionKey]bool{}
-	var errs []error
-	for i := range list.Items {
-		def := &list.Items[i]
-		gvk, ok := ownership.Served(def)
-		if !ok || def.Status.Resource == "" {
-			continue
-		}
-		key := VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gvk.Version}
-		served[key] = true
-		if err := k.serve(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for key := range k.versions.All() {
-		if !served[key] {
-			k.stop(key)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // enqueueAll reconciles every composition and release binding of every served
 // version.
 func (k *Runtime) enqueueAll() {
@@ -365,20 +284,9 @@ func (k *Runtime) enqueueAll() {
 
 // Ensure starts serving the version of def's kind, unless it is served: its informer,
 // its release bindings and, InProcess, its composition controller. It waits for Runtime
-// to start first, and on a replica that did not lead, for followDefinitions to end.
-// An error leaves nothing running; the caller tries again. A kind the API server does
-// not serve yet is no error: its informer retries until it does.
+// to start first. An error leaves nothing running; the caller tries again. A kind the
+// API server does not serve yet is no error: its informer retries until it does.
 func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
-	select {
-	case <-k.followed:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return k.serve(ctx, def, kind, plural, version)
-}
-
-// serve is Ensure, without waiting for followDefinitions, which calls it.
-func (k *Runtime) serve(ctx context.Context, def *corev1alpha1.CompositionDefinition, kind, plural, version string) error {
 	key := VersionKey{Namespace: def.Namespace, Plural: plural, Version: version}
 	_, err := k.versions.Ensure(ctx, key, func() (*servedVersion, error) {
 		v, err := k.newVersion(def, key, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: version, Kind: kind})
@@ -392,18 +300,17 @@ func (k *Runtime) serve(ctx context.Context, def *corev1alpha1.CompositionDefini
 
 // Stop stops serving the version and waits until its informer has stopped; the
 // definition reconciler deletes its RBAC and bindings. Requests of the version still
-// queued are dropped when they come up. Like Ensure, it waits for followDefinitions to
-// end.
+// queued are dropped when they come up.
 func (k *Runtime) Stop(namespace, plural, version string) {
-	<-k.followed
-	k.stop(VersionKey{Namespace: namespace, Plural: plural, Version: version})
-}
-
-// stop is Stop, without waiting for followDefinitions, which calls it.
-func (k *Runtime) stop(key VersionKey) {
+	key := VersionKey{Namespace: namespace, Plural: plural, Version: version}
 	if k.versions.Stop(key) {
 		k.rates.forget(key)
 	}
+}
+
+// Served are the versions served now.
+func (k *Runtime) Served() []VersionKey {
+	return slices.Collect(maps.Keys(k.versions.All()))
 }
 
 // newCompositionList is a list of what the version's informer holds: whole

@@ -67,10 +67,12 @@ func TestRuntime(t *testing.T) {
 		e.composition(t, k, "alpha-apps", "older", "v9-9-9") // written through another version
 		e.start(t)
 		require.Nil(t, e.kinds.version(key), "nothing served before Ensure")
+		assert.Empty(t, e.kinds.Served())
 
 		require.NoError(t, e.kinds.Ensure(ctx, def, k.gvk.Kind, k.plural, k.gvk.Version))
 		v := e.kinds.version(key)
 		require.NotNil(t, v)
+		assert.Equal(t, []VersionKey{key}, e.kinds.Served())
 		assert.Equal(t, k.gvk, v.gvk)
 		// Its informer lists the compositions labelled with the version, and only those.
 		require.Eventually(t, v.informer.HasSynced, wait, tick)
@@ -90,6 +92,7 @@ func TestRuntime(t *testing.T) {
 		// server's watch ends.
 		e.kinds.Stop(key.Namespace, key.Plural, key.Version)
 		assert.Nil(t, e.kinds.version(key))
+		assert.Empty(t, e.kinds.Served())
 		watches(t, cp, k.plural, 0, "no watch of a version no longer served")
 
 		// A request of the version that comes up after Stop is dropped.
@@ -159,6 +162,7 @@ func TestRuntime(t *testing.T) {
 		va, vb := e.kinds.version(keyA), e.kinds.version(keyB)
 		require.NotNil(t, va)
 		require.NotNil(t, vb)
+		assert.ElementsMatch(t, []VersionKey{keyA, keyB}, e.kinds.Served())
 		assert.NotSame(t, va, vb)
 		watches(t, cp, k.plural, 2, "a watch per definition namespace")
 
