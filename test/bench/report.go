@@ -149,8 +149,9 @@ type bothWebhooksRow struct {
 
 // bothWebhooks are the rows of "One write, both webhooks" this run measured.
 // cpuBeforeRedesign is /mutate's and /validate's CPU ms per review summed, by
-// concurrency, as BENCHMARKS.md of commit ffea0ea measured them, before issue #27.
-var cpuBeforeRedesign = map[int]float64{1: 0.825, 16: 0.463}
+// concurrency, as BENCHMARKS.md of commit ffea0ea measured them, before issue #27
+// (`git show ffea0ea:BENCHMARKS.md`: 0.503 + 0.318 and 0.298 + 0.192).
+var cpuBeforeRedesign = map[int]float64{1: 0.821, 16: 0.490}
 
 func (r *report) bothWebhooks() []bothWebhooksRow {
 	var rows []bothWebhooksRow
