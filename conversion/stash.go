@@ -69,11 +69,18 @@ func (s *Schemas) checkVersion(version string) error {
 // back into spec and status, then to version again, which moves out what version does
 // not have. obj is not modified.
 func (s *Schemas) AsStored(obj map[string]any, version string) (map[string]any, error) {
+	return s.AsReadThrough(obj, version, version)
+}
+
+// AsReadThrough returns obj, an object written through version written as Decode
+// returns it, as a client of version reader reads it once it is stored: converted to the
+// hub, then to reader. obj is not modified.
+func (s *Schemas) AsReadThrough(obj map[string]any, written, reader string) (map[string]any, error) {
 	stored := deepCopyJSON(obj).(map[string]any)
-	if err := s.Convert(stored, version, s.hub); err != nil {
+	if err := s.Convert(stored, written, s.hub); err != nil {
 		return nil, err
 	}
-	if err := s.Convert(stored, s.hub, version); err != nil {
+	if err := s.Convert(stored, s.hub, reader); err != nil {
 		return nil, err
 	}
 	return stored, nil

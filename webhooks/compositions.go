@@ -42,11 +42,49 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 			return err
 		}
 	}
-	DefaultComposition(req.Object, req.Kind.Version, releaseName)
+	DefaultComposition(req.Object, pinnedVersion(req), releaseName)
 	return nil
 }
 
-// DefaultComposition stamps obj as written through version: the release name when it
+// pinnedVersion is the served version whose chart the composition req writes runs: its
+// label krateo.io/composition-version, which the version's controller follows. A
+// create pins the version it is written through, unless it names another in the label;
+// an update keeps the pin, whatever version it is written through, unless it changes
+// the label itself: an explicit move, such as the definition reconciler's when a
+// definition moves to a new chart version, or `kubectl label --overwrite`. So which
+// version a client reads and writes through never decides which chart runs.
+func pinnedVersion(req *Request) string {
+	written := labelOf(req.Object, vocab.LabelCompositionVersion)
+	old := labelOf(req.OldObject, vocab.LabelCompositionVersion)
+	switch {
+	case written != "" && written != old:
+		return written
+	case old != "":
+		return old
+	default:
+		return req.Kind.Version
+	}
+}
+
+// pinnedKind is req's kind in its pinned version (see pinnedVersion).
+func pinnedKind(req *Request) schema.GroupVersionKind {
+	gvk := schema.GroupVersionKind(req.Kind)
+	gvk.Version = pinnedVersion(req)
+	return gvk
+}
+
+// labelOf reads one label of obj, nil included, without copying its labels.
+func labelOf(obj *unstructured.Unstructured, key string) string {
+	if obj == nil {
+		return ""
+	}
+	labels, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "metadata", "labels")
+	m, _ := labels.(map[string]any)
+	value, _ := m[key].(string)
+	return value
+}
+
+// DefaultComposition stamps obj as running version's chart: the release name when it
 // has none (empty leaves it unset), krateo.io/paused "false" when absent and the version
 // label. The webhook and `compositor validate` both default with it.
 func DefaultComposition(obj *unstructured.Unstructured, version, releaseName string) {
@@ -138,11 +176,13 @@ func owningDefinition(ctx context.Context, definitions client.Reader, gvk metav1
 	return ownership.For(list.Items, schema.GroupVersionKind(gvk), namespace), nil
 }
 
-// cachedOwningDefinition is owningDefinition through the index of a cache, read once
-// per request: defaulting and the policy request both need it.
+// cachedOwningDefinition is owningDefinition, of the version req's composition is pinned
+// to, through the index of a cache, read once per request: defaulting and the policy
+// request both need it.
 func cachedOwningDefinition(ctx context.Context, cached client.Reader, req *Request) (*corev1alpha1.CompositionDefinition, error) {
 	if !req.definitionRead {
-		req.definition, req.definitionErr = owningDefinition(ctx, cached, req.Kind, req.Namespace, ownership.ServingVersion(schema.GroupVersionKind(req.Kind)))
+		gvk := pinnedKind(req)
+		req.definition, req.definitionErr = owningDefinition(ctx, cached, metav1.GroupVersionKind(gvk), req.Namespace, ownership.ServingVersion(gvk))
 		req.definitionRead = true
 	}
 	return req.definition, req.definitionErr
@@ -159,7 +199,41 @@ func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
 		CheckFunc(checkConversionData),
 		uniqueReleaseName{reader: cached, names: names},
 		CheckFunc(warnPausedDeletion),
+		pinnedVersionCheck{definitions: cached},
 	}
+}
+
+var versionLabelPath = field.NewPath("metadata", "labels").Key(vocab.LabelCompositionVersion)
+
+// pinnedVersionCheck refuses a composition pinned (see pinnedVersion) to a version that
+// no definition serves to its namespace, and tells a client that writes through another
+// version than the pinned one that its write moved nothing.
+type pinnedVersionCheck struct{ definitions client.Reader }
+
+func (c pinnedVersionCheck) Check(ctx context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil, nil
+	}
+	pinned := pinnedVersion(req)
+	if pinned == req.Kind.Version {
+		return nil, nil
+	}
+	def, err := cachedOwningDefinition(ctx, c.definitions, req)
+	if err != nil {
+		return field.ErrorList{field.InternalError(versionLabelPath, err)}, nil
+	}
+	if def == nil {
+		return field.ErrorList{field.Invalid(versionLabelPath, pinned, fmt.Sprintf(
+			"no CompositionDefinition serves %s version %s to namespace %s: name a version one serves (kubectl get compositiondefinitions -A -o wide)",
+			req.Kind.Kind, pinned, req.Namespace))}, nil
+	}
+	if labelOf(req.OldObject, vocab.LabelCompositionVersion) != pinned {
+		return nil, nil // moved to pinned, explicitly
+	}
+	return nil, admission.Warnings{fmt.Sprintf(
+		"%s %s runs the chart of version %s (label %s); this write through %s changed only what it wrote. To run the chart of %s: kubectl label -n %s %s %s %s=%s --overwrite",
+		req.Kind.Kind, req.Name, pinned, vocab.LabelCompositionVersion, req.Kind.Version,
+		req.Kind.Version, req.Namespace, req.Resource.Resource, req.Name, vocab.LabelCompositionVersion, req.Kind.Version)}
 }
 
 // checkReleaseName requires a valid Helm release name, which never changes once set.

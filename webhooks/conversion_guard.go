@@ -68,29 +68,39 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 // asStored returns obj as the controller of version will read it once stored: the
 // stash merged back into spec, as conversion to the storage version does, then moved
 // out again for version, as conversion back does. Without a stash that is obj itself.
-// obj is not modified.
 func asStored(ctx context.Context, schemas conversion.SchemaSource, gvk schema.GroupVersionKind, obj map[string]any) (map[string]any, error) {
-	stashed, err := conversion.HasStash(obj)
-	if err != nil {
-		return nil, err
-	}
-	if !stashed {
-		return obj, nil
+	return asReadBy(ctx, schemas, gvk, obj, gvk.Version)
+}
+
+// asReadBy returns obj, written through gvk, as the controller of version reader will
+// read it once stored: as asStored when reader is gvk's version, else converted from
+// gvk's version to reader's, through the storage version.
+func asReadBy(ctx context.Context, schemas conversion.SchemaSource, gvk schema.GroupVersionKind, obj map[string]any, reader string) (map[string]any, error) {
+	if reader == gvk.Version {
+		stashed, err := conversion.HasStash(obj)
+		if err != nil {
+			return nil, err
+		}
+		if !stashed {
+			return obj, nil
+		}
 	}
 	if schemas == nil {
 		return nil, errors.New("cannot tell how the object will be stored: no CRD schemas")
 	}
-	s, err := schemas.Schemas(ctx, gvk.GroupKind(), []string{gvk.Version})
+	s, err := schemas.Schemas(ctx, gvk.GroupKind(), []string{gvk.Version, reader})
 	if err != nil {
 		return nil, fmt.Errorf("reading the schemas of %s to judge the object as it will be stored: %w", gvk.GroupKind(), err)
 	}
-	if !s.Has(gvk.Version) || gvk.Version == s.Hub() {
-		return nil, fmt.Errorf("%s has no served version %s", gvk.GroupKind(), gvk.Version)
+	for _, v := range []string{gvk.Version, reader} {
+		if !s.Has(v) || v == s.Hub() {
+			return nil, fmt.Errorf("%s has no served version %s", gvk.GroupKind(), v)
+		}
 	}
-	stored, err := s.AsStored(obj, gvk.Version)
+	read, err := s.AsReadThrough(obj, gvk.Version, reader)
 	if err != nil {
 		return nil, err
 	}
 	// Restored values are json.Numbers; read them back as the controller will.
-	return normalizeJSON(stored)
+	return normalizeJSON(read)
 }

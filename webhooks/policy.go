@@ -88,9 +88,10 @@ func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMe
 	if req.Object != nil {
 		r.Object = req.Object.Object
 		if req.Kind.Group == vocab.CompositionGroup {
-			stored, err := asStored(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object)
+			// Judged as the controller of the version it is pinned to will read it.
+			stored, err := asReadBy(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object, pinnedVersion(req))
 			if err != nil {
-				return nil, undecidable(fmt.Errorf("%s cannot be judged as it will be stored: %w", vocab.AnnotationConversionStash, err))
+				return nil, undecidable(fmt.Errorf("%s %s cannot be judged as the controller of %s will read it: %w", req.Kind.Kind, req.Name, pinnedVersion(req), err))
 			}
 			r.Object = stored
 		}
@@ -133,7 +134,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
 		// compositions there; the cache may not have seen it yet.
-		def, err = owningDefinition(ctx, p.live, req.Kind, req.Namespace)
+		def, err = owningDefinition(ctx, p.live, metav1.GroupVersionKind(pinnedKind(req)), req.Namespace)
 	}
 	if err != nil {
 		return undecidable(err)
@@ -199,8 +200,9 @@ func (p *policyCheck) unowned(ctx context.Context, req *Request) error {
 	if !ownership.Generated(list.Items, gk) {
 		return nil
 	}
+	pinned := pinnedKind(req)
 	return undecidable(fmt.Errorf("no CompositionDefinition reports serving %s %s/%s yet, so its chart's schema and policies cannot be applied: retry once the definition of that version is Ready (kubectl get compositiondefinitions -A -o wide)",
-		req.Kind.Kind, req.Kind.Group, req.Kind.Version))
+		pinned.Kind, pinned.Group, pinned.Version))
 }
 
 // namespaceLabels reads the labels of namespace for namespaceSelector. A namespace the

@@ -58,8 +58,9 @@ const (
 
 // Labels.
 const (
-	// LabelCompositionVersion is the served version a composition was last written
-	// through, which selects the controller that owns it.
+	// LabelCompositionVersion is the served version a composition is pinned to, which
+	// selects the controller that owns it and so the chart it runs: set when it is
+	// created, changed only by an explicit move of the label (see the mutating webhook).
 	LabelCompositionVersion = "krateo.io/composition-version"
 	// LabelManagedBy and ManagedBy mark the objects Compositor generates.
 	LabelManagedBy = "app.kubernetes.io/managed-by"

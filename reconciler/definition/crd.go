@@ -119,9 +119,10 @@ func (r *Reconciler) compositions(ctx context.Context, api *generatedAPI, via, v
 	return list.Items, nil
 }
 
-// moveCompositions writes every composition labelled from through the definition's
-// served version, which relabels it (the mutating webhook stamps the version written
-// through), so its controller takes it over.
+// moveCompositions relabels every composition labelled from with the definition's
+// served version, written through that version: an explicit move of its pin (the
+// mutating webhook keeps the label otherwise), so that version's controller takes it
+// over.
 func (r *Reconciler) moveCompositions(ctx context.Context, api *generatedAPI, from string) error {
 	items, err := r.compositions(ctx, api, api.Version, from)
 	if err != nil {

@@ -16,8 +16,11 @@ import (
 
 // TestMultiVersionManagement follows the seed README's "Multi-Version Management": the
 // 1.1.5 definition is paused, a 2.0.0 definition of the same chart serves v2-0-0 next
-// to v1-1-5, a composition written through v2-0-0 is upgraded by its controller under
-// the same release, and the reverse steps roll it back.
+// to v1-1-5. Which chart a composition runs is its pin, the label
+// krateo.io/composition-version (issue #29): a write through another version changes
+// only what it writes, and an explicit move (the label) hands the composition to the
+// other version's controller, which upgrades the same release; moving back rolls it
+// back.
 func TestMultiVersionManagement(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
@@ -61,18 +64,45 @@ func TestMultiVersionManagement(t *testing.T) {
 		assert.NoError(c, cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io,fireworksapps.v2-0-0.composition.krateo.io", "-A").Err)
 	}, time.Minute, 250*time.Millisecond)
 
-	// Move the composition to v2-0-0: B's controller upgrades the same release.
-	kubectl(shop200, "apply", "-f", "-")
+	label := func(version string) {
+		t.Helper()
+		kubectl("", "label", "--overwrite", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "krateo.io/composition-version="+version)
+	}
+	pinned := func() string {
+		t.Helper()
+		return compositionField(t, cp, "v2-0-0", "shop", `{.metadata.labels.krateo\.io/composition-version}`)
+	}
+
+	// Written through v2-0-0, the composition still runs 1.1.5's chart: the write changed
+	// its values, not its pin, and kubectl says so.
+	res := cp.Kubectl(ctx, shop200, "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	assert.Contains(t, res.Stderr, "FireworksApp shop runs the chart of version v1-1-5 (label krateo.io/composition-version); this write through v2-0-0 changed only what it wrote")
+	assert.Equal(t, "v1-1-5", pinned())
+
+	// Moved explicitly, by its label: B's controller upgrades the same release.
+	label("v2-0-0")
 	releaseAt("fireworks-app-2.0.0", "2")
-	assert.Equal(t, "v2-0-0", compositionField(t, cp, "v2-0-0", "shop", `{.metadata.labels.krateo\.io/composition-version}`))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "shop-fireworks-app"}, &networkingv1.Ingress{}), "exposure: public renders an Ingress")
 	}, time.Minute, 250*time.Millisecond)
 
+	// A write through v1-1-5, whose controller is paused, reaches the release through
+	// v2-0-0's: the chart stays 2.0.0.
+	kubectl("", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":3}}`)
+	releaseAt("fireworks-app-2.0.0", "3")
+	assert.Equal(t, "v2-0-0", pinned())
+
+	// A label naming a version no definition serves is refused, and moves nothing.
+	res = cp.Kubectl(ctx, "", "label", "--overwrite", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "krateo.io/composition-version=v9-9-9")
+	require.Error(t, res.Err)
+	assert.Contains(t, res.Stderr, `metadata.labels[krateo.io/composition-version]: Invalid value: "v9-9-9": no CompositionDefinition serves FireworksApp version v9-9-9 to namespace fireworksapp-system`)
+	assert.Equal(t, "v2-0-0", pinned())
+
 	// Roll back by the reverse steps.
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-2-0-0", "-n", journeyNamespace, "krateo.io/paused=true")
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", journeyNamespace, "krateo.io/paused=false")
-	kubectl(shop115, "apply", "-f", "-")
-	releaseAt("fireworks-app-1.1.5", "3")
+	label("v1-1-5")
+	releaseAt("fireworks-app-1.1.5", "4")
 	assert.Equal(t, "public", compositionField(t, cp, "v2-0-0", "shop", "{.spec.exposure}"), "what v1-1-5 does not know is kept")
 }
