@@ -282,7 +282,7 @@ func (r *report) markdown() string {
 		p("chart `/mutate` found, and its schema verdict for the same values), beside the two measured apart")
 		p("above, each with a UID of its own (nothing to take). *Before* is the two apart before the")
 		p("redesign of issue #27 (commit ffea0ea, Helm 3, the same harness and machine), whose target is")
-		p("30 % less CPU per admitted write.")
+		p("30 %% less CPU per admitted write.")
 		p("")
 		p("| c | apart: /mutate + /validate CPU ms | pair CPU ms | pair ÷ apart | before | pair ÷ before |")
 		p("|---|---|---|---|---|---|")
