@@ -39,15 +39,53 @@ const (
 // Helm's release records: without it the controller acts on no release, so failing to
 // grant it fails the version.
 func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (archiveErr, err error) {
+	opts, objs, err := r.versionRBAC(def, ch, digest, api)
+	if err != nil {
+		return nil, err
+	}
+	if archiveErr, err = r.applyVersionRBAC(ctx, def, api, objs); err != nil {
+		return nil, err
+	}
+	if r.Kinds != nil {
+		if err := r.serveVersion(ctx, def, api); err != nil {
+			return archiveErr, err
+		}
+		if r.Kinds.InProcess {
+			return archiveErr, nil
+		}
+	}
+	if objs.ReleaseSealRole == nil {
+		return archiveErr, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: errors.New(
+			"Compositor's namespace, which keeps the release seal, is unknown here, so no controller Deployment could prove Helm's release records")}
+	}
+	return archiveErr, ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
+		Definition:         def,
+		Plural:             api.Plural,
+		Version:            api.Version,
+		Group:              vocab.CompositionGroup,
+		Image:              r.ControllerImage,
+		AllowChartNetworks: r.AllowChartNetworks,
+		// With the RBAC above, the controller installs from the kept archive while the
+		// chart source is down.
+		ChartArchiveNamespace: opts.ChartArchiveNamespace,
+		// With the RBAC above, the controller reads the key that seals the releases.
+		ReleaseSealNamespace: opts.ReleaseSealNamespace,
+	}))
+}
+
+// versionRBAC generates the RBAC of the controller of api's version: what the chart's
+// kinds need, its credentials, and, for a controller Deployment, the kept archive of
+// digest and the release seal in Compositor's namespace.
+func (r *Reconciler) versionRBAC(def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (rbac.Options, *rbac.Objects, error) {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
 	case errors.Is(err, rbac.ErrForbiddenKind):
-		return nil, &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
+		return rbac.Options{}, nil, &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
 	case errors.Is(err, rbac.ErrUnknownKind):
 		// The kinds may come with a CRD installed later: try again.
-		return nil, &condition.Error{Reason: ReasonUnknownKinds, Err: err}
+		return rbac.Options{}, nil, &condition.Error{Reason: ReasonUnknownKinds, Err: err}
 	case err != nil:
-		return nil, err
+		return rbac.Options{}, nil, err
 	}
 	opts := rbac.Options{
 		Namespace:      def.Namespace,
@@ -71,8 +109,14 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 	}
 	objs, err := rbac.Generate(opts)
 	if err != nil {
-		return nil, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
+		return rbac.Options{}, nil, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: err}
 	}
+	return opts, objs, nil
+}
+
+// applyVersionRBAC applies objs and deletes the Roles of api's version they no longer
+// have. Failing to grant the kept archive is archiveErr, not err.
+func (r *Reconciler) applyVersionRBAC(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, objs *rbac.Objects) (archiveErr, err error) {
 	// The Roles in Compositor's namespace and their bindings are applied below, with
 	// their owner.
 	inCompositorNamespace := []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding, objs.ReleaseSealRole, objs.ReleaseSealBinding}
@@ -108,43 +152,16 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		}
 	}
 	if objs.ChartArchiveRole == nil {
-		if err := r.deleteChartArchiveRole(ctx, def.Namespace, api.Plural, api.Version); err != nil {
-			return nil, err
-		}
-	} else {
-		// A new chart digest moves the Role's resourceNames to the new archive.
-		for _, obj := range []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding} {
-			if archiveErr = applyOwned(ctx, r.Client, obj, owner); archiveErr != nil {
-				ctrl.LoggerFrom(ctx).Error(archiveErr, "Granting the controller its kept chart archive", "namespace", obj.GetNamespace(), "name", obj.GetName())
-				break
-			}
-		}
+		return nil, r.deleteChartArchiveRole(ctx, def.Namespace, api.Plural, api.Version)
 	}
-	if r.Kinds != nil {
-		if err := r.serveVersion(ctx, def, api); err != nil {
-			return archiveErr, err
-		}
-		if r.Kinds.InProcess {
+	// A new chart digest moves the Role's resourceNames to the new archive.
+	for _, obj := range []client.Object{objs.ChartArchiveRole, objs.ChartArchiveBinding} {
+		if archiveErr = applyOwned(ctx, r.Client, obj, owner); archiveErr != nil {
+			ctrl.LoggerFrom(ctx).Error(archiveErr, "Granting the controller its kept chart archive", "namespace", obj.GetNamespace(), "name", obj.GetName())
 			return archiveErr, nil
 		}
 	}
-	if objs.ReleaseSealRole == nil {
-		return archiveErr, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: errors.New(
-			"Compositor's namespace, which keeps the release seal, is unknown here, so no controller Deployment could prove Helm's release records")}
-	}
-	return archiveErr, ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
-		Definition:         def,
-		Plural:             api.Plural,
-		Version:            api.Version,
-		Group:              vocab.CompositionGroup,
-		Image:              r.ControllerImage,
-		AllowChartNetworks: r.AllowChartNetworks,
-		// With the RBAC above, the controller installs from the kept archive while the
-		// chart source is down.
-		ChartArchiveNamespace: opts.ChartArchiveNamespace,
-		// With the RBAC above, the controller reads the key that seals the releases.
-		ReleaseSealNamespace: opts.ReleaseSealNamespace,
-	}))
+	return nil, nil
 }
 
 // applyOwned applies obj, owned by owner when there is one.
