@@ -35,7 +35,7 @@ var (
 // of a composition being created or updated. It never touches spec: Helm merges the
 // chart's defaults at render time.
 func defaultComposition(ctx context.Context, definitions client.Reader, req *Request) error {
-	releaseName := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
+	releaseName := annotationOf(req.Object, vocab.AnnotationReleaseName)
 	if releaseName == "" {
 		var err error
 		if releaseName, err = defaultReleaseName(ctx, definitions, req); err != nil {
@@ -73,15 +73,36 @@ func pinnedKind(req *Request) schema.GroupVersionKind {
 	return gvk
 }
 
-// labelOf reads one label of obj, nil included, without copying its labels.
+// labelOf is obj's label key (see metadataString); nil obj has none.
 func labelOf(obj *unstructured.Unstructured, key string) string {
-	if obj == nil {
-		return ""
-	}
-	labels, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "metadata", "labels")
-	m, _ := labels.(map[string]any)
-	value, _ := m[key].(string)
+	value, _ := metadataString(obj, "labels", key)
 	return value
+}
+
+// annotationOf is obj's annotation key (see metadataString); nil obj has none.
+func annotationOf(obj *unstructured.Unstructured, key string) string {
+	value, _ := metadataString(obj, "annotations", key)
+	return value
+}
+
+// metadataString is metadata.<field>[key] of obj (field is "labels" or "annotations")
+// as GetLabels or GetAnnotations would give it, null as "" and nothing at all when a
+// value is not a string, read without copying the map as they do: admission reads a few
+// keys many times per review. nil obj has nothing.
+func metadataString(obj *unstructured.Unstructured, field, key string) (string, bool) {
+	if obj == nil {
+		return "", false
+	}
+	metadata, _ := obj.Object["metadata"].(map[string]any)
+	values, _ := metadata[field].(map[string]any)
+	for _, v := range values {
+		if _, ok := v.(string); !ok && v != nil {
+			return "", false
+		}
+	}
+	v, ok := values[key]
+	s, _ := v.(string)
+	return s, ok
 }
 
 // DefaultComposition stamps obj as running version's chart: the release name when it
@@ -147,7 +168,7 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 // own name. It is empty when none is known yet (metadata.generateName on create).
 func defaultReleaseName(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
 	if req.OldObject != nil {
-		if name := req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName]; name != "" {
+		if name := annotationOf(req.OldObject, vocab.AnnotationReleaseName); name != "" {
 			return name, nil
 		}
 	}
@@ -241,7 +262,7 @@ func checkReleaseName(_ context.Context, req *Request) (field.ErrorList, admissi
 	if req.Object == nil {
 		return nil, nil
 	}
-	name, ok := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
+	name, ok := metadataString(req.Object, "annotations", vocab.AnnotationReleaseName)
 	var errs field.ErrorList
 	switch {
 	case !ok || name == "":
@@ -252,7 +273,7 @@ func checkReleaseName(_ context.Context, req *Request) (field.ErrorList, admissi
 		}
 	}
 	if req.OldObject != nil {
-		if old := req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName]; old != "" && name != old {
+		if old := annotationOf(req.OldObject, vocab.AnnotationReleaseName); old != "" && name != old {
 			errs = append(errs, field.Invalid(releaseNamePath, name, fmt.Sprintf("field is immutable: the Helm release is %q", old)))
 		}
 	}
@@ -264,7 +285,7 @@ func checkPaused(_ context.Context, req *Request) (field.ErrorList, admission.Wa
 	if req.Object == nil {
 		return nil, nil
 	}
-	value, ok := req.Object.GetAnnotations()[vocab.AnnotationPaused]
+	value, ok := metadataString(req.Object, "annotations", vocab.AnnotationPaused)
 	if !ok || value == "true" || value == "false" {
 		return nil, nil
 	}
@@ -277,7 +298,7 @@ func checkPlacement(_ context.Context, req *Request) (field.ErrorList, admission
 	if req.Object == nil {
 		return nil, nil
 	}
-	raw, ok := req.Object.GetAnnotations()[vocab.AnnotationPlacement]
+	raw, ok := metadataString(req.Object, "annotations", vocab.AnnotationPlacement)
 	if !ok {
 		return nil, nil
 	}
@@ -314,8 +335,8 @@ func (u uniqueReleaseName) Check(ctx context.Context, req *Request) (field.Error
 	if req.Object == nil {
 		return nil, nil
 	}
-	name := req.Object.GetAnnotations()[vocab.AnnotationReleaseName]
-	if name == "" || (req.OldObject != nil && req.OldObject.GetAnnotations()[vocab.AnnotationReleaseName] == name) {
+	name := annotationOf(req.Object, vocab.AnnotationReleaseName)
+	if name == "" || (req.OldObject != nil && annotationOf(req.OldObject, vocab.AnnotationReleaseName) == name) {
 		return nil, nil
 	}
 	if u.names != nil {
@@ -354,7 +375,7 @@ func warnPausedDeletion(_ context.Context, req *Request) (field.ErrorList, admis
 	if req.Operation != admissionv1.Delete || req.OldObject == nil {
 		return nil, nil
 	}
-	if req.OldObject.GetAnnotations()[vocab.AnnotationPaused] != "true" {
+	if annotationOf(req.OldObject, vocab.AnnotationPaused) != "true" {
 		return nil, nil
 	}
 	return nil, admission.Warnings{fmt.Sprintf("%s %s/%s is paused: its deletion waits until %s is \"false\"",

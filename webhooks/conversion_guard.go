@@ -34,7 +34,7 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
-	text, ok := req.Object.GetAnnotations()[vocab.AnnotationConversionStash]
+	text, ok := metadataString(req.Object, "annotations", vocab.AnnotationConversionStash)
 	if !ok {
 		return nil, nil
 	}
@@ -44,7 +44,7 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 	}
 	var read map[string]any
 	if req.OldObject != nil {
-		if oldText, ok := req.OldObject.GetAnnotations()[vocab.AnnotationConversionStash]; ok {
+		if oldText, ok := metadataString(req.OldObject, "annotations", vocab.AnnotationConversionStash); ok {
 			if read, err = conversion.ParseStash(oldText); err != nil {
 				read = nil // a stash conversion did not write: nothing of it is kept
 			}

@@ -71,3 +71,27 @@ func TestAnUpdateThroughAnotherVersionKeepsThePin(t *testing.T) {
 	assert.Empty(t, errs)
 	assert.Contains(t, warnings, "FireworksApp demo runs the chart of version v1-1-5 (label krateo.io/composition-version); this write through v2-0-0 changed only what it wrote. To run the chart of v2-0-0: kubectl label -n default fireworksapps demo krateo.io/composition-version=v2-0-0 --overwrite")
 }
+
+// metadataString reads what GetAnnotations and GetLabels give, without their copy.
+func TestMetadataStringAgreesWithGetAnnotations(t *testing.T) {
+	for _, object := range []map[string]any{
+		{},
+		{"metadata": "not an object"},
+		{"metadata": map[string]any{}},
+		{"metadata": map[string]any{"annotations": nil, "labels": []any{"a"}}},
+		{"metadata": map[string]any{"annotations": map[string]any{"k": "v", "n": nil}, "labels": map[string]any{"k": "w"}}},
+		{"metadata": map[string]any{"annotations": map[string]any{"k": "v", "x": int64(1)}, "labels": map[string]any{"k": true}}},
+	} {
+		obj := &unstructured.Unstructured{Object: object}
+		for _, key := range []string{"k", "n", "x", "absent"} {
+			want, wantOK := obj.GetAnnotations()[key]
+			got, ok := metadataString(obj, "annotations", key)
+			assert.Equal(t, want, got, "annotation %s of %v", key, object)
+			assert.Equal(t, wantOK, ok, "annotation %s of %v", key, object)
+			assert.Equal(t, obj.GetLabels()[key], labelOf(obj, key), "label %s of %v", key, object)
+		}
+	}
+	got, ok := metadataString(nil, "annotations", "k")
+	assert.Empty(t, got)
+	assert.False(t, ok)
+}

@@ -166,7 +166,7 @@ func releaseNameOf(req *Request) string {
 	if current == nil {
 		current = req.OldObject
 	}
-	return current.GetAnnotations()[vocab.AnnotationReleaseName]
+	return annotationOf(current, vocab.AnnotationReleaseName)
 }
 
 // maxChartWait bounds how long admission waits for a composition's chart, well under
