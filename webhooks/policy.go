@@ -69,7 +69,7 @@ func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies
 	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
 	d, err := schemaOnly.Check(ctx, r)
 	if err == nil {
-		p.memo.remember(req.UID, r, d.Violations)
+		p.memo.remember(req.UID, r, pinnedVersion(req), d.Violations)
 	}
 	return r, err == nil && d.Reason() == metav1.StatusReasonInvalid
 }
@@ -99,7 +99,7 @@ func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMe
 	if req.OldObject != nil {
 		r.OldObject = req.OldObject.Object
 	}
-	if known != nil && req.Kind.Group == vocab.CompositionGroup && known.describe(r) {
+	if known != nil && req.Kind.Group == vocab.CompositionGroup && known.describe(r, pinnedVersion(req)) {
 		r.ReleaseName = releaseNameOf(req)
 		return r, nil
 	}

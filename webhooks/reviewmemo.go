@@ -24,6 +24,7 @@ type reviewMemo struct {
 
 type reviewMemoEntry struct {
 	request    *policies.Request // as /mutate built it
+	pinned     string            // the version the composition was pinned to
 	violations []policies.Violation
 	at         time.Time
 }
@@ -40,13 +41,13 @@ func newReviewMemo() *reviewMemo {
 	return &reviewMemo{cache: lru.New(reviewMemoSize), now: time.Now}
 }
 
-// remember records what request uid's /mutate learned: r, with a chart, and the
-// schema's violations of r's values.
-func (m *reviewMemo) remember(uid types.UID, r *policies.Request, violations []policies.Violation) {
+// remember records what request uid's /mutate learned: r, with the chart of the version
+// pinned, and the schema's violations of r's values.
+func (m *reviewMemo) remember(uid types.UID, r *policies.Request, pinned string, violations []policies.Violation) {
 	if m == nil || uid == "" || r.Chart == nil || r.ChartDigest == "" {
 		return
 	}
-	m.cache.Add(uid, &reviewMemoEntry{request: r, violations: violations, at: m.now()})
+	m.cache.Add(uid, &reviewMemoEntry{request: r, pinned: pinned, violations: violations, at: m.now()})
 }
 
 // take returns what /mutate learned of request uid, once; nil when nothing, or when
@@ -67,14 +68,15 @@ func (m *reviewMemo) take(uid types.UID) *reviewMemoEntry {
 	return e
 }
 
-// describe gives r what the entry knows of it: the namespace's labels, the definition
-// and chart, and the schema's verdict when r's values are those checked. It reports
-// false, and gives nothing, when the entry is of another kind, namespace, name or
-// operation: what it gives depends only on those, whoever sent the request that made
-// the entry.
-func (e *reviewMemoEntry) describe(r *policies.Request) bool {
+// describe gives r, a request for a composition pinned to version pinned, what the
+// entry knows of it: the namespace's labels, the definition and chart, and the schema's
+// verdict when r's values are those checked. It reports false, and gives nothing, when
+// the entry is of another kind, namespace, name, operation or pinned version (another
+// mutating webhook may have moved the pin): what it gives depends only on those,
+// whoever sent the request that made the entry.
+func (e *reviewMemoEntry) describe(r *policies.Request, pinned string) bool {
 	known := e.request
-	if known.Kind != r.Kind || known.Namespace != r.Namespace || known.Name != r.Name || known.Operation != r.Operation {
+	if known.Kind != r.Kind || known.Namespace != r.Namespace || known.Name != r.Name || known.Operation != r.Operation || e.pinned != pinned {
 		return false
 	}
 	r.NamespaceLabels, r.Definition, r.Chart, r.ChartDigest = known.NamespaceLabels, known.Definition, known.Chart, known.ChartDigest

@@ -118,12 +118,12 @@ func TestReviewMemoIsTakenOnceWhileFreshForTheSameRequest(t *testing.T) {
 	mutated.Chart, mutated.ChartDigest, mutated.NamespaceLabels = ch, "sha256:one", map[string]string{"team": "a"}
 	mutated.Definition = &policies.ChartRef{URL: "oci://r/c", Version: "1"}
 
-	memo.remember("u", mutated, []policies.Violation{{Message: "x"}})
+	memo.remember("u", mutated, "v1-1-5", []policies.Violation{{Message: "x"}})
 	e := memo.take("u")
 	require.NotNil(t, e)
 	assert.Nil(t, memo.take("u"), "once")
 	r := request("x", map[string]any{"a": "b"})
-	require.True(t, e.describe(r))
+	require.True(t, e.describe(r, "v1-1-5"))
 	assert.Same(t, ch, r.Chart)
 	assert.Equal(t, "sha256:one", r.ChartDigest)
 	assert.Equal(t, mutated.Definition, r.Definition)
@@ -132,23 +132,24 @@ func TestReviewMemoIsTakenOnceWhileFreshForTheSameRequest(t *testing.T) {
 	assert.Equal(t, []policies.Violation{{Message: "x"}}, r.SchemaViolations)
 
 	changed := request("x", map[string]any{"a": "c"}) // another webhook's patch
-	require.True(t, e.describe(changed))
+	require.True(t, e.describe(changed, "v1-1-5"))
 	assert.Same(t, ch, changed.Chart)
 	assert.False(t, changed.SchemaChecked, "changed values are checked again")
 
-	assert.False(t, e.describe(request("y", map[string]any{"a": "b"})), "another object")
+	assert.False(t, e.describe(request("y", map[string]any{"a": "b"}), "v1-1-5"), "another object")
+	assert.False(t, e.describe(request("x", map[string]any{"a": "b"}), "v2-0-0"), "pinned to another version in between")
 	other := request("x", map[string]any{"a": "b"})
 	other.Namespace = "team-b"
-	assert.False(t, e.describe(other), "another namespace")
+	assert.False(t, e.describe(other, "v1-1-5"), "another namespace")
 	assert.Nil(t, other.Chart)
 
-	memo.remember("u", mutated, nil)
+	memo.remember("u", mutated, "v1-1-5", nil)
 	now = now.Add(reviewMemoTTL + time.Second)
 	assert.Nil(t, memo.take("u"), "too old")
 
-	memo.remember("", mutated, nil)
+	memo.remember("", mutated, "v1-1-5", nil)
 	assert.Nil(t, memo.take(""), "no UID, no memory")
-	memo.remember("v", request("x", nil), nil)
+	memo.remember("v", request("x", nil), "v1-1-5", nil)
 	assert.Nil(t, memo.take("v"), "no chart, nothing worth keeping")
 }
 
