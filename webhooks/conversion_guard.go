@@ -21,7 +21,7 @@ import (
 // that the version a client writes through does not show. Only Compositor's conversion
 // may write it: a client could otherwise put any value into the stored object past the
 // schema and the policies, which judge what the client wrote. Two guards close that:
-// checkConversionData admits a stash only as conversion produced it, and asStored has
+// checkConversionData admits a stash only as conversion produced it, and asReadBy has
 // the schema and the policies judge the object as it will be stored and read.
 
 var conversionDataPath = field.NewPath("metadata", "annotations").Key(vocab.AnnotationConversionStash)
@@ -65,16 +65,10 @@ func checkConversionData(_ context.Context, req *Request) (field.ErrorList, admi
 		strings.Join(forged, ", ")))}, nil
 }
 
-// asStored returns obj as the controller of version will read it once stored: the
-// stash merged back into spec, as conversion to the storage version does, then moved
-// out again for version, as conversion back does. Without a stash that is obj itself.
-func asStored(ctx context.Context, schemas conversion.SchemaSource, gvk schema.GroupVersionKind, obj map[string]any) (map[string]any, error) {
-	return asReadBy(ctx, schemas, gvk, obj, gvk.Version)
-}
-
 // asReadBy returns obj, written through gvk, as the controller of version reader will
-// read it once stored: as asStored when reader is gvk's version, else converted from
-// gvk's version to reader's, through the storage version.
+// read it once stored: the stash merged back into spec, as conversion to the storage
+// version does, then moved out again for reader, as conversion to reader does. Read by
+// gvk's own version, an object without a stash is obj itself.
 func asReadBy(ctx context.Context, schemas conversion.SchemaSource, gvk schema.GroupVersionKind, obj map[string]any, reader string) (map[string]any, error) {
 	if reader == gvk.Version {
 		stashed, err := conversion.HasStash(obj)

@@ -112,7 +112,7 @@ func TestAsStoredJudgesRestoredValues(t *testing.T) {
 
 	obj := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, map[string]any{
 		vocab.AnnotationConversionStash: `{"/spec/image":{"repository":"evil.io/miner"},"/spec/exposure":"public","/spec/replicaCount":7}`})
-	stored, err := asStored(ctx, schemas, gvk, obj)
+	stored, err := asReadBy(ctx, schemas, gvk, obj, gvk.Version)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]any{"replicaCount": int64(1), "image": map[string]any{"repository": "evil.io/miner"}}, stored["spec"],
 		"the image v1-1-5 shows is judged; exposure, which it does not show, stays stashed; the client's replicaCount wins")
@@ -120,11 +120,11 @@ func TestAsStoredJudgesRestoredValues(t *testing.T) {
 	assert.Equal(t, "v1-1-5", obj["apiVersion"].(string)[len(vocab.CompositionGroup)+1:], "obj itself is left alone")
 
 	plain := conversiontest.FireworksApp("v1-1-5", map[string]any{"replicaCount": 1}, nil)
-	same, err := asStored(ctx, nil, gvk, plain)
+	same, err := asReadBy(ctx, nil, gvk, plain, gvk.Version)
 	require.NoError(t, err)
 	assert.Equal(t, plain, same, "without a stash nothing is read")
 
-	_, err = asStored(ctx, schemas, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v9-9-9", Kind: "FireworksApp"}, obj)
+	_, err = asReadBy(ctx, schemas, schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: "v9-9-9", Kind: "FireworksApp"}, obj, "v9-9-9")
 	assert.ErrorContains(t, err, "has no served version v9-9-9")
 }
 

@@ -22,9 +22,12 @@ type reviewMemo struct {
 	now   func() time.Time
 }
 
+// reviewMemoEntry keeps only what describe gives and checks, not the objects: a tenant's
+// large objects are not held for the memo's life.
 type reviewMemoEntry struct {
-	request    *policies.Request // as /mutate built it
-	pinned     string            // the version the composition was pinned to
+	known      policies.Request // who, where, and the namespace's labels, definition and chart
+	spec       map[string]any   // the values the schema checked
+	pinned     string           // the version the composition was pinned to
 	violations []policies.Violation
 	at         time.Time
 }
@@ -47,7 +50,11 @@ func (m *reviewMemo) remember(uid types.UID, r *policies.Request, pinned string,
 	if m == nil || uid == "" || r.Chart == nil || r.ChartDigest == "" {
 		return
 	}
-	m.cache.Add(uid, &reviewMemoEntry{request: r, pinned: pinned, violations: violations, at: m.now()})
+	known := policies.Request{
+		Operation: r.Operation, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name,
+		NamespaceLabels: r.NamespaceLabels, Definition: r.Definition, Chart: r.Chart, ChartDigest: r.ChartDigest,
+	}
+	m.cache.Add(uid, &reviewMemoEntry{known: known, spec: r.Spec(), pinned: pinned, violations: violations, at: m.now()})
 }
 
 // take returns what /mutate learned of request uid, once; nil when nothing, or when
@@ -75,12 +82,12 @@ func (m *reviewMemo) take(uid types.UID) *reviewMemoEntry {
 // mutating webhook may have moved the pin): what it gives depends only on those,
 // whoever sent the request that made the entry.
 func (e *reviewMemoEntry) describe(r *policies.Request, pinned string) bool {
-	known := e.request
+	known := &e.known
 	if known.Kind != r.Kind || known.Namespace != r.Namespace || known.Name != r.Name || known.Operation != r.Operation || e.pinned != pinned {
 		return false
 	}
 	r.NamespaceLabels, r.Definition, r.Chart, r.ChartDigest = known.NamespaceLabels, known.Definition, known.Chart, known.ChartDigest
-	if sameJSON(known.Spec(), r.Spec()) {
+	if sameJSON(e.spec, r.Spec()) {
 		r.SchemaChecked, r.SchemaViolations = true, e.violations
 	}
 	return true
