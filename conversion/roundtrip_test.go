@@ -101,7 +101,7 @@ func copyMap(v any) map[string]any {
 func TestConversionRoundTrip(t *testing.T) {
 	fx := fireworks(t)
 	r := rand.New(rand.NewPCG(*conversionSeed, 0))
-	gen := objectGen{r: r}
+	gen := objectGen{valueGen{r: r}}
 	served := fx.schemas.Served()
 	require.Equal(t, []string{"v1-1-5", "v1-1-6", "v2-0-0"}, served)
 
@@ -147,7 +147,7 @@ func FuzzConversionRoundTrip(f *testing.F) {
 			route = route*31 + 7
 			path = append(path, versions[int(route)%len(versions)])
 		}
-		gen := objectGen{r: rand.New(rand.NewPCG(seed, uint64(route)))}
+		gen := objectGen{valueGen{r: rand.New(rand.NewPCG(seed, uint64(route)))}}
 		(&roundTrip{}).check(t, fx, gen.valid(t, fx, path[0]), path...)
 	})
 }

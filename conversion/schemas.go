@@ -50,6 +50,7 @@ type Schemas struct {
 	hub      string
 	served   []string
 	versions map[string]*versionSchemas
+	declared *declaredConversions
 }
 
 // versionSchemas are the two views of one non-storage version's schema.
@@ -99,6 +100,11 @@ func SchemasFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (*Schemas, er
 	if s.hub == "" {
 		return nil, fmt.Errorf("%w: %s has no storage version", ErrUnconvertibleCRD, crd.Name)
 	}
+	declared, err := readDeclarations(crd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnconvertibleCRD, crd.Name, err)
+	}
+	s.declared = declared
 	slices.Sort(s.served)
 	return s, nil
 }

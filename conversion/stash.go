@@ -46,8 +46,18 @@ func (s *Schemas) Convert(obj map[string]any, from, to string) error {
 			if err := restore(obj); err != nil {
 				return err
 			}
+			if pinned := s.pinned(obj); pinned != "" {
+				if err := s.declared.reshape(obj, from, pinned); err != nil {
+					return err
+				}
+			}
 		}
 		if to != s.hub {
+			if pinned := s.pinned(obj); pinned != "" {
+				if err := s.declared.reshape(obj, pinned, to); err != nil {
+					return err
+				}
+			}
 			if err := s.stash(obj, to); err != nil {
 				return err
 			}
@@ -55,6 +65,18 @@ func (s *Schemas) Convert(obj map[string]any, from, to string) error {
 	}
 	obj["apiVersion"] = s.group + "/" + to
 	return nil
+}
+
+// pinned is the served version obj is pinned to, whose shape its stored values have,
+// or "" when its label names none of the CRD's versions.
+func (s *Schemas) pinned(obj map[string]any) string {
+	metadata, _ := obj["metadata"].(map[string]any)
+	labels, _ := metadata["labels"].(map[string]any)
+	version, _ := labels[vocab.LabelCompositionVersion].(string)
+	if version == s.hub || s.versions[version] == nil {
+		return ""
+	}
+	return version
 }
 
 func (s *Schemas) checkVersion(version string) error {

@@ -46,6 +46,14 @@ const (
 	// AnnotationConversionStash holds, on an object read through a served version, the
 	// values that version cannot show, so that nothing is lost in a round trip.
 	AnnotationConversionStash = "compositor.dev/conversion-data"
+	// AnnotationConversionOrigin holds, on an object converted by declared conversion
+	// rules, the values of the version it was converted from that the rules cannot give
+	// back, so that converting it back loses nothing the other side did not change.
+	AnnotationConversionOrigin = "compositor.dev/conversion-origin"
+	// AnnotationPrefixConversions, followed by a served version's name, names the
+	// annotation of a generated CRD that holds what that version's definition declares
+	// about conversion: its chart version and its conversion steps, as JSON.
+	AnnotationPrefixConversions = "conversions.compositor.dev/"
 	// AnnotationReleaseSeal holds a Helm release record's seal: "v1:" and the hex
 	// HMAC-SHA256 of what Compositor wrote.
 	AnnotationReleaseSeal = "compositor.dev/release-seal"

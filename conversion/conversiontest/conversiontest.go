@@ -26,7 +26,11 @@ func FireworksCRD(webhook crd.ConversionWebhook) (*apiextensionsv1.CustomResourc
 		if err != nil {
 			return nil, fmt.Errorf("translating %s: %w", v, err)
 		}
-		versions = append(versions, crd.ServedVersion{ChartVersion: v, Spec: spec})
+		steps, err := crd.ChartConversions(ch)
+		if err != nil {
+			return nil, fmt.Errorf("conversions of %s: %w", v, err)
+		}
+		versions = append(versions, crd.ServedVersion{ChartVersion: v, Spec: spec, Conversions: steps})
 	}
 	out, _, err := crd.Build(crd.BuildOptions{ChartName: samplecharts.ChartName, Versions: versions, Conversion: webhook})
 	return out, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +70,10 @@ type ServedVersion struct {
 	// Spec comes from Translate or TranslateChart; nil keeps any value (a chart
 	// without values.schema.json).
 	Spec *apiextensionsv1.JSONSchemaProps
+	// Conversions are the steps from earlier chart versions' values to this one's
+	// (package conversion), kept in the annotation
+	// vocab.AnnotationPrefixConversions + the version's name with the chart version.
+	Conversions []corev1alpha1.ConversionStep
 }
 
 // ConversionWebhook locates Compositor's conversion endpoint: a Service (its Path
@@ -129,6 +134,9 @@ func Build(opts BuildOptions) (*apiextensionsv1.CustomResourceDefinition, Report
 	}
 	for _, v := range versions {
 		crd.Spec.Versions = append(crd.Spec.Versions, servedVersion(kind, opts.ChartName, v))
+		if err := declareConversions(crd, v); err != nil {
+			return nil, nil, err
+		}
 	}
 	crd.Spec.Versions = append(crd.Spec.Versions, hubVersion())
 
@@ -211,6 +219,7 @@ type namedVersion struct {
 	chart string
 	sem   *semver.Version
 	spec  *apiextensionsv1.JSONSchemaProps
+	steps []corev1alpha1.ConversionStep
 }
 
 func sortedVersions(in []ServedVersion) ([]namedVersion, error) {
@@ -226,7 +235,7 @@ func sortedVersions(in []ServedVersion) ([]namedVersion, error) {
 		}
 		seen[name] = v.ChartVersion
 		sem, _ := semver.NewVersion(v.ChartVersion)
-		out = append(out, namedVersion{name: name, chart: v.ChartVersion, sem: sem, spec: v.Spec})
+		out = append(out, namedVersion{name: name, chart: v.ChartVersion, sem: sem, spec: v.Spec, steps: v.Conversions})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].sem.LessThan(out[j].sem) })
 	return out, nil
@@ -388,5 +397,33 @@ func dropDescriptions(p *apiextensionsv1.JSONSchemaProps) {
 	}
 	if p.AdditionalProperties != nil {
 		dropDescriptions(p.AdditionalProperties.Schema)
+	}
+}
+
+// declareConversions records the chart version of v and the conversion steps it
+// declares in the CRD's annotations, where the conversion webhook reads them.
+func declareConversions(crd *apiextensionsv1.CustomResourceDefinition, v namedVersion) error {
+	text, err := json.Marshal(corev1alpha1.ConversionDeclaration{Chart: v.chart, Steps: v.steps})
+	if err != nil {
+		return fmt.Errorf("encoding the conversions of %s: %w", v.chart, err)
+	}
+	if crd.Annotations == nil {
+		crd.Annotations = map[string]string{}
+	}
+	crd.Annotations[vocab.AnnotationPrefixConversions+v.name] = string(text)
+	return nil
+}
+
+// KeepDeclarations copies into built the conversion declarations of the versions it
+// serves from annotations, the annotations of the CRD Merge took those versions from.
+func KeepDeclarations(built *apiextensionsv1.CustomResourceDefinition, annotations map[string]string) {
+	for _, v := range built.Spec.Versions {
+		key := vocab.AnnotationPrefixConversions + v.Name
+		if text, ok := annotations[key]; ok && built.Annotations[key] == "" {
+			if built.Annotations == nil {
+				built.Annotations = map[string]string{}
+			}
+			built.Annotations[key] = text
+		}
 	}
 }

@@ -72,6 +72,7 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 		if _, err := crd.Merge(generated, existing.Spec.Versions, keep, 0); err != nil {
 			return &condition.Error{Reason: ReasonInvalidSchema, Err: err}
 		}
+		crd.KeepDeclarations(generated, existing.Annotations)
 	}
 	if generated.Labels == nil {
 		generated.Labels = map[string]string{}

@@ -65,6 +65,12 @@ type SecretKeySelector struct {
 type CompositionDefinitionSpec struct {
 	// Chart is the Helm chart whose values.schema.json becomes the generated API.
 	Chart ChartInfo `json:"chart"`
+
+	// Conversions between the values of earlier chart versions and this one, added to
+	// those the chart declares in values.conversions.yaml; a step here replaces the
+	// chart's step between the same versions.
+	// +optional
+	Conversions []ConversionStep `json:"conversions,omitempty"`
 }
 
 // VersionInfo describes one version of the generated CRD.
@@ -126,6 +132,11 @@ type CompositionDefinitionStatus struct {
 	// Managed describes the generated CRD.
 	// +optional
 	Managed Managed `json:"managed,omitempty"`
+
+	// ConversionLosses are what the acknowledged conversion rules between the served
+	// versions lose.
+	// +optional
+	ConversionLosses []ConversionLoss `json:"conversionLosses,omitempty"`
 }
 
 // CompositionDefinition turns a Helm chart into a Kubernetes API: a CRD generated from
