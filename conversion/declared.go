@@ -2,6 +2,7 @@ package conversion
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -92,14 +93,19 @@ func (d *declaredConversions) chain(from, to string) *chain {
 	return c
 }
 
-func (c *chain) apply(values map[string]any) {
+func (c *chain) apply(values map[string]any) { _ = c.applyChecked(values) }
+
+// applyChecked is apply that also says which rules could not apply.
+func (c *chain) applyChecked(values map[string]any) error {
+	var errs []error
 	for _, s := range c.steps {
 		if c.forward {
-			s.Forward(values)
+			errs = append(errs, s.forward(values))
 		} else {
-			s.Backward(values)
+			errs = append(errs, s.backward(values))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 func (c *chain) reverse() *chain {

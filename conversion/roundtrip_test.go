@@ -23,7 +23,7 @@ var (
 // vacuous.
 type roundTrip struct {
 	conversions int
-	stashed     int
+	stashed     int // conversions that carried values in the stash or origin annotation
 }
 
 // check converts obj, an object of path[0], through every version of path and back to
@@ -38,7 +38,9 @@ func (rt *roundTrip) check(t *testing.T, fx *fireworksFixture, obj map[string]an
 		assertObeysServerRules(t, cur, got, to)
 		assertShowsOnlyItsFields(t, fx, got, to)
 		rt.conversions++
-		if _, ok := stashOf(got); ok {
+		_, stashed := stashOf(got)
+		_, kept := originOf(got)
+		if stashed || kept {
 			rt.stashed++
 		}
 		cur = got

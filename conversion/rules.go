@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -36,22 +37,57 @@ type Step struct {
 func (s *Step) Name() string { return s.From.Original() + " → " + s.To.Original() }
 
 // Forward converts values of From to To, in place.
-func (s *Step) Forward(values map[string]any) {
-	for _, r := range s.rules {
-		r.forward(values)
-	}
-}
+func (s *Step) Forward(values map[string]any) { _ = s.forward(values) }
 
 // Backward converts values of To to From, in place.
-func (s *Step) Backward(values map[string]any) {
+func (s *Step) Backward(values map[string]any) { _ = s.backward(values) }
+
+// forward and backward also say which rules could not apply, and why: conversion goes
+// on without them, the check of a declaration refuses them.
+func (s *Step) forward(values map[string]any) error {
+	var errs []error
+	for _, r := range s.rules {
+		if err := r.forward(values); err != nil {
+			errs = append(errs, ruleError{r, err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Step) backward(values map[string]any) error {
+	var errs []error
 	for i := len(s.rules) - 1; i >= 0; i-- {
-		s.rules[i].backward(values)
+		if err := s.rules[i].backward(values); err != nil {
+			errs = append(errs, ruleError{s.rules[i], err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ruleError is why a rule could not apply to a value.
+type ruleError struct {
+	rule rule
+	err  error
+}
+
+func (e ruleError) Error() string { return describeRule(e.rule.spec()) + ": " + e.err.Error() }
+func (e ruleError) Unwrap() error { return e.err }
+
+// describeRule names a rule in messages by what it converts.
+func describeRule(r *corev1alpha1.ConversionRule) string {
+	switch {
+	case r.Move != "":
+		return "move " + r.Move + " to " + r.To
+	case r.Derive != "":
+		return "derive " + r.Derive
+	default:
+		return "drop " + r.Drop
 	}
 }
 
 type rule interface {
-	forward(values map[string]any)
-	backward(values map[string]any)
+	forward(values map[string]any) error
+	backward(values map[string]any) error
 	// sources are the paths of From's values the rule reads, targets those of To's it
 	// writes.
 	sources() [][]string
@@ -309,29 +345,37 @@ func decodeJSONValue(raw apiextensionsv1.JSON) (any, error) {
 	return obj["v"], nil
 }
 
-func (m *moveRule) forward(values map[string]any)  { moveValue(values, m.from, m.to, m.there) }
-func (m *moveRule) backward(values map[string]any) { moveValue(values, m.to, m.from, m.back) }
-func (m *moveRule) sources() [][]string            { return [][]string{m.from} }
-func (m *moveRule) targets() [][]string            { return [][]string{m.to} }
+func (m *moveRule) forward(values map[string]any) error {
+	return moveValue(values, m.from, m.to, m.there)
+}
+func (m *moveRule) backward(values map[string]any) error {
+	return moveValue(values, m.to, m.from, m.back)
+}
+func (m *moveRule) sources() [][]string { return [][]string{m.from} }
+func (m *moveRule) targets() [][]string { return [][]string{m.to} }
 func (m *moveRule) spec() *corev1alpha1.ConversionRule {
 	return m.rule
 }
 
 // moveValue moves the value at from to to, converted by t. An absent value moves
 // nothing; a value t has no entry for, or a destination that cannot hold it, stays.
-func moveValue(values map[string]any, from, to []string, t *table) {
+func moveValue(values map[string]any, from, to []string, t *table) error {
 	v, ok := getAt(values, from)
 	if !ok {
-		return
+		return nil
 	}
-	out, ok := t.convert(v)
-	if !ok {
-		return
+	out := any(nil) // null, which leaves the chart's default in place, stays null
+	if v != nil {
+		if out, ok = t.convert(v); !ok {
+			return fmt.Errorf("the map has no entry for %s and no default", valueKey(v))
+		}
 	}
 	deleteAt(values, from)
 	if !setAt(values, to, out) {
 		setAt(values, from, v)
+		return fmt.Errorf("%s leads through a value that is not an object", dotted(to))
 	}
+	return nil
 }
 
 // dropRule removes a value To does not have; going back there is nothing to restore
@@ -341,8 +385,11 @@ type dropRule struct {
 	path []string
 }
 
-func (d *dropRule) forward(values map[string]any)      { deleteAt(values, d.path) }
-func (d *dropRule) backward(map[string]any)            {}
+func (d *dropRule) forward(values map[string]any) error {
+	deleteAt(values, d.path)
+	return nil
+}
+func (d *dropRule) backward(map[string]any) error      { return nil }
 func (d *dropRule) sources() [][]string                { return [][]string{d.path} }
 func (d *dropRule) targets() [][]string                { return nil }
 func (d *dropRule) spec() *corev1alpha1.ConversionRule { return d.rule }
@@ -399,34 +446,46 @@ func compileDerive(r *corev1alpha1.ConversionRule, p *field.Path) (rule, error) 
 	return d, nil
 }
 
-func (d *deriveRule) forward(values map[string]any) {
-	v, ok := evalCEL(d.expr, values)
-	if !ok {
-		return
+func (d *deriveRule) forward(values map[string]any) error {
+	v, err := evalCEL(d.expr, values)
+	if err != nil {
+		return fmt.Errorf("expression: %w", err)
 	}
+	saved := deepCopyJSON(values).(map[string]any)
 	for _, inv := range d.inverse {
 		deleteAt(values, inv.path)
 	}
-	if v != nil {
-		setAt(values, d.to, v)
+	if v != nil && !setAt(values, d.to, v) {
+		restoreAll(values, saved)
+		return fmt.Errorf("%s leads through a value that is not an object", dotted(d.to))
 	}
+	return nil
 }
 
-func (d *deriveRule) backward(values map[string]any) {
+func (d *deriveRule) backward(values map[string]any) error {
 	computed := make([]any, len(d.inverse))
 	for i, inv := range d.inverse {
-		v, ok := evalCEL(inv.expr, values)
-		if !ok {
-			return
+		v, err := evalCEL(inv.expr, values)
+		if err != nil {
+			return fmt.Errorf("inverse of %s: %w", dotted(inv.path), err)
 		}
 		computed[i] = v
 	}
+	saved := deepCopyJSON(values).(map[string]any)
 	deleteAt(values, d.to)
 	for i, inv := range d.inverse {
-		if computed[i] != nil {
-			setAt(values, inv.path, computed[i])
+		if computed[i] != nil && !setAt(values, inv.path, computed[i]) {
+			restoreAll(values, saved)
+			return fmt.Errorf("%s leads through a value that is not an object", dotted(inv.path))
 		}
 	}
+	return nil
+}
+
+// restoreAll makes values what saved is again.
+func restoreAll(values, saved map[string]any) {
+	clear(values)
+	maps.Copy(values, saved)
 }
 
 func (d *deriveRule) sources() [][]string {
@@ -469,14 +528,8 @@ func compileCEL(expr string, env *cel.Env) (cel.Program, error) {
 	return env.Program(ast, cel.CostLimit(celCostLimit), cel.InterruptCheckFrequency(100))
 }
 
-// evalCEL evaluates prg with self = values; ok is false when it fails or gives what
-// JSON cannot hold.
-func evalCEL(prg cel.Program, values map[string]any) (any, bool) {
-	v, err := evalCELErr(prg, values)
-	return v, err == nil
-}
-
-func evalCELErr(prg cel.Program, values map[string]any) (any, error) {
+// evalCEL evaluates prg with self = values, into a JSON value.
+func evalCEL(prg cel.Program, values map[string]any) (any, error) {
 	out, _, err := prg.Eval(map[string]any{"self": normalizeNumbers(values)})
 	if err != nil {
 		return nil, err
@@ -577,13 +630,13 @@ func getAt(values map[string]any, tokens []string) (any, bool) {
 	return cur, true
 }
 
-// setAt sets the value at tokens, making the objects on the way; false when a value on
-// the way is not an object.
+// setAt sets the value at tokens, making the objects on the way, in place of nulls too;
+// false when a value on the way is something else than an object.
 func setAt(values map[string]any, tokens []string, v any) bool {
 	cur := values
 	for _, tok := range tokens[:len(tokens)-1] {
 		next, ok := cur[tok]
-		if !ok {
+		if !ok || next == nil { // null means no values here: now there is one
 			m := map[string]any{}
 			cur[tok] = m
 			cur = m

@@ -21,12 +21,31 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
 // definitionChecks are the validations every CompositionDefinition write goes through.
 func definitionChecks(reader client.Reader, authorizer Authorizer) Chain {
-	return Chain{keepServedCompositions{reader: reader}, secretAccess{authorizer: authorizer}}
+	return Chain{declaredConversions{}, keepServedCompositions{reader: reader}, secretAccess{authorizer: authorizer}}
+}
+
+// declaredConversions refuses spec.conversions that do not compile, naming the field:
+// the reconciler checks them against the chart's schemas later, when it has the chart.
+type declaredConversions struct{}
+
+func (declaredConversions) Check(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Operation == admissionv1.Delete || req.Object == nil {
+		return nil, nil
+	}
+	def := &corev1alpha1.CompositionDefinition{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(req.Object.Object, def); err != nil {
+		return nil, nil // the API server's schema judges the shape
+	}
+	if _, err := conversion.CompileSteps(def.Spec.Conversions, field.NewPath("spec", "conversions")); err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "conversions"), field.OmitValueType{}, err.Error())}, nil
+	}
+	return nil, nil
 }
 
 // Authorizer creates SubjectAccessReviews; a controller-runtime client is one.

@@ -17,8 +17,12 @@ const (
 	ReasonInvalidChartName    = "InvalidChartName"
 	ReasonInvalidChartVersion = "InvalidChartVersion"
 	ReasonInvalidSchema       = "InvalidSchema"
-	ReasonApplyFailed         = "ApplyFailed"
-	ReasonDeleting            = "Deleting"
+	// ReasonInvalidConversions: the declared conversions (the chart's
+	// values.conversions.yaml and spec.conversions) do not compile, or a rule is
+	// unsound or loses values without acknowledging it.
+	ReasonInvalidConversions = "InvalidConversions"
+	ReasonApplyFailed        = "ApplyFailed"
+	ReasonDeleting           = "Deleting"
 )
 
 // setConditions sets Ready and Synced for the definition's current generation. A

@@ -13,6 +13,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/ownership"
@@ -24,7 +25,11 @@ import (
 // definition still claims or that compositions still use, moves compositions of
 // versions this definition no longer serves onto its version, and drops versions left
 // with neither.
-func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI) (claimed map[string]bool, err error) {
+//
+// The version the definition served before stays until its compositions have moved
+// (retireVersion): converting them to the new version needs its schema and what it
+// declares.
+func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI, previous string) (claimed map[string]bool, err error) {
 	existing := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, existing); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -36,7 +41,7 @@ func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI) (claimed m
 		return nil, err
 	}
 	claimed[api.Version] = true
-	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] })
+	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] || version == previous })
 }
 
 // retireVersion moves the compositions of previous, the version this definition served
@@ -60,7 +65,7 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 	conversion.CABundle = r.Bundle.CABundle()
 	generated, _, err := crd.Build(crd.BuildOptions{
 		ChartName:  api.ChartName,
-		Versions:   []crd.ServedVersion{{ChartVersion: api.ChartVersion, Spec: api.Spec}},
+		Versions:   []crd.ServedVersion{{ChartVersion: api.ChartVersion, Spec: api.Spec, Conversions: api.Conversions}},
 		Conversion: conversion,
 	})
 	if err != nil {
@@ -73,6 +78,9 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 			return &condition.Error{Reason: ReasonInvalidSchema, Err: err}
 		}
 		crd.KeepDeclarations(generated, existing.Annotations)
+	}
+	if err := checkConversions(generated, api); err != nil {
+		return err
 	}
 	if generated.Labels == nil {
 		generated.Labels = map[string]string{}
@@ -191,4 +199,26 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// checkConversions checks the conversions api declares against the other versions
+// served with it (conversion.Schemas.CheckDeclared) before the CRD is applied, and
+// records what acknowledged rules lose.
+func checkConversions(generated *apiextensionsv1.CustomResourceDefinition, api *generatedAPI) error {
+	schemas, err := conversion.SchemasFromCRD(generated)
+	if err != nil {
+		return &condition.Error{Reason: ReasonInvalidConversions, Terminal: true, Err: err}
+	}
+	if len(api.Conversions) == 0 {
+		api.ConversionLosses = []corev1alpha1.ConversionLoss{} // none declared: none lost
+		return nil
+	}
+	losses, err := schemas.CheckDeclared(api.Version)
+	if err != nil {
+		// Not terminal: another definition's version may be what the rule does not fit,
+		// and it may go.
+		return &condition.Error{Reason: ReasonInvalidConversions, Err: err}
+	}
+	api.ConversionLosses = losses
+	return nil
 }

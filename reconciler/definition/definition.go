@@ -202,7 +202,7 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err := r.claimAPI(ctx, def, api, chart); err != nil {
 		return r.fail(def, err)
 	}
-	claimed, err := r.applyCRD(ctx, api)
+	claimed, err := r.applyCRD(ctx, api, previousVersion(def))
 	if err != nil {
 		return r.fail(def, err)
 	}

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -26,6 +27,12 @@ func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetch
 			{Version: api.Version, Served: true, Stored: false, Chart: api.ChartVersion},
 			{Version: crd.HubVersion, Served: false, Stored: true},
 		},
+	}
+	if api.ConversionLosses != nil { // nil: no other version was served to check against
+		def.Status.ConversionLosses = slices.Clip(api.ConversionLosses)
+		if len(api.ConversionLosses) == 0 {
+			def.Status.ConversionLosses = nil
+		}
 	}
 	readyReason, readyMessage := condition.ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())
 	if api.NoSchema {
