@@ -1,26 +1,34 @@
 // Package chartlint checks a chart before it is published as a CompositionDefinition:
 // that its name and version can become an API, that its schemas compile and its
-// defaults pass them, what the generated CRD cannot express, and the RBAC its
-// templates would be granted. `compositor lint` prints its findings.
+// defaults pass them, what the generated CRD cannot express, that its declared
+// conversions compile, and the RBAC its templates would be granted; with an earlier
+// version of the chart (LintUpgrade), how the values of that version convert to its
+// own. `compositor lint` prints its findings.
 package chartlint
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/Masterminds/semver/v3"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
@@ -51,15 +59,12 @@ func (f Finding) String() string {
 	return fmt.Sprintf("[%s] %s: %s", f.Severity, f.File, strings.ReplaceAll(f.Message, "\n", "\n    "))
 }
 
-// Lint runs every check on ch, in order: naming, schemas, translation, RBAC. The
-// generated CRD's conversion webhook is conversion.
+// Lint runs every check on ch, in order: naming, schemas, translation, declared
+// conversions (values.conversions.yaml), RBAC. The generated CRD's conversion webhook
+// is conversion.
 func Lint(ctx context.Context, ch *chart.Chart, conversion crd.ConversionWebhook) []Finding {
 	l := &linter{conversion: conversion}
-	l.naming(ch)
-	if l.schemas(ctx, ch) {
-		l.translation(ch)
-	}
-	l.rbac(ch)
+	l.run(ctx, ch)
 	return l.findings
 }
 
@@ -68,6 +73,27 @@ type linter struct {
 	findings   []Finding
 	plural     string
 	version    string
+	// translated is whether ch's schema became a CRD schema.
+	translated bool
+	// steps are the conversions ch declares, stepsOK whether they parse and compile.
+	steps   []corev1alpha1.ConversionStep
+	stepsOK bool
+	// previous is the earlier version of the chart LintUpgrade checks the conversion
+	// from, with its translated spec schema; nil for Lint.
+	previous     *chart.Chart
+	previousSpec *apiextensionsv1.JSONSchemaProps
+}
+
+func (l *linter) run(ctx context.Context, ch *chart.Chart) {
+	l.naming(ch)
+	if l.schemas(ctx, ch) {
+		l.translated = l.translation(ch)
+	}
+	l.conversions(ch)
+	if l.previous != nil && l.translated && l.stepsOK && l.version != "" {
+		l.upgrade(ch)
+	}
+	l.rbac(ch)
 }
 
 func (l *linter) add(s Severity, file, format string, args ...any) {
@@ -131,11 +157,14 @@ func (l *linter) schemas(ctx context.Context, ch *chart.Chart) bool {
 	return true
 }
 
-func (l *linter) translation(ch *chart.Chart) {
+func (l *linter) translation(ch *chart.Chart) bool {
 	_, report, err := crd.ForChart(ch, l.conversion)
+	if errors.Is(err, crd.ErrBadConversionsFile) {
+		return true // the check of values.conversions.yaml reports it
+	}
 	if err != nil {
 		l.add(SeverityError, "values.schema.json", "%v", err)
-		return
+		return false
 	}
 	for _, loss := range report {
 		file := "values.schema.json"
@@ -147,6 +176,7 @@ func (l *linter) translation(ch *chart.Chart) {
 		}
 		l.add(SeverityInfo, file, "CRD: %s", loss)
 	}
+	return true
 }
 
 func (l *linter) rbac(ch *chart.Chart) {
@@ -179,6 +209,220 @@ func (l *linter) rbac(ch *chart.Chart) {
 			l.add(SeverityInfo, "templates", "RBAC cluster-wide: %s", formatRule(r))
 		}
 	}
+}
+
+// conversions checks that the conversions ch declares in values.conversions.yaml, if
+// it has that file, parse and compile.
+func (l *linter) conversions(ch *chart.Chart) {
+	steps, err := crd.ChartConversions(ch)
+	if err != nil {
+		l.add(SeverityError, crd.ConversionsFile, "%v", err)
+		return
+	}
+	if _, err := conversion.CompileSteps(steps, field.NewPath("conversions")); err != nil {
+		l.add(SeverityError, crd.ConversionsFile, "%v", err)
+		return
+	}
+	l.steps, l.stepsOK = steps, true
+}
+
+// ErrNotEarlier means the chart given to LintUpgrade as the earlier version is another
+// chart, or not an earlier version.
+var ErrNotEarlier = errors.New("not an earlier version of the chart")
+
+// LintUpgrade runs Lint's checks on ch, and checks the conversion of the values of
+// previous, an earlier version of the same chart, to ch's, with a CRD serving both, as
+// the reconciler builds it:
+//
+//   - the steps of ch's values.conversions.yaml, against both versions' schemas
+//     (conversion.Schemas.CheckDeclared): a rule it refuses is an error, what an
+//     acknowledged rule or a drop loses is information;
+//   - undeclared renames: leaf paths of the values (through object properties, up to
+//     arrays and free-form objects) that one version declares and the other does not,
+//     which no rule of the steps between the two reads or writes. Paths removed and
+//     paths added together look like a rename: a warning lists them. Paths removed
+//     alone are information.
+//
+// It returns an error wrapping ErrNotEarlier when previous is not an earlier version
+// of ch's chart, and an error when previous's schema cannot be translated.
+func LintUpgrade(ctx context.Context, ch, previous *chart.Chart, webhook crd.ConversionWebhook) ([]Finding, error) {
+	if previous.Name() != ch.Name() {
+		return nil, fmt.Errorf("%w: the earlier chart is %s, not %s", ErrNotEarlier, previous.Name(), ch.Name())
+	}
+	mine, err := semver.NewVersion(ch.Metadata.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: chart %s version %q is not a semantic version: %w", ErrNotEarlier, ch.Name(), ch.Metadata.Version, err)
+	}
+	theirs, err := semver.NewVersion(previous.Metadata.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the earlier chart's version %q is not a semantic version: %w", ErrNotEarlier, previous.Metadata.Version, err)
+	}
+	if !theirs.LessThan(mine) {
+		return nil, fmt.Errorf("%w: %s %s is not earlier than %s", ErrNotEarlier, previous.Name(), previous.Metadata.Version, ch.Metadata.Version)
+	}
+	if _, err := crd.VersionName(previous.Metadata.Version); err != nil {
+		return nil, fmt.Errorf("the earlier chart %s %s: %w", previous.Name(), previous.Metadata.Version, err)
+	}
+	spec, _, err := crd.TranslateChart(previous)
+	if err != nil {
+		return nil, fmt.Errorf("translating the schema of the earlier chart %s %s: %w", previous.Name(), previous.Metadata.Version, err)
+	}
+	l := &linter{conversion: webhook, previous: previous, previousSpec: spec}
+	l.run(ctx, ch)
+	return l.findings, nil
+}
+
+// upgrade checks the conversion from l.previous to ch (see LintUpgrade). ch's schema
+// translated and its steps compiled.
+func (l *linter) upgrade(ch *chart.Chart) {
+	spec, _, err := crd.TranslateChart(ch)
+	if err != nil {
+		return // translation reported it
+	}
+	prev := l.previous
+	prevName, _ := crd.VersionName(prev.Metadata.Version)
+	pair := prev.Metadata.Version + " → " + ch.Metadata.Version
+	built, _, err := crd.Build(crd.BuildOptions{
+		ChartName: ch.Name(),
+		Versions: []crd.ServedVersion{
+			{ChartVersion: prev.Metadata.Version, Spec: l.previousSpec},
+			{ChartVersion: ch.Metadata.Version, Spec: spec, Conversions: l.steps},
+		},
+		Conversion: l.conversion,
+	})
+	if err != nil {
+		l.add(SeverityError, "values.schema.json", "the CRD serving %s: %v", pair, err)
+		return
+	}
+	schemas, err := conversion.SchemasFromCRD(built)
+	if err != nil {
+		l.add(SeverityError, "values.schema.json", "the CRD serving %s: %v", pair, err)
+		return
+	}
+	losses, err := schemas.CheckDeclared(l.version)
+	for _, e := range joined(err) {
+		l.add(SeverityError, crd.ConversionsFile, "%v", e)
+	}
+	for _, loss := range losses {
+		l.add(SeverityInfo, crd.ConversionsFile, "step %s loses %s, e.g. %s; reason: %s", loss.Step, loss.Path, loss.Example, loss.Reason)
+	}
+	l.renames(prev.Metadata.Version, ch.Metadata.Version, specOf(schemas.Structural(prevName)), specOf(schemas.Structural(l.version)), l.chainPaths(prev, ch))
+}
+
+// renames reports the leaf paths one version's spec declares and the other does not,
+// which no rule of the steps between them converts (covered).
+func (l *linter) renames(from, to string, before, after *structuralschema.Structural, covered [][]string) {
+	if before == nil || after == nil {
+		return // a spec without a schema keeps any value
+	}
+	changed := func(these, others *structuralschema.Structural) []string {
+		var out []string
+		for _, p := range leafPaths(these, nil) {
+			if declares(others, p) || slices.ContainsFunc(covered, func(c []string) bool { return isPrefix(c, p) || isPrefix(p, c) }) {
+				continue
+			}
+			out = append(out, strings.Join(p, "."))
+		}
+		return out
+	}
+	removed, added := changed(before, after), changed(after, before)
+	switch {
+	case len(removed) > 0 && len(added) > 0:
+		l.add(SeverityWarning, crd.ConversionsFile, "%s → %s: removed: %s; added: %s. If one became the other, the chart should declare it in %s "+
+			"(a move rule): conversion does not carry a %s composition's value to its new path otherwise",
+			from, to, strings.Join(removed, ", "), strings.Join(added, ", "), crd.ConversionsFile, from)
+	case len(removed) > 0:
+		l.add(SeverityInfo, crd.ConversionsFile, "%s → %s: removed: %s; dropped without a drop rule", from, to, strings.Join(removed, ", "))
+	}
+}
+
+// chainPaths are the paths of the values that the rules of l.steps between
+// l.previous and ch read or write: move sources and targets, derive targets and the
+// keys of their inverse, drop paths. A step is in the chain when its To is after the
+// earlier version and at or before ch's (as package conversion chains them).
+func (l *linter) chainPaths(prev, ch *chart.Chart) [][]string {
+	low, err1 := semver.NewVersion(prev.Metadata.Version)
+	high, err2 := semver.NewVersion(ch.Metadata.Version)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	var out [][]string
+	for _, s := range l.steps {
+		to, err := semver.NewVersion(s.To)
+		if err != nil || !low.LessThan(to) || high.LessThan(to) {
+			continue
+		}
+		for _, r := range s.Rules {
+			paths := []string{r.Move, r.Derive, r.Drop}
+			if r.Move != "" {
+				paths = append(paths, r.To)
+			}
+			for key := range r.Inverse {
+				paths = append(paths, key)
+			}
+			for _, p := range paths {
+				if p != "" {
+					out = append(out, strings.Split(p, "."))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// specOf is the schema of a version's spec, nil when it keeps any value.
+func specOf(s *structuralschema.Structural) *structuralschema.Structural {
+	if s == nil {
+		return nil
+	}
+	spec, ok := s.Properties["spec"]
+	if !ok || len(spec.Properties) == 0 {
+		return nil
+	}
+	return &spec
+}
+
+// leafPaths are the paths through the properties of s to the schemas without
+// properties (scalars, arrays, free-form objects and maps), sorted.
+func leafPaths(s *structuralschema.Structural, at []string) [][]string {
+	if len(s.Properties) == 0 {
+		return [][]string{slices.Clone(at)}
+	}
+	var out [][]string
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
+		p := s.Properties[name]
+		out = append(out, leafPaths(&p, append(at, name))...)
+	}
+	return out
+}
+
+// declares tells whether s declares the value at path: each key a property, or under
+// a free-form object or map (which declares any field). Unknown fields an object with
+// properties preserves are not declared: package conversion stashes them.
+func declares(s *structuralschema.Structural, path []string) bool {
+	for _, key := range path {
+		p, ok := s.Properties[key]
+		if !ok {
+			return len(s.Properties) == 0 && (s.XPreserveUnknownFields || s.AdditionalProperties != nil)
+		}
+		s = &p
+	}
+	return true
+}
+
+func isPrefix(prefix, path []string) bool {
+	return len(prefix) <= len(path) && slices.Equal(prefix, path[:len(prefix)])
+}
+
+// joined splits an errors.Join of errors into them.
+func joined(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // walkCharts calls fn for ch and every subchart, depth first, with the directory of

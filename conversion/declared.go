@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -271,7 +270,8 @@ func diffValues(want, got map[string]any, at []string, lost *origin) {
 	slices.Sort(lost.Absent)
 }
 
-// equalJSON compares decoded JSON values, numbers by value whatever their Go type.
+// equalJSON compares decoded JSON values, numbers by value whatever their Go type
+// (json.Number from Decode, int64 or float64 from CEL).
 func equalJSON(a, b any) bool {
 	switch x := a.(type) {
 	case map[string]any:
@@ -297,39 +297,29 @@ func equalJSON(a, b any) bool {
 			}
 		}
 		return true
-	case json.Number, int64, uint64, float64, int:
-		return reflect.DeepEqual(normalizeNumbers(a), normalizeNumbers(b)) || numberString(a) == numberString(b)
+	case json.Number, int64, uint64, float64:
+		p, q := normalizeNumbers(a), normalizeNumbers(b)
+		if p == q {
+			return true
+		}
+		pf, pok := asFloat(p)
+		qf, qok := asFloat(q)
+		return pok && qok && pf == qf
 	default:
 		return a == b
 	}
 }
 
-func numberString(v any) string {
-	switch x := v.(type) {
-	case json.Number:
-		f, err := x.Float64()
-		if err != nil {
-			return string(x)
-		}
-		return fmt.Sprint(f)
-	case int64, uint64, int, float64:
-		return fmt.Sprint(normalizeFloat(x))
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-func normalizeFloat(v any) float64 {
+func asFloat(v any) (float64, bool) {
 	switch x := v.(type) {
 	case int64:
-		return float64(x)
+		return float64(x), true
 	case uint64:
-		return float64(x)
-	case int:
-		return float64(x)
+		return float64(x), true
 	case float64:
-		return x
+		return x, true
 	}
-	return 0
+	return 0, false
 }
 
 func decodeUseNumber(text string, into any) error {

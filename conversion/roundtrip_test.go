@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 )
 
 var (
@@ -37,6 +38,7 @@ func (rt *roundTrip) check(t *testing.T, fx *fireworksFixture, obj map[string]an
 		got := convertOne(t, fx.schemas, to, cur)
 		assertObeysServerRules(t, cur, got, to)
 		assertShowsOnlyItsFields(t, fx, got, to)
+		assertWritesOnlyValidValues(t, fx, cur, got, to)
 		rt.conversions++
 		_, stashed := stashOf(got)
 		_, kept := originOf(got)
@@ -135,7 +137,9 @@ func without(list []string, v string) []string {
 }
 
 // FuzzConversionRoundTrip is TestConversionRoundTrip with the fuzzer choosing the seed,
-// the versions and the path.
+// the versions, the path and the version the object is pinned to (whose shape its
+// stored values have, so the chart's declared conversions run between it and each
+// version of the path).
 func FuzzConversionRoundTrip(f *testing.F) {
 	for seed := range uint64(8) {
 		f.Add(seed, uint8(seed))
@@ -150,6 +154,27 @@ func FuzzConversionRoundTrip(f *testing.F) {
 			path = append(path, versions[int(route)%len(versions)])
 		}
 		gen := objectGen{valueGen{r: rand.New(rand.NewPCG(seed, uint64(route)))}}
-		(&roundTrip{}).check(t, fx, gen.valid(t, fx, path[0]), path...)
+		obj := gen.valid(t, fx, path[0])
+		// Pinned to any served version: the declared conversions run both ways.
+		obj["metadata"].(map[string]any)["labels"] = map[string]any{vocab.LabelCompositionVersion: served[int(seed%uint64(len(served)))]}
+		(&roundTrip{}).check(t, fx, obj, path...)
 	})
+}
+
+// assertWritesOnlyValidValues checks that conversion gives a version only values its
+// schema accepts, but for values the object had already: a value another version
+// allows and this one does not (a replica count above its maximum) is shown as it is,
+// and writes that leave it unchanged are admitted (the API server ratchets them).
+func assertWritesOnlyValidValues(t *testing.T, fx *fireworksFixture, in, out map[string]any, version string) {
+	t.Helper()
+	v, ok := fx.validators[version]
+	if !ok || version == fx.schemas.Hub() {
+		return
+	}
+	for _, e := range validation.ValidateCustomResource(nil, map[string]any{"spec": out["spec"]}, v) {
+		tokens := strings.Split(e.Field, ".")
+		was, had := getAt(in, tokens)
+		is, has := getAt(out, tokens)
+		assert.True(t, had && has && equalJSON(was, is), "conversion to %s wrote %s, which %s refuses: %s", version, e.Field, version, e.Error())
+	}
 }

@@ -218,6 +218,7 @@ func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
 		CheckFunc(checkPaused),
 		CheckFunc(checkPlacement),
 		CheckFunc(checkConversionData),
+		CheckFunc(checkConversionOrigin),
 		uniqueReleaseName{reader: cached, names: names},
 		CheckFunc(warnPausedDeletion),
 		pinnedVersionCheck{definitions: cached},

@@ -13,7 +13,8 @@ import (
 
 // BenchmarkConvert500 converts a ConversionReview of 500 compositions through the HTTP
 // handler, decoding and encoding included, as the API server sends them when a client
-// lists a version: from the hub to v1-1-5, stashing what v1-1-5 lacks, and back.
+// lists a version: from the hub to v1-1-5, stashing what v1-1-5 lacks, and back; and
+// from the hub to v2-0-0 through the declared conversions of chart 2.0.0.
 func BenchmarkConvert500(b *testing.B) {
 	fx := fireworks(b)
 	h := NewConverter(staticSchemas(fx.schemas))
@@ -29,6 +30,7 @@ func BenchmarkConvert500(b *testing.B) {
 			"cache":        map[string]any{"enabled": true, "maxMemory": "256Mi"},
 		}, map[string]any{"krateo.io/release-name": fmt.Sprintf("app-%d", i), "krateo.io/paused": "false"})
 		obj["metadata"].(map[string]any)["name"] = fmt.Sprintf("app-%d", i)
+		obj["metadata"].(map[string]any)["labels"] = map[string]any{vocab.LabelCompositionVersion: "v1-1-5"}
 		obj["status"] = map[string]any{
 			"conditions":       []any{map[string]any{"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": "2025-01-02T03:04:05Z"}},
 			"helmChartVersion": "2.0.0", "releaseName": fmt.Sprintf("app-%d", i),
@@ -42,11 +44,14 @@ func BenchmarkConvert500(b *testing.B) {
 		views[i] = decodeJSON(b, raw.Raw)
 	}
 	write := conversionReviewBody(b, vocab.CompositionGroup+"/hub", views...)
+	// Read through v2-0-0, the objects, pinned to v1-1-5, go through chart 2.0.0's
+	// declared conversion (service.type → exposure) as well.
+	declared := conversionReviewBody(b, vocab.CompositionGroup+"/v2-0-0", stored...)
 
 	for _, bench := range []struct {
 		name string
 		body []byte
-	}{{"hub to v1-1-5", read}, {"v1-1-5 to hub", write}} {
+	}{{"hub to v1-1-5", read}, {"v1-1-5 to hub", write}, {"hub to v2-0-0 with declared conversions", declared}} {
 		b.Run(bench.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bench.body)))

@@ -24,7 +24,32 @@ import (
 // checkConversionData admits a stash only as conversion produced it, and asReadBy has
 // the schema and the policies judge the object as it will be stored and read.
 
-var conversionDataPath = field.NewPath("metadata", "annotations").Key(vocab.AnnotationConversionStash)
+var (
+	conversionDataPath   = field.NewPath("metadata", "annotations").Key(vocab.AnnotationConversionStash)
+	conversionOriginPath = field.NewPath("metadata", "annotations").Key(vocab.AnnotationConversionOrigin)
+)
+
+// checkConversionOrigin refuses an origin annotation (vocab.AnnotationConversionOrigin)
+// that Compositor's conversion did not write: a create carries none, and an update may
+// keep it as it was read or remove it, not change it. Conversion applies it only where
+// it changes nothing the writer's version shows, and the webhooks judge the object
+// with it applied (asReadBy), so this is defence in depth, as for the stash.
+func checkConversionOrigin(_ context.Context, req *Request) (field.ErrorList, admission.Warnings) {
+	if req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil, nil
+	}
+	text, ok := metadataString(req.Object, "annotations", vocab.AnnotationConversionOrigin)
+	if !ok {
+		return nil, nil
+	}
+	if req.OldObject != nil {
+		if old, ok := metadataString(req.OldObject, "annotations", vocab.AnnotationConversionOrigin); ok && old == text {
+			return nil, nil
+		}
+	}
+	return field.ErrorList{field.Forbidden(conversionOriginPath,
+		"only Compositor's conversion writes this annotation; a write may keep it as it was read or remove it, not add or change it: remove the annotation and set the values in spec")}, nil
+}
 
 // checkConversionData refuses a stash that Compositor's conversion did not write. A
 // create has no stored object, so no stash either. An update may keep the stash the

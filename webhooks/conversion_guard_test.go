@@ -174,3 +174,40 @@ func mustJSON(t testing.TB, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+func TestConversionOriginIsCompositorsAlone(t *testing.T) {
+	ctx := context.Background()
+	_, validator, _ := guarded(t)
+	const read = `{"v2-0-0":{"values":{"/service":null}}}`
+	withOrigin := func(origin any) map[string]any {
+		obj := decodeJSON(t, mustJSON(t, storedReadThroughV115(t)))
+		annotations := obj["metadata"].(map[string]any)["annotations"].(map[string]any)
+		if origin != nil {
+			annotations[vocab.AnnotationConversionOrigin] = origin
+		}
+		return obj
+	}
+	old := withOrigin(read)
+	for name, tc := range map[string]struct {
+		op      string
+		object  map[string]any
+		allowed bool
+	}{
+		"kept as read":           {"UPDATE", withOrigin(read), true},
+		"the annotation removed": {"UPDATE", withOrigin(nil), true},
+		"changed":                {"UPDATE", withOrigin(`{"v2-0-0":{"values":{"/exposure":"public"}}}`), false},
+		"any origin on create":   {"CREATE", withOrigin(read), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var oldObject map[string]any
+			if tc.op == "UPDATE" {
+				oldObject = old
+			}
+			resp := validator.Handle(ctx, admissionRequest(t, compositionRequest(tc.op, tc.object, oldObject)))
+			require.Equal(t, tc.allowed, resp.Allowed, "%v", resp.Result)
+			if !tc.allowed {
+				assert.Contains(t, resp.Result.Message, "metadata.annotations[compositor.dev/conversion-origin]: Forbidden: only Compositor's conversion writes this annotation")
+			}
+		})
+	}
+}

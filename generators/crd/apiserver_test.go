@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -106,6 +107,26 @@ func waitEstablished(ctx context.Context, t *testing.T, c client.Client, name st
 		}
 		return false, nil
 	})
+	if err == nil {
+		// Established is the API server's word; discovery, which the client maps kinds
+		// with, follows a moment later.
+		err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var got apiextensionsv1.CustomResourceDefinition
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
+				return false, err
+			}
+			for _, v := range got.Spec.Versions {
+				if !v.Served {
+					continue
+				}
+				gvk := schema.GroupVersionKind{Group: got.Spec.Group, Version: v.Name, Kind: got.Spec.Names.Kind}
+				if _, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
 	if err != nil {
 		var got apiextensionsv1.CustomResourceDefinition
 		_ = c.Get(context.Background(), client.ObjectKey{Name: name}, &got)

@@ -8,16 +8,20 @@ import (
 )
 
 // ForChart is the CRD one chart version becomes, served alone (as `compositor crd`
-// shows it and `compositor lint` checks it), with the translation and size reports
-// joined.
+// shows it and `compositor lint` checks it), with the conversions the chart declares,
+// and the translation and size reports joined.
 func ForChart(ch *chart.Chart, conversion ConversionWebhook) (*apiextensionsv1.CustomResourceDefinition, Report, error) {
 	spec, report, err := TranslateChart(ch)
 	if err != nil {
 		return nil, nil, fmt.Errorf("translating the schema of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
 	}
+	steps, err := ChartConversions(ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
+	}
 	obj, dropped, err := Build(BuildOptions{
 		ChartName:  ch.Name(),
-		Versions:   []ServedVersion{{ChartVersion: ch.Metadata.Version, Spec: spec}},
+		Versions:   []ServedVersion{{ChartVersion: ch.Metadata.Version, Spec: spec, Conversions: steps}},
 		Conversion: conversion,
 	})
 	if err != nil {

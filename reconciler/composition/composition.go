@@ -47,6 +47,9 @@ const (
 	EventHelmSkip          = "HelmSkip"
 	EventHelmInstallFailed = "HelmInstallFailed"
 	EventHelmUninstalled   = "HelmUninstalled"
+	// EventObjectsLeftBehind: an upgrade dropped objects from the release that the
+	// controller could not delete.
+	EventObjectsLeftBehind = "ObjectsLeftBehind"
 	EventUpdateRefused     = "UpdateRefused"
 	EventReleaseLeftAlone  = "ReleaseLeftAlone"
 )

@@ -124,6 +124,12 @@ type installGate struct {
 	awaitsManifest bool
 	judged         []policies.RenderedObject
 	approved       map[string]bool
+
+	// leftBehind are the objects of the previous revision that an upgrade removes from
+	// the release but cannot delete, because the controller may not even read them
+	// (Helm then skips them without a word): a release moved to a chart version whose
+	// controller has narrower rights leaves them in the cluster.
+	leftBehind []string
 }
 
 // forUninstall is a gate like g for an uninstall, which builds no release manifest:
@@ -537,7 +543,31 @@ func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...
 			return nil, c.gate.refusal
 		}
 	}
+	c.noteLeftBehind(original.Difference(target))
 	return c.inner.Update(original, target, options...)
+}
+
+// noteLeftBehind records in the gate the objects an upgrade drops from the release
+// that the controller cannot read: Helm deletes only what it can read, and skips the
+// rest without an error.
+func (c *gatedKubeClient) noteLeftBehind(dropped kube.ResourceList) {
+	for _, info := range dropped {
+		err := info.Get()
+		if err == nil || apierrors.IsNotFound(err) {
+			continue // Helm deletes it, or it is gone
+		}
+		what := info.Mapping.GroupVersionKind.Kind + " " + info.Name
+		if info.Namespace != "" {
+			what = info.Mapping.GroupVersionKind.Kind + " " + info.Namespace + "/" + info.Name
+		}
+		reason := err.Error()
+		if apierrors.IsForbidden(err) {
+			reason = "this version's controller may not read " + info.Mapping.Resource.Resource
+		}
+		c.mu.Lock()
+		c.gate.leftBehind = append(c.gate.leftBehind, what+" ("+reason+")")
+		c.mu.Unlock()
+	}
 }
 
 // Delete deletes the objects of the release only: those Helm would delete that are

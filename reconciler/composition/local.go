@@ -7,6 +7,7 @@ package composition
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +56,9 @@ func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstr
 	if !a.ready {
 		return a.result()
 	}
+	if a.changed {
+		setPruned(obj, w, a.leftBehind)
+	}
 	r.setHealth(obj, a.health)
 	return healthRetry(a.result())(a.health)
 }
@@ -77,4 +81,23 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	}
 	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
+}
+
+// ConditionPruned tells whether the last install or upgrade left no object of an
+// earlier revision behind (installGate.leftBehind): False lists those it did.
+const ConditionPruned = "Pruned"
+
+// Reasons of ConditionPruned.
+const (
+	ReasonPruned            = "Pruned"
+	ReasonObjectsLeftBehind = "ObjectsLeftBehind"
+)
+
+func setPruned(obj *unstructured.Unstructured, w work, leftBehind []string) {
+	c := metav1.Condition{Type: ConditionPruned, Status: metav1.ConditionTrue, Reason: ReasonPruned,
+		Message: "the release has no object of an earlier revision it no longer renders", ObservedGeneration: obj.GetGeneration()}
+	if len(leftBehind) > 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonObjectsLeftBehind, leftBehindMessage(w, leftBehind)
+	}
+	setCondition(obj, c)
 }

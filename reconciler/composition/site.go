@@ -9,6 +9,7 @@ package composition
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -131,6 +132,9 @@ type attempt struct {
 	elsewhere bool
 	// health, of a ready attempt, is what the objects of the release say (health.go).
 	health health
+	// leftBehind, of an upgrade, are the objects of the previous revision it could not
+	// delete (installGate.leftBehind).
+	leftBehind []string
 }
 
 func (a attempt) result() (ctrl.Result, error) {
@@ -265,7 +269,10 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		reason = EventHelmUpgraded
 	}
 	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", w.release, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
-	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), changed: true, revision: rel.Version}, rel
+	if len(gate.leftBehind) > 0 {
+		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventObjectsLeftBehind, "Install", "%s", leftBehindMessage(w, gate.leftBehind))
+	}
+	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), changed: true, revision: rel.Version, leftBehind: gate.leftBehind}, rel
 }
 
 // uninstallOn uninstalls the composition's release from s. A release there that is
@@ -355,4 +362,10 @@ func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) 
 	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
 	refusalsTotal.WithLabelValues(gate.Reason).Inc()
 	return attempt{reason: gate.Reason, message: message, requeue: retryRefused}
+}
+
+// leftBehindMessage says which objects an upgrade to w's chart left in the cluster.
+func leftBehindMessage(w work, objects []string) string {
+	return fmt.Sprintf("release %s no longer has these objects, and chart %s %s's controller could not delete them, so they stay: %s; delete them by hand",
+		w.release, w.chart.Metadata.Name, w.chart.Metadata.Version, strings.Join(objects, ", "))
 }

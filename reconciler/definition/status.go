@@ -2,7 +2,6 @@ package definition
 
 import (
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -28,10 +27,12 @@ func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetch
 			{Version: crd.HubVersion, Served: false, Stored: true},
 		},
 	}
-	if api.ConversionLosses != nil { // nil: no other version was served to check against
-		def.Status.ConversionLosses = slices.Clip(api.ConversionLosses)
-		if len(api.ConversionLosses) == 0 {
-			def.Status.ConversionLosses = nil
+	// nil: no earlier version was served to check the conversions against, so what
+	// was found last stands.
+	if api.ConversionLosses != nil {
+		def.Status.ConversionLosses = nil
+		if len(api.ConversionLosses) > 0 {
+			def.Status.ConversionLosses = api.ConversionLosses
 		}
 	}
 	readyReason, readyMessage := condition.ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())

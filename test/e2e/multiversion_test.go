@@ -87,10 +87,23 @@ func TestMultiVersionManagement(t *testing.T) {
 		assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "shop-fireworks-app"}, &networkingv1.Ingress{}), "exposure: public renders an Ingress")
 	}, time.Minute, 250*time.Millisecond)
 
+	// A value only v2-0-0 allows (v1-1-5's maximum is 10) does not lock v1-1-5's
+	// clients out: writes that leave it as it is are admitted, and change nothing.
+	kubectl("", "patch", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":15}}`)
+	releaseAt("fireworks-app-2.0.0", "3")
+	assert.Equal(t, "15", compositionField(t, cp, "v1-1-5", "shop", "{.spec.replicaCount}"))
+	kubectl("", "label", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "team=web")
+	asV115 := cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "-o", "yaml")
+	require.NoError(t, asV115.Err, asV115.Stderr)
+	kubectl(asV115.Stdout, "replace", "-f", "-")
+	res = cp.Kubectl(ctx, "", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":12}}`)
+	require.Error(t, res.Err, "a new value beyond v1-1-5's schema is refused")
+	assert.Contains(t, res.Stderr, "spec.replicaCount")
+
 	// A write through v1-1-5, whose controller is paused, reaches the release through
 	// v2-0-0's: the chart stays 2.0.0.
 	kubectl("", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":3}}`)
-	releaseAt("fireworks-app-2.0.0", "3")
+	releaseAt("fireworks-app-2.0.0", "4")
 	assert.Equal(t, "v2-0-0", pinned())
 
 	// A label naming a version no definition serves is refused, and moves nothing.
@@ -103,6 +116,20 @@ func TestMultiVersionManagement(t *testing.T) {
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-2-0-0", "-n", journeyNamespace, "krateo.io/paused=true")
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", journeyNamespace, "krateo.io/paused=false")
 	label("v1-1-5")
-	releaseAt("fireworks-app-1.1.5", "4")
+	releaseAt("fireworks-app-1.1.5", "5")
 	assert.Equal(t, "public", compositionField(t, cp, "v2-0-0", "shop", "{.spec.exposure}"), "what v1-1-5 does not know is kept")
+	// Chart 2.0.0's declared conversion gives 1.1.5 what public meant.
+	assert.Equal(t, "LoadBalancer", compositionField(t, cp, "v1-1-5", "shop", "{.spec.service.type}"))
+
+	// 1.1.5's controller may not read Ingresses, so Helm cannot delete 2.0.0's: the
+	// composition says so, and which one, instead of leaving it there unsaid.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pruned := compositionField(c, cp, "v1-1-5", "shop", `{.status.conditions[?(@.type=="Pruned")].status}`)
+		message := compositionField(c, cp, "v1-1-5", "shop", `{.status.conditions[?(@.type=="Pruned")].message}`)
+		assert.Equal(c, "False", pruned)
+		assert.Contains(c, message, "Ingress fireworksapp-system/shop-fireworks-app (this version's controller may not read ingresses)")
+	}, time.Minute, 250*time.Millisecond)
+	res = cp.Kubectl(ctx, "", "get", "events", "-n", journeyNamespace, "--field-selector", "reason=ObjectsLeftBehind", "-o", "jsonpath={.items[*].message}")
+	require.NoError(t, res.Err, res.Stderr)
+	assert.Contains(t, res.Stdout, "chart fireworks-app 1.1.5's controller could not delete them")
 }

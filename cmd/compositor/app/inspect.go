@@ -232,23 +232,45 @@ func encodeCRD(obj *apiextensionsv1.CustomResourceDefinition, format string) ([]
 // LintOptions configure `compositor lint`.
 type LintOptions struct {
 	Chart ChartOptions
+	// Previous is an earlier version of the same chart (--previous), in any form Chart
+	// takes; lint then also checks the conversion of its values to the chart's.
+	Previous string
+	// PreviousVersion is the version of Previous to fetch when it is a chart URL.
+	PreviousVersion string
 }
 
 func newLintCommand() *cobra.Command {
 	opts := &LintOptions{Chart: newChartOptions()}
 	cmd := &cobra.Command{
-		Use:   "lint REF|DIR",
+		Use:   "lint REF|DIR [--previous REF|DIR]",
 		Short: "Check that a chart can become a Compositor API",
 		Long: `lint checks a chart the way Compositor will use it: Chart.yaml naming (Kind, plural,
 version), values.schema.json present and compiling (as Helm and the webhook compile
 it) and accepting the default values, the translation into a CRD schema with what it
-loses, and a preview of the RBAC the chart's controller gets, resolved against the
-built-in Kubernetes kinds (kinds from CRDs are warnings: a cluster must serve them).
+loses, the declared conversions of values.conversions.yaml parsing and compiling, and a
+preview of the RBAC the chart's controller gets, resolved against the built-in
+Kubernetes kinds (kinds from CRDs are warnings: a cluster must serve them).
+
+With --previous, an earlier version of the same chart (a directory, archive or chart
+URL, as the chart argument; --previous-version is its version when it is a chart URL),
+lint also checks the conversion from that version to this one, on a CRD serving both
+as the reconciler builds it: the steps of values.conversions.yaml are converted there
+and back on values drawn from both schemas, and a rule that fails, writes a value the
+other version refuses or loses values without acknowledgeLoss is an error; what
+acknowledged rules lose is information, with a value that shows it. Value paths one
+version declares and the other does not, which no rule converts, are a warning when
+some were removed and others added (that looks like a rename the chart should declare
+with a move rule), and information when some were only removed.
 
 Each finding is one line, [ERROR], [WARNING] or [INFO] with the file it is about.
 The exit code is non-zero when there is an error; warnings alone pass.`,
 		Example: `  compositor lint samples/charts/fireworks-app/1.1.5
-  compositor lint https://charts.example.com --repo fireworks-app --version 1.1.5`,
+  compositor lint https://charts.example.com --repo fireworks-app --version 1.1.5
+
+  # 2.0.0 and the conversion of 1.1.5 compositions to it:
+  compositor lint samples/charts/fireworks-app/2.0.0 --previous samples/charts/fireworks-app/1.1.5
+  compositor lint samples/charts/fireworks-app/2.0.0 \
+    --previous https://charts.example.com --repo fireworks-app --previous-version 1.1.5`,
 		Args: chartArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Chart.Chart = args[0]
@@ -256,21 +278,70 @@ The exit code is non-zero when there is an error; warnings alone pass.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(flagUsageError)
-	opts.Chart.AddFlags(cmd.Flags())
+	fs := cmd.Flags()
+	opts.Chart.AddFlags(fs)
+	fs.StringVar(&opts.Previous, "previous", opts.Previous, "An earlier version of the chart, a directory or archive or a chart URL: also check the conversion of its values to the chart's")
+	fs.StringVar(&opts.PreviousVersion, "previous-version", opts.PreviousVersion, "Exact chart version of --previous when it is a chart URL")
 	return cmd
 }
 
 // ErrLint means lint found at least one error in the chart.
 var ErrLint = errors.New("chart has lint errors")
 
-// RunLint lints the chart opts.Chart and prints its findings to out.
+// lintSources are where the chart of opts and its --previous come from. The access
+// flags (--repo, credentials, cache) serve both; --repo goes to whichever is a chart
+// URL when the other is local.
+func (o *LintOptions) lintSources() (chartSource, previous ChartOptions, err error) {
+	chartSource = o.Chart
+	if o.Previous == "" {
+		if o.PreviousVersion != "" {
+			return chartSource, previous, usageErrorf("--previous-version applies to --previous, which is not given")
+		}
+		return chartSource, previous, nil
+	}
+	previous = o.Chart
+	previous.Chart, previous.Version = o.Previous, o.PreviousVersion
+	switch {
+	case !isChartURL(o.Previous) && o.PreviousVersion != "":
+		return chartSource, previous, usageErrorf("--previous-version applies to a chart URL, not to the local chart %s", o.Previous)
+	case !isChartURL(o.Previous) && isChartURL(o.Chart.Chart):
+		previous.Repo = ""
+	case isChartURL(o.Previous) && !isChartURL(o.Chart.Chart):
+		chartSource.Repo = ""
+	}
+	return chartSource, previous, nil
+}
+
+// RunLint lints the chart opts.Chart, and with opts.Previous the conversion from that
+// earlier version, and prints the findings to out.
 func RunLint(ctx context.Context, out, _ io.Writer, opts *LintOptions) error {
-	lc, err := loadChart(ctx, opts.Chart)
+	source, previousSource, err := opts.lintSources()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "==> Linting %s %s\n", lc.Chart.Name(), lc.Chart.Metadata.Version)
-	findings := chartlint.Lint(ctx, lc.Chart, crd.ConversionWebhook{URL: DefaultConversionURL})
+	lc, err := loadChart(ctx, source)
+	if err != nil {
+		return err
+	}
+	webhook := crd.ConversionWebhook{URL: DefaultConversionURL}
+	var findings []chartlint.Finding
+	if opts.Previous == "" {
+		fmt.Fprintf(out, "==> Linting %s %s\n", lc.Chart.Name(), lc.Chart.Metadata.Version)
+		findings = chartlint.Lint(ctx, lc.Chart, webhook)
+	} else {
+		prev, err := loadChart(ctx, previousSource)
+		if err != nil {
+			return fmt.Errorf("--previous: %w", err)
+		}
+		findings, err = chartlint.LintUpgrade(ctx, lc.Chart, prev.Chart, webhook)
+		switch {
+		case errors.Is(err, chartlint.ErrNotEarlier):
+			return usageErrorf("--previous %s: %w", opts.Previous, err)
+		case err != nil:
+			return fmt.Errorf("--previous %s: %w", opts.Previous, err)
+		}
+		fmt.Fprintf(out, "==> Linting %s %s, from %s\n", lc.Chart.Name(), lc.Chart.Metadata.Version, prev.Chart.Metadata.Version)
+	}
 	counts := map[chartlint.Severity]int{}
 	for _, f := range findings {
 		counts[f.Severity]++

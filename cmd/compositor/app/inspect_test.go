@@ -80,7 +80,9 @@ func TestCRDPrintsWhatTheReconcilerGenerates(t *testing.T) {
 	var manifest map[string]any
 	require.NoError(t, yaml.Unmarshal([]byte(stdout), &manifest))
 	assert.NotContains(t, manifest, "status", "a manifest to apply, without status")
-	assert.Equal(t, map[string]any{"name": "fireworksapps.composition.krateo.io"}, manifest["metadata"])
+	assert.Equal(t, map[string]any{"name": "fireworksapps.composition.krateo.io", "annotations": map[string]any{
+		"conversions.compositor.dev/v1-1-5": `{"chart":"1.1.5"}`, // what the version declares about conversion
+	}}, manifest["metadata"])
 
 	got := &apiextensionsv1.CustomResourceDefinition{}
 	require.NoError(t, yaml.UnmarshalStrict([]byte(stdout), got))
@@ -190,4 +192,69 @@ func TestLintBrokenSchema(t *testing.T) {
 	assert.Equal(t, ExitFailure, ExitCode(err))
 	assert.Contains(t, stdout, "[ERROR] values.schema.json: values.schema.json does not compile: ")
 	assert.Contains(t, stdout, "1 error(s), 0 warning(s)\n")
+}
+
+func TestLintPrevious(t *testing.T) {
+	stdout, _, err := runCLI(t, "", "lint", sampleDir(t, "2.0.0"), "--previous", sampleDir(t, "1.1.5"))
+	require.NoError(t, err, stdout)
+	assert.Contains(t, stdout, "==> Linting fireworks-app 2.0.0, from 1.1.5\n")
+	assert.Contains(t, stdout, `[INFO] values.conversions.yaml: step 1.1.6 → 2.0.0 loses service.type, e.g. service.type: "NodePort" comes back as "LoadBalancer" (v1-1-5 → v2-0-0 → v1-1-5); reason: `)
+	assert.NotContains(t, stdout, "[ERROR]")
+	assert.NotContains(t, stdout, "[WARNING]")
+	assert.Contains(t, stdout, "0 error(s), 0 warning(s)\n")
+}
+
+func TestLintPreviousUndeclaredRename(t *testing.T) {
+	// 2.0.0 without its values.conversions.yaml.
+	src := sampleDir(t, "2.0.0")
+	files := map[string]string{}
+	require.NoError(t, filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == crd.ConversionsFile {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(src, p)
+		files[filepath.ToSlash(rel)] = string(b)
+		return err
+	}))
+	stdout, _, err := runCLI(t, "", "lint", writeChart(t, files), "--previous", sampleDir(t, "1.1.5"))
+	require.NoError(t, err, "warnings alone pass: %s", stdout)
+	assert.Contains(t, stdout, "[WARNING] values.conversions.yaml: 1.1.5 → 2.0.0: removed: service.type; added: exposure. ")
+	assert.Contains(t, stdout, "0 error(s), 1 warning(s)\n")
+}
+
+func TestLintPreviousFromRepository(t *testing.T) {
+	repo := sampleRepo(t)
+	stdout, _, err := runCLI(t, "", "lint", sampleDir(t, "2.0.0"),
+		"--previous", repo.URL, "--repo", samplecharts.ChartName, "--previous-version", "1.1.6", "--chart-cache-dir", t.TempDir())
+	require.NoError(t, err, stdout)
+	assert.Contains(t, stdout, "==> Linting fireworks-app 2.0.0, from 1.1.6\n")
+	assert.Contains(t, stdout, `loses service.type, e.g. service.type: "NodePort" comes back as "LoadBalancer" (v1-1-6 → v2-0-0 → v1-1-6)`)
+}
+
+func TestLintPreviousErrors(t *testing.T) {
+	other := writeChart(t, map[string]string{
+		"Chart.yaml":              "apiVersion: v2\nname: other-app\nversion: 0.1.0\n",
+		"values.schema.json":      `{"type": "object"}`,
+		"templates/configmap.yml": configMapTemplate,
+	})
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"later version", []string{sampleDir(t, "1.1.5"), "--previous", sampleDir(t, "2.0.0")}, "is not earlier than 1.1.5"},
+		{"same version", []string{sampleDir(t, "2.0.0"), "--previous", sampleDir(t, "2.0.0")}, "fireworks-app 2.0.0 is not earlier than 2.0.0"},
+		{"another chart", []string{sampleDir(t, "2.0.0"), "--previous", other}, "the earlier chart is other-app, not fireworks-app"},
+		{"version of a local chart", []string{sampleDir(t, "2.0.0"), "--previous", sampleDir(t, "1.1.5"), "--previous-version", "1.1.5"}, "--previous-version applies to a chart URL"},
+		{"version without previous", []string{sampleDir(t, "2.0.0"), "--previous-version", "1.1.5"}, "--previous-version applies to --previous"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCLI(t, "", append([]string{"lint"}, tt.args...)...)
+			require.ErrorIs(t, err, ErrUsage)
+			assert.Equal(t, ExitUsage, ExitCode(err))
+			assert.ErrorContains(t, err, tt.want)
+		})
+	}
 }
