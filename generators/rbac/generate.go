@@ -56,6 +56,11 @@ type Options struct {
 	Group string
 	// Types are what the chart creates, from ResourceTypes.
 	Types []ResourceType
+	// RemovedTypes are namespaced types that other chart versions of the kind create
+	// and this one does not. A composition moved here from one of them is upgraded to
+	// this chart, and Helm deletes what the old revision had and the new one does not,
+	// if it can read it: the controller gets RemovalVerbs on them, no more.
+	RemovedTypes []ResourceType
 	// Labels are added to every object; the identity labels win over them.
 	Labels map[string]string
 	// CredentialsSecret names the Secret, in Namespace, of the chart's credentials;
@@ -229,7 +234,7 @@ func Generate(opts Options) (*Objects, error) {
 	objs := &Objects{
 		ServiceAccount:     sa,
 		CompositionsRole:   clusterRole(names.CompositionsRole, labels, compositionRules(opts.Group, opts.Plural)),
-		ReleaseRole:        clusterRole(names.ReleaseRole, labels, releaseRules(namespaced)),
+		ReleaseRole:        clusterRole(names.ReleaseRole, labels, releaseRules(namespaced, removedOnly(opts.RemovedTypes, namespaced))),
 		releaseBindingName: names.ReleaseBinding,
 		labels:             labels,
 	}
@@ -412,10 +417,11 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 	}
 }
 
-// releaseRules grant HelmVerbs on the chart's namespaced types and Helm's release
-// storage on Secrets, unless the chart's own Secrets already cover it.
-func releaseRules(namespaced []ResourceType) []rbacv1.PolicyRule {
-	rules := typeRules(namespaced, HelmVerbs)
+// releaseRules grant HelmVerbs on the chart's namespaced types, RemovalVerbs on the
+// types it removes, and Helm's release storage on Secrets, unless the chart's own
+// Secrets already cover it.
+func releaseRules(namespaced, removed []ResourceType) []rbacv1.PolicyRule {
+	rules := append(typeRules(namespaced, HelmVerbs), typeRules(removed, RemovalVerbs)...)
 	for _, t := range namespaced {
 		if t.Group == "" && t.Resource == "secrets" {
 			return rules
@@ -442,4 +448,23 @@ func typeRules(types []ResourceType, verbs []string) []rbacv1.PolicyRule {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: resources, Verbs: slices.Clone(verbs)})
 	}
 	return rules
+}
+
+// RemovalVerbs are the verbs Helm needs to delete an object a new revision no longer
+// has: it reads it (and leaves it alone when it cannot), then deletes it.
+var RemovalVerbs = []string{"delete", "get"}
+
+// removedOnly are the namespaced types of removed that are not among types, without
+// those Compositor never grants.
+func removedOnly(removed, types []ResourceType) []ResourceType {
+	var out []ResourceType
+	for _, t := range removed {
+		if _, refused := Refused(t.Group, t.Resource); !t.Namespaced || refused || slices.ContainsFunc(types, func(u ResourceType) bool { return u.GroupResource() == t.GroupResource() }) {
+			continue
+		}
+		if !slices.ContainsFunc(out, func(u ResourceType) bool { return u.GroupResource() == t.GroupResource() }) {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -252,3 +252,22 @@ func TestGenerateCredentialsRole(t *testing.T) {
 	_, err = Generate(opts)
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 }
+
+// A version whose chart lacks a type another version of the kind creates may read and
+// delete it, no more: a composition moved here from that version is upgraded to this
+// chart, and Helm removes what the old revision had only when it can read it.
+func TestGenerateRemovedTypes(t *testing.T) {
+	opts := fireworksOptions(t, "1.1.5", fireworksTypes(t)["1.1.5"])
+	opts.RemovedTypes = append(fireworksTypes(t)["2.0.0"], // the chart's own types are not repeated
+		kubeType(t, "scheduling.k8s.io", "PriorityClass"),      // cluster-scoped: not here
+		kubeType(t, "rbac.authorization.k8s.io", "RoleBinding")) // never granted
+	objs, err := Generate(opts)
+	require.NoError(t, err)
+	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"delete", "get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
+	}, objs.ReleaseRole.Rules)
+	assert.Nil(t, objs.ClusterRole)
+}

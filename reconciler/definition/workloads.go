@@ -39,7 +39,7 @@ const (
 // Helm's release records: without it the controller acts on no release, so failing to
 // grant it fails the version.
 func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (archiveErr, err error) {
-	opts, objs, err := r.versionRBAC(def, ch, digest, api)
+	opts, objs, err := r.versionRBAC(ctx, def, ch, digest, api)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +74,10 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 }
 
 // versionRBAC generates the RBAC of the controller of api's version: what the chart's
-// kinds need, its credentials, and, for a controller Deployment, the kept archive of
+// kinds need, reading and deleting what the other chart versions of the kind create
+// (removedTypes), its credentials, and, for a controller Deployment, the kept archive of
 // digest and the release seal in Compositor's namespace.
-func (r *Reconciler) versionRBAC(def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (rbac.Options, *rbac.Objects, error) {
+func (r *Reconciler) versionRBAC(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (rbac.Options, *rbac.Objects, error) {
 	types, err := rbac.ResourceTypes(ch, r.Mapper)
 	switch {
 	case errors.Is(err, rbac.ErrForbiddenKind):
@@ -94,6 +95,7 @@ func (r *Reconciler) versionRBAC(def *corev1alpha1.CompositionDefinition, ch *ch
 		Version:        api.Version,
 		Group:          vocab.CompositionGroup,
 		Types:          types,
+		RemovedTypes:   r.removedTypes(ctx, def, api, digest),
 	}
 	if c := def.Spec.Chart.Credentials; c != nil {
 		// The controller fetches the chart too; charts.Source.Fetch has refused a Secret of
@@ -295,4 +297,37 @@ func (r *Reconciler) deleteRoleBindings(ctx context.Context, labels client.Match
 		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &list.Items[i])))
 	}
 	return errors.Join(errs...)
+}
+
+// removedTypes are the types the other chart versions of api's kind create: those of
+// the definitions that serve it, this one's previous chart included (its status still
+// names it until the new version is published). A composition moved from one of them
+// to this version is upgraded to this chart, and Helm deletes what the old revision
+// had only if this version's controller can read it. A chart that cannot be had now
+// is skipped: the controller then reports what it could not delete (condition Pruned).
+func (r *Reconciler) removedTypes(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, digest string) []rbac.ResourceType {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the definitions of the kind, for the types its other versions create")
+		return nil
+	}
+	var out []rbac.ResourceType
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.Status.Kind != api.Kind || other.Status.Digest == "" || other.Status.Digest == digest {
+			continue
+		}
+		ch, _, err := r.Charts.Chart(ctx, other)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("The chart of another version of the kind is not available: its controller may not delete what that chart created",
+				"definition", other.Namespace+"/"+other.Name, "reason", err.Error())
+			continue
+		}
+		types, err := rbac.ResourceTypes(ch, r.Mapper)
+		if err != nil {
+			continue
+		}
+		out = append(out, types...)
+	}
+	return out
 }

@@ -8,9 +8,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -115,21 +118,25 @@ func TestMultiVersionManagement(t *testing.T) {
 	// Roll back by the reverse steps.
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-2-0-0", "-n", journeyNamespace, "krateo.io/paused=true")
 	kubectl("", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", journeyNamespace, "krateo.io/paused=false")
+	// Once reconciled, 1.1.5's controller may read and delete what 2.0.0's chart creates
+	// and its own does not: get and delete on Ingresses, no more.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		role := &rbacv1.ClusterRole{}
+		if !assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: rbac.NamesFor(journeyNamespace, "fireworksapps", "v1-1-5").ReleaseRole}, role)) {
+			return
+		}
+		assert.Contains(c, role.Rules, rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"delete", "get"}})
+	}, time.Minute, 250*time.Millisecond)
 	label("v1-1-5")
 	releaseAt("fireworks-app-1.1.5", "5")
 	assert.Equal(t, "public", compositionField(t, cp, "v2-0-0", "shop", "{.spec.exposure}"), "what v1-1-5 does not know is kept")
 	// Chart 2.0.0's declared conversion gives 1.1.5 what public meant.
 	assert.Equal(t, "LoadBalancer", compositionField(t, cp, "v1-1-5", "shop", "{.spec.service.type}"))
 
-	// 1.1.5's controller may not read Ingresses, so Helm cannot delete 2.0.0's: the
-	// composition says so, and which one, instead of leaving it there unsaid.
+	// Nothing of 2.0.0's release stays behind: its Ingress went with the move.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		pruned := compositionField(c, cp, "v1-1-5", "shop", `{.status.conditions[?(@.type=="Pruned")].status}`)
-		message := compositionField(c, cp, "v1-1-5", "shop", `{.status.conditions[?(@.type=="Pruned")].message}`)
-		assert.Equal(c, "False", pruned)
-		assert.Contains(c, message, "Ingress fireworksapp-system/shop-fireworks-app (this version's controller may not read ingresses)")
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "shop-fireworks-app"}, &networkingv1.Ingress{})
+		assert.True(c, apierrors.IsNotFound(err), "the Ingress of chart 2.0.0 is gone: %v", err)
+		assert.Equal(c, "True", compositionField(c, cp, "v1-1-5", "shop", `{.status.conditions[?(@.type=="Pruned")].status}`))
 	}, time.Minute, 250*time.Millisecond)
-	res = cp.Kubectl(ctx, "", "get", "events", "-n", journeyNamespace, "--field-selector", "reason=ObjectsLeftBehind", "-o", "jsonpath={.items[*].message}")
-	require.NoError(t, res.Err, res.Stderr)
-	assert.Contains(t, res.Stdout, "chart fireworks-app 1.1.5's controller could not delete them")
 }
