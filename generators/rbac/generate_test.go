@@ -259,7 +259,7 @@ func TestGenerateCredentialsRole(t *testing.T) {
 func TestGenerateRemovedTypes(t *testing.T) {
 	opts := fireworksOptions(t, "1.1.5", fireworksTypes(t)["1.1.5"])
 	opts.RemovedTypes = append(fireworksTypes(t)["2.0.0"], // the chart's own types are not repeated
-		kubeType(t, "scheduling.k8s.io", "PriorityClass"),      // cluster-scoped: not here
+		kubeType(t, "scheduling.k8s.io", "PriorityClass"),       // cluster-scoped: not here
 		kubeType(t, "rbac.authorization.k8s.io", "RoleBinding")) // never granted
 	objs, err := Generate(opts)
 	require.NoError(t, err)
