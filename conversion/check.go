@@ -79,7 +79,7 @@ func (ck *checker) direction(r *rand.Rand, from, to string, there, back *chain) 
 	gen := valueGen{r: r}
 	for range checkDraws {
 		values, ok := gen.value(&spec, 0).(map[string]any)
-		if !ok || (validator != nil && len(validation.ValidateCustomResource(nil, values, validator)) > 0) {
+		if !ok || len(validation.ValidateCustomResource(nil, values, validator)) > 0 {
 			continue
 		}
 		values = normalizeValues(values)
@@ -88,9 +88,7 @@ func (ck *checker) direction(r *rand.Rand, from, to string, there, back *chain) 
 			ck.refuseFailure(there, from, to, values, err)
 			continue
 		}
-		if targetValidator != nil {
-			ck.checkWritten(there, from, to, values, converted, targetValidator)
-		}
+		ck.checkWritten(there, from, to, values, converted, targetValidator)
 		again := deepCopyJSON(converted).(map[string]any)
 		if err := back.applyChecked(again); err != nil {
 			ck.refuseFailure(back, to, from, converted, err)
@@ -150,7 +148,7 @@ func (ck *checker) refuseFailure(c *chain, from, to string, values map[string]an
 
 // checkWritten refuses a rule whose written value the target version's schema refuses.
 func (ck *checker) checkWritten(c *chain, from, to string, values, converted map[string]any, v validation.SchemaValidator) {
-	errs := validation.ValidateCustomResource(nil, converted, v)
+	errs := validation.ValidateCustomResource(nil, normalizeNumbers(converted), v)
 	for _, r := range ck.rules(c) {
 		for _, p := range written(c, r) {
 			for _, e := range errs {

@@ -10,9 +10,11 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -51,6 +53,8 @@ type Schemas struct {
 	served   []string
 	versions map[string]*versionSchemas
 	declared *declaredConversions
+
+	validators sync.Map // version → validation.SchemaValidator of its spec, built on first use
 }
 
 // versionSchemas are the two views of one non-storage version's schema.
@@ -250,4 +254,24 @@ func (c *CRDSchemas) schemasOf(crd *apiextensionsv1.CustomResourceDefinition) (*
 	c.built[gk] = builtSchemas{name: crd.Name, uid: crd.UID, resourceVersion: crd.ResourceVersion, schemas: s}
 	c.mu.Unlock()
 	return s, nil
+}
+
+// Refused validates the spec of obj, an object of version, against that version's
+// schema, as the API server would on a create: what its clients could not write. The
+// hub and versions the CRD does not have refuse nothing.
+func (s *Schemas) Refused(version string, obj map[string]any) field.ErrorList {
+	root := s.Structural(version)
+	if root == nil {
+		return nil
+	}
+	v, ok := s.validators.Load(version)
+	if !ok {
+		spec := root.Properties["spec"]
+		v, _ = s.validators.LoadOrStore(version, newSpecValidator(&spec))
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	if spec == nil {
+		return nil
+	}
+	return validation.ValidateCustomResource(field.NewPath("spec"), normalizeNumbers(spec), v.(validation.SchemaValidator))
 }

@@ -33,6 +33,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/multicluster"
@@ -119,6 +120,10 @@ type Reconciler struct {
 	// whose lane is full goes back to the queue for a moment, holding no worker: one
 	// namespace's runaway renders or one slow cluster delay only their own.
 	Lanes *fairshare.Lanes
+	// Schemas, when set, gives the schemas of the served versions, so that the
+	// condition Representable says which versions cannot show the composition's values
+	// (representable.go); nil leaves it out.
+	Schemas conversion.SchemaSource
 }
 
 // laneRetry is how soon a composition whose lane was full is tried again; jitter

@@ -59,6 +59,7 @@ func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstr
 	if a.changed {
 		setPruned(obj, w, a.leftBehind)
 	}
+	r.setRepresentable(ctx, obj)
 	r.setHealth(obj, a.health)
 	return healthRetry(a.result())(a.health)
 }

@@ -44,6 +44,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/fairshare"
 	"github.com/compositor-dev/compositor/lightinformer"
@@ -116,7 +117,8 @@ type Runtime struct {
 	metadata  metadata.Interface // otherwise only their metadata
 	recorders recorder.Provider
 	helm      *composition.Helm
-	elected   <-chan struct{} // closed once this replica leads
+	schemas   *conversion.CRDSchemas // of the generated kinds, for the compositions' Representable
+	elected   <-chan struct{}        // closed once this replica leads
 
 	controller controller.TypedController[request]
 	rates      *perVersionRate
@@ -156,6 +158,7 @@ func (v *servedVersion) Run(ctx context.Context) {
 // SetupWithManager creates the controller in mgr and adds Runtime to it.
 func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 	k.client, k.cache, k.live = mgr.GetClient(), mgr.GetCache(), mgr.GetAPIReader()
+	k.schemas = conversion.NewCRDSchemas(k.cache, k.live)
 	k.scheme, k.mapper = mgr.GetScheme(), mgr.GetRESTMapper()
 	k.recorders, k.elected = mgr, mgr.Elected()
 	k.queued = make(chan struct{})
@@ -390,6 +393,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		Checker:          k.Checker,
 		Targets:          k.Targets,
 		Lanes:            k.lanes,
+		Schemas:          k.schemas,
 	}
 	if k.shared() {
 		v.compositions.Leads = k.leading

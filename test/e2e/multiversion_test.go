@@ -95,6 +95,15 @@ func TestMultiVersionManagement(t *testing.T) {
 	kubectl("", "patch", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":15}}`)
 	releaseAt("fireworks-app-2.0.0", "3")
 	assert.Equal(t, "15", compositionField(t, cp, "v1-1-5", "shop", "{.spec.replicaCount}"))
+	representable := func(c *assert.CollectT) (string, string) {
+		return compositionField(c, cp, "v2-0-0", "shop", `{.status.conditions[?(@.type=="Representable")].status}`),
+			compositionField(c, cp, "v2-0-0", "shop", `{.status.conditions[?(@.type=="Representable")].message}`)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, message := representable(c)
+		assert.Equal(c, "False", status, "v1-1-5 cannot show 15 replicas: the composition says so")
+		assert.Contains(c, message, "v1-1-5: spec.replicaCount: Invalid value: 15")
+	}, time.Minute, 250*time.Millisecond)
 	kubectl("", "label", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "team=web")
 	asV115 := cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "-o", "yaml")
 	require.NoError(t, asV115.Err, asV115.Stderr)
@@ -108,6 +117,10 @@ func TestMultiVersionManagement(t *testing.T) {
 	kubectl("", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", journeyNamespace, "--type", "merge", "-p", `{"spec":{"replicaCount":3}}`)
 	releaseAt("fireworks-app-2.0.0", "4")
 	assert.Equal(t, "v2-0-0", pinned())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, _ := representable(c)
+		assert.Equal(c, "True", status)
+	}, time.Minute, 250*time.Millisecond)
 
 	// A label naming a version no definition serves is refused, and moves nothing.
 	res = cp.Kubectl(ctx, "", "label", "--overwrite", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "krateo.io/composition-version=v9-9-9")
