@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -306,26 +304,24 @@ func (l *linter) upgrade(ch *chart.Chart) {
 	for _, loss := range losses {
 		l.add(SeverityInfo, crd.ConversionsFile, "step %s loses %s, e.g. %s; reason: %s", loss.Step, loss.Path, loss.Example, loss.Reason)
 	}
-	l.renames(prev.Metadata.Version, ch.Metadata.Version, specOf(schemas.Structural(prevName)), specOf(schemas.Structural(l.version)), l.chainPaths(prev, ch))
+	l.renames(prev.Metadata.Version, ch.Metadata.Version, schemas, prevName)
 }
 
-// renames reports the leaf paths one version's spec declares and the other does not,
-// which no rule of the steps between them converts (covered).
-func (l *linter) renames(from, to string, before, after *structuralschema.Structural, covered [][]string) {
-	if before == nil || after == nil {
-		return // a spec without a schema keeps any value
-	}
-	changed := func(these, others *structuralschema.Structural) []string {
+// renames reports the value paths one version declares and the other does not, which
+// no rule of the steps between them converts.
+func (l *linter) renames(from, to string, schemas *conversion.Schemas, prevName string) {
+	covered := schemas.ConvertedPaths(prevName, l.version)
+	changed := func(foreign []conversion.ForeignPath) []string {
 		var out []string
-		for _, p := range leafPaths(these, nil) {
-			if declares(others, p) || slices.ContainsFunc(covered, func(c []string) bool { return isPrefix(c, p) || isPrefix(p, c) }) {
+		for _, f := range foreign {
+			if slices.ContainsFunc(covered, func(c []string) bool { return isPrefix(c, f.Path) || isPrefix(f.Path, c) }) {
 				continue
 			}
-			out = append(out, strings.Join(p, "."))
+			out = append(out, strings.Join(f.Path, "."))
 		}
 		return out
 	}
-	removed, added := changed(before, after), changed(after, before)
+	removed, added := changed(schemas.ForeignPaths(l.version)), changed(schemas.ForeignPaths(prevName))
 	switch {
 	case len(removed) > 0 && len(added) > 0:
 		l.add(SeverityWarning, crd.ConversionsFile, "%s → %s: removed: %s; added: %s. If one became the other, the chart should declare it in %s "+
@@ -336,79 +332,8 @@ func (l *linter) renames(from, to string, before, after *structuralschema.Struct
 	}
 }
 
-// chainPaths are the paths of the values that the rules of l.steps between
-// l.previous and ch read or write: move sources and targets, derive targets and the
-// keys of their inverse, drop paths. A step is in the chain when its To is after the
-// earlier version and at or before ch's (as package conversion chains them).
-func (l *linter) chainPaths(prev, ch *chart.Chart) [][]string {
-	low, err1 := semver.NewVersion(prev.Metadata.Version)
-	high, err2 := semver.NewVersion(ch.Metadata.Version)
-	if err1 != nil || err2 != nil {
-		return nil
-	}
-	var out [][]string
-	for _, s := range l.steps {
-		to, err := semver.NewVersion(s.To)
-		if err != nil || !low.LessThan(to) || high.LessThan(to) {
-			continue
-		}
-		for _, r := range s.Rules {
-			paths := []string{r.Move, r.Derive, r.Drop}
-			if r.Move != "" {
-				paths = append(paths, r.To)
-			}
-			for key := range r.Inverse {
-				paths = append(paths, key)
-			}
-			for _, p := range paths {
-				if p != "" {
-					out = append(out, strings.Split(p, "."))
-				}
-			}
-		}
-	}
-	return out
-}
 
-// specOf is the schema of a version's spec, nil when it keeps any value.
-func specOf(s *structuralschema.Structural) *structuralschema.Structural {
-	if s == nil {
-		return nil
-	}
-	spec, ok := s.Properties["spec"]
-	if !ok || len(spec.Properties) == 0 {
-		return nil
-	}
-	return &spec
-}
 
-// leafPaths are the paths through the properties of s to the schemas without
-// properties (scalars, arrays, free-form objects and maps), sorted.
-func leafPaths(s *structuralschema.Structural, at []string) [][]string {
-	if len(s.Properties) == 0 {
-		return [][]string{slices.Clone(at)}
-	}
-	var out [][]string
-	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
-		p := s.Properties[name]
-		out = append(out, leafPaths(&p, append(at, name))...)
-	}
-	return out
-}
-
-// declares tells whether s declares the value at path: each key a property, or under
-// a free-form object or map (which declares any field). Unknown fields an object with
-// properties preserves are not declared: package conversion stashes them.
-func declares(s *structuralschema.Structural, path []string) bool {
-	for _, key := range path {
-		p, ok := s.Properties[key]
-		if !ok {
-			return len(s.Properties) == 0 && (s.XPreserveUnknownFields || s.AdditionalProperties != nil)
-		}
-		s = &p
-	}
-	return true
-}
 
 func isPrefix(prefix, path []string) bool {
 	return len(prefix) <= len(path) && slices.Equal(prefix, path[:len(prefix)])

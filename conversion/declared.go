@@ -347,3 +347,21 @@ func setAnnotation(obj map[string]any, key, value, version string) error {
 	annotations[key] = value
 	return checkAnnotationsSize(annotations, version)
 }
+
+// ConvertedPaths are the value paths the declared steps between served versions a and
+// b read or write, in either direction: move sources and destinations, derive targets
+// and the keys of their inverse, drop paths.
+func (s *Schemas) ConvertedPaths(a, b string) [][]string {
+	c := s.declared.chain(a, b)
+	if c == nil {
+		return nil
+	}
+	var out [][]string
+	for _, step := range c.steps {
+		for _, r := range step.rules {
+			out = append(out, r.sources()...)
+			out = append(out, r.targets()...)
+		}
+	}
+	return out
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -55,6 +57,7 @@ type Schemas struct {
 	declared *declaredConversions
 
 	validators sync.Map // version → validation.SchemaValidator of its spec, built on first use
+	foreign    sync.Map // version → []ForeignPath, built on first use
 }
 
 // versionSchemas are the two views of one non-storage version's schema.
@@ -275,3 +278,76 @@ func (s *Schemas) Refused(version string, obj map[string]any) field.ErrorList {
 	}
 	return validation.ValidateCustomResource(field.NewPath("spec"), normalizeNumbers(spec), v.(validation.SchemaValidator))
 }
+
+// ForeignPaths are the value paths (dotted, under spec) that other served versions
+// declare and version does not, each with the versions that declare it, sorted: a
+// value written there through version is one of another chart version's, which
+// version's clients do not see.
+func (s *Schemas) ForeignPaths(version string) []ForeignPath {
+	if v, ok := s.foreign.Load(version); ok {
+		return v.([]ForeignPath)
+	}
+	var out []ForeignPath
+	own := s.Structural(version)
+	if own != nil {
+		ownSpec := own.Properties["spec"]
+		byPath := map[string][]string{}
+		for _, other := range s.served {
+			root := s.Structural(other)
+			if other == version || root == nil {
+				continue
+			}
+			spec := root.Properties["spec"]
+			for _, p := range leafPaths(&spec, nil) {
+				if !declares(&ownSpec, p) {
+					byPath[dotted(p)] = append(byPath[dotted(p)], other)
+				}
+			}
+		}
+		for _, p := range slices.Sorted(maps.Keys(byPath)) {
+			out = append(out, ForeignPath{Path: strings.Split(p, "."), Versions: byPath[p]})
+		}
+	}
+	v, _ := s.foreign.LoadOrStore(version, out)
+	return v.([]ForeignPath)
+}
+
+// ForeignPath is a value path another served version declares, and those versions.
+type ForeignPath struct {
+	Path     []string
+	Versions []string
+}
+
+// leafPaths are the paths through the properties of s to the schemas without
+// properties (scalars, arrays, free-form objects and maps).
+func leafPaths(s *structuralschema.Structural, at []string) [][]string {
+	if len(s.Properties) == 0 {
+		if len(at) == 0 {
+			return nil
+		}
+		return [][]string{slices.Clone(at)}
+	}
+	var out [][]string
+	for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
+		p := s.Properties[name]
+		out = append(out, leafPaths(&p, append(at, name))...)
+	}
+	return out
+}
+
+// declares tells whether s declares the value at path: each key a property of the
+// object above it, or under an object without properties (a free-form object or a
+// map, which declares any key).
+func declares(s *structuralschema.Structural, path []string) bool {
+	for _, key := range path {
+		p, ok := s.Properties[key]
+		if !ok {
+			return len(s.Properties) == 0 && (s.XPreserveUnknownFields || s.AdditionalProperties != nil)
+		}
+		s = &p
+	}
+	return true
+}
+
+// ValueAt is the value at a path of values, if there is one.
+func ValueAt(values map[string]any, path []string) (any, bool) { return getAt(values, path) }

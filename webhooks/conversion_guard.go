@@ -123,3 +123,40 @@ func asReadBy(ctx context.Context, schemas conversion.SchemaSource, gvk schema.G
 	// Restored values are json.Numbers; read them back as the controller will.
 	return normalizeJSON(read)
 }
+
+// foreignValues warns about the values a create or update writes at paths the version
+// it writes through does not declare and another served version does (1.1.5's
+// service.type written through v2-0-0): that version's clients do not see them, and
+// the chart of the version the composition is pinned to may ignore them. An update is
+// warned only about the values it changes.
+func foreignValues(ctx context.Context, schemas conversion.SchemaSource, req *Request) admission.Warnings {
+	if schemas == nil || req.Object == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return nil
+	}
+	s, err := schemas.Schemas(ctx, schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}, []string{req.Kind.Version})
+	if err != nil || !s.Has(req.Kind.Version) {
+		return nil // the schema check says what is wrong
+	}
+	foreign := s.ForeignPaths(req.Kind.Version)
+	if len(foreign) == 0 {
+		return nil
+	}
+	spec, _ := req.Object.Object["spec"].(map[string]any)
+	var oldSpec map[string]any
+	if req.OldObject != nil {
+		oldSpec, _ = req.OldObject.Object["spec"].(map[string]any)
+	}
+	var warnings admission.Warnings
+	for _, f := range foreign {
+		v, ok := conversion.ValueAt(spec, f.Path)
+		if !ok {
+			continue
+		}
+		if old, had := conversion.ValueAt(oldSpec, f.Path); had && equality.Semantic.DeepEqual(old, v) {
+			continue
+		}
+		warnings = append(warnings, fmt.Sprintf("spec.%s is not a value of %s %s (%s has it): clients of %s do not see it",
+			strings.Join(f.Path, "."), req.Kind.Kind, req.Kind.Version, strings.Join(f.Versions, ", "), req.Kind.Version))
+	}
+	return warnings
+}

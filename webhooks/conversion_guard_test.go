@@ -211,3 +211,31 @@ func TestConversionOriginIsCompositorsAlone(t *testing.T) {
 		})
 	}
 }
+
+// A value written through a version that does not declare it, where another served
+// version does, is admitted with a warning: that version's clients do not see it.
+func TestForeignValuesAreWarnedAbout(t *testing.T) {
+	ctx := context.Background()
+	_, validator, _ := guarded(t)
+	validator.schemas = staticSchemas(fireworks(t).schemas)
+	withExposure := func(exposure string) map[string]any {
+		obj := decodeJSON(t, mustJSON(t, storedReadThroughV115(t)))
+		delete(obj["metadata"].(map[string]any), "annotations")
+		obj["metadata"].(map[string]any)["annotations"] = map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"}
+		obj["spec"].(map[string]any)["exposure"] = exposure
+		return obj
+	}
+	const warning = "spec.exposure is not a value of FireworksApp v1-1-5 (v2-0-0 has it): clients of v1-1-5 do not see it"
+
+	resp := validator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", withExposure("public"), nil)))
+	require.True(t, resp.Allowed, "%v", resp.Result)
+	assert.Contains(t, resp.Warnings, warning)
+
+	resp = validator.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", withExposure("public"), withExposure("public"))))
+	require.True(t, resp.Allowed, "%v", resp.Result)
+	assert.NotContains(t, resp.Warnings, warning, "an update that leaves the value as it was is not warned about")
+
+	resp = validator.Handle(ctx, admissionRequest(t, compositionRequest("UPDATE", withExposure("internal"), withExposure("public"))))
+	require.True(t, resp.Allowed, "%v", resp.Result)
+	assert.Contains(t, resp.Warnings, warning)
+}

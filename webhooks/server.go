@@ -199,7 +199,7 @@ type Validator struct {
 	// decider runs the schema and policies after the checks; nil skips them.
 	decider *policyCheck
 	// schemas are the generated CRDs' schemas, shared with the conversion webhook.
-	schemas *conversion.CRDSchemas
+	schemas conversion.SchemaSource
 	// status judges writes of a composition's status (StatusPath); nil refuses them.
 	status *StatusGuard
 	// limits bound every object before the checks; the zero value bounds nothing.
@@ -263,6 +263,9 @@ func (v *Validator) review(ctx context.Context, req *Request, built *policies.Re
 		return unsupportedKind(req.Kind), policies.Decision{}
 	}
 	errs, warnings := checks.Run(ctx, req)
+	if req.Kind.Group == vocab.CompositionGroup && v.schemas != nil {
+		warnings = append(warnings, foreignValues(ctx, v.schemas, req)...)
+	}
 	if v.decider == nil || req.Kind.Group == policyGroup || leaving(req) {
 		return respond(req, errs, warnings), policies.Decision{}
 	}

@@ -97,6 +97,13 @@ func TestClientsOfEveryVersion(t *testing.T) {
 	assert.Equal(t, "v2-0-0", compositionField(t, cp, "v2-0-0", "fresh", `{.metadata.labels.krateo\.io/composition-version}`))
 	assert.Equal(t, "internal", compositionField(t, cp, "v2-0-0", "fresh", "{.spec.exposure}"))
 
+	// A v2-0-0 client that writes 1.1.5's service.type is told it wrote a value its
+	// version does not have.
+	const stray = "apiVersion: composition.krateo.io/v2-0-0\nkind: FireworksApp\nmetadata: {name: stray, namespace: fireworksapp-system}\nspec: {service: {type: NodePort}}\n"
+	res := cp.Kubectl(ctx, stray, "apply", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
+	assert.Contains(t, res.Stderr, "Warning: spec.service.type is not a value of FireworksApp v2-0-0 (v1-1-5 has it): clients of v2-0-0 do not see it")
+
 	// managedFields stay usable: the v1-1-5 manager's fields read back through v1-1-5.
 	var managed []metav1.ManagedFieldsEntry
 	require.NoError(t, json.Unmarshal([]byte(kubectl("", "get", "fireworksapps.v1-1-5.composition.krateo.io", "fresh", "-n", journeyNamespace, "-o", "jsonpath={.metadata.managedFields}")), &managed))
