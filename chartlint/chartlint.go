@@ -332,9 +332,6 @@ func (l *linter) renames(from, to string, schemas *conversion.Schemas, prevName 
 	}
 }
 
-
-
-
 func isPrefix(prefix, path []string) bool {
 	return len(prefix) <= len(path) && slices.Equal(prefix, path[:len(prefix)])
 }
