@@ -152,7 +152,10 @@ func floorCalls(calls []call) []call {
 	out := make([]call, len(calls))
 	for i, c := range calls {
 		out[i] = c
-		if c.path != webhooks.ConvertPath {
+		switch {
+		case c.floorCheck != nil:
+			out[i].check = c.floorCheck
+		case c.path != webhooks.ConvertPath:
 			out[i].check = expectAnyAdmission
 		}
 		if c.then != nil {

@@ -25,6 +25,9 @@ type call struct {
 	// check reads the answer's body and says what is wrong with it, nil when it is the
 	// expected verdict.
 	check func(body []byte) error
+	// floorCheck, when set, checks the floor's answer instead of check: the floor
+	// answers reviews in shape only.
+	floorCheck func(body []byte) error
 	// then, when set, is sent right after on the same connection, as the next step of
 	// the same request (/validate after /mutate); the call's latency covers both.
 	then *call

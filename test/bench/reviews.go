@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"maps"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -219,12 +220,13 @@ func conversionReview(namespace string, n int, spec map[string]any, from, to str
 		Objects:           objects,
 	}}
 	review.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("ConversionReview"))
-	return call{path: webhooks.ConvertPath, body: mustJSON(review), check: expectConverted(n, compositionGroup+"/"+to)}
+	return call{path: webhooks.ConvertPath, body: mustJSON(review),
+		check: expectConverted(n, compositionGroup+"/"+to, true), floorCheck: expectConverted(n, compositionGroup+"/"+to, false)}
 }
 
 // expectConverted checks that a ConversionReview's answer succeeded with n objects of
-// apiVersion.
-func expectConverted(n int, apiVersion string) func([]byte) error {
+// apiVersion, converted by the declared conversions when declared.
+func expectConverted(n int, apiVersion string, declared bool) func([]byte) error {
 	return func(body []byte) error {
 		review := &apiextensionsv1.ConversionReview{}
 		if err := json.Unmarshal(body, review); err != nil || review.Response == nil {
@@ -238,9 +240,17 @@ func expectConverted(n int, apiVersion string) func([]byte) error {
 		}
 		var first struct {
 			APIVersion string `json:"apiVersion"`
+			Spec       struct {
+				Exposure string `json:"exposure"`
+			} `json:"spec"`
 		}
 		if err := json.Unmarshal(review.Response.ConvertedObjects[0].Raw, &first); err != nil || first.APIVersion != apiVersion {
 			return fmt.Errorf("expected objects of %s, got %q", apiVersion, first.APIVersion)
+		}
+		// values-full.yaml asks 1.1.5 for a NodePort Service: chart 2.0.0's declared
+		// conversion makes it exposure public.
+		if declared && strings.HasSuffix(apiVersion, "/v2-0-0") && first.Spec.Exposure != "public" {
+			return fmt.Errorf("expected the declared conversion to give exposure public, got %q", first.Spec.Exposure)
 		}
 		return nil
 	}
