@@ -221,11 +221,9 @@ func dotted(tokens []string) string { return strings.Join(tokens, ".") }
 
 // moveRule moves the value at from to to, through a table of values when it has one.
 type moveRule struct {
-	rule          *corev1alpha1.ConversionRule
-	from, to      []string
-	there, back   *table
-	mapped        bool
-	hasReverseMap bool
+	rule        *corev1alpha1.ConversionRule
+	from, to    []string
+	there, back *table
 }
 
 // table converts values by their key (the string, or the JSON of any other value).
@@ -269,7 +267,7 @@ func compileMove(r *corev1alpha1.ConversionRule, p *field.Path) (rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &moveRule{rule: r, from: from, to: to, mapped: r.Map != nil, hasReverseMap: r.Reverse != nil}
+	m := &moveRule{rule: r, from: from, to: to}
 	if r.Map == nil && (r.Default != nil || r.Reverse != nil || r.ReverseDefault != nil) {
 		return nil, field.Invalid(p.Child("map"), nil, "default, reverse and reverseDefault convert through a map: give one")
 	}
@@ -292,19 +290,19 @@ func compileMove(r *corev1alpha1.ConversionRule, p *field.Path) (rule, error) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	from_ := map[string][]string{}
+	keysOf := map[string][]string{}
 	for _, k := range keys {
 		v, err := decodeJSONValue(r.Map[k])
 		if err != nil {
 			return nil, field.Invalid(p.Child("map").Key(k), string(r.Map[k].Raw), err.Error())
 		}
 		vk := valueKey(v)
-		from_[vk] = append(from_[vk], k)
+		keysOf[vk] = append(keysOf[vk], k)
 		raw, _ := json.Marshal(k)
 		inverse[vk] = apiextensionsv1.JSON{Raw: raw}
 	}
-	for vk, ks := range from_ {
-		if len(ks) > 1 {
+	for _, vk := range slices.Sorted(maps.Keys(keysOf)) {
+		if ks := keysOf[vk]; len(ks) > 1 {
 			return nil, field.Invalid(p.Child("reverse"), nil, fmt.Sprintf(
 				"map gives %s for %s: say in reverse which one %s converts back to", vk, strings.Join(ks, " and "), vk))
 		}
