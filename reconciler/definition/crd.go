@@ -2,13 +2,18 @@ package definition
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -79,7 +84,7 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 		}
 		crd.KeepDeclarations(generated, existing.Annotations)
 	}
-	if err := checkConversions(generated, api); err != nil {
+	if err := r.checkConversions(generated, api); err != nil {
 		return err
 	}
 	if generated.Labels == nil {
@@ -203,22 +208,63 @@ func btoi(b bool) int {
 
 // checkConversions checks the conversions api declares against the other versions
 // served with it (conversion.Schemas.CheckDeclared) before the CRD is applied, and
-// records what acknowledged rules lose.
-func checkConversions(generated *apiextensionsv1.CustomResourceDefinition, api *generatedAPI) error {
-	schemas, err := conversion.SchemasFromCRD(generated)
-	if err != nil {
-		return &condition.Error{Reason: ReasonInvalidConversions, Terminal: true, Err: err}
-	}
+// records what acknowledged rules lose. The check converts hundreds of values, and
+// every reconciliation asks: its result is kept for the same versions, schemas and
+// declarations.
+func (r *Reconciler) checkConversions(generated *apiextensionsv1.CustomResourceDefinition, api *generatedAPI) error {
 	if len(api.Conversions) == 0 {
 		api.ConversionLosses = []corev1alpha1.ConversionLoss{} // none declared: none lost
 		return nil
 	}
-	losses, err := schemas.CheckDeclared(api.Version)
+	key, err := conversionCheckKey(generated, api.Version)
 	if err != nil {
+		return err
+	}
+	r.checkedOnce.Do(func() { r.checked = lru.New(checkedConversions) })
+	if done, ok := r.checked.Get(key); ok {
+		res := done.(conversionCheck)
+		api.ConversionLosses = res.losses
+		return res.err
+	}
+	res := conversionCheck{}
+	schemas, err := conversion.SchemasFromCRD(generated)
+	if err != nil {
+		res.err = &condition.Error{Reason: ReasonInvalidConversions, Terminal: true, Err: err}
+	} else if res.losses, err = schemas.CheckDeclared(api.Version); err != nil {
 		// Not terminal: another definition's version may be what the rule does not fit,
 		// and it may go.
-		return &condition.Error{Reason: ReasonInvalidConversions, Err: err}
+		res.err = &condition.Error{Reason: ReasonInvalidConversions, Err: err}
 	}
-	api.ConversionLosses = losses
-	return nil
+	r.checked.Add(key, res)
+	api.ConversionLosses = res.losses
+	return res.err
+}
+
+// checkedConversions bounds the results of conversion checks kept.
+const checkedConversions = 1024
+
+type conversionCheck struct {
+	losses []corev1alpha1.ConversionLoss
+	err    error
+}
+
+// conversionCheckKey names what a conversion check of version depends on: the CRD's
+// served versions (their names and schemas) and its conversion declarations.
+func conversionCheckKey(generated *apiextensionsv1.CustomResourceDefinition, version string) (string, error) {
+	declarations := map[string]string{}
+	for k, v := range generated.Annotations {
+		if strings.HasPrefix(k, vocab.AnnotationPrefixConversions) {
+			declarations[k] = v
+		}
+	}
+	text, err := json.Marshal(struct {
+		Version      string
+		Versions     []apiextensionsv1.CustomResourceDefinitionVersion
+		Declarations map[string]string
+	}{version, generated.Spec.Versions, declarations})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(text)
+	return hex.EncodeToString(sum[:]), nil
 }

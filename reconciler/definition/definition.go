@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/lru"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,6 +75,9 @@ type Reconciler struct {
 	Kinds *kinds.Runtime
 
 	follower *follower // the following mode, where Kinds runs on every replica
+
+	checkedOnce sync.Once
+	checked     *lru.Cache // conversion checks done (checkConversions)
 }
 
 // Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD

@@ -2,6 +2,7 @@ package definition
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -32,7 +33,7 @@ func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetch
 	if api.ConversionLosses != nil {
 		def.Status.ConversionLosses = nil
 		if len(api.ConversionLosses) > 0 {
-			def.Status.ConversionLosses = api.ConversionLosses
+			def.Status.ConversionLosses = slices.Clone(api.ConversionLosses) // the check's result is shared
 		}
 	}
 	readyReason, readyMessage := condition.ReasonAvailable, fmt.Sprintf("%s is served as %s", api.Kind, api.APIVersion())
