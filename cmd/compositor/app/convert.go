@@ -71,7 +71,7 @@ so the declared conversions run from that version. An object without the label i
 taken as pinned to its own version: a note on stderr says so, and the label is set to
 that version before converting (and so appears in the output).
 
-Values that --to cannot hold travel in the annotations compositor.dev/conversion-stash
+Values that --to cannot hold travel in the annotations compositor.dev/conversion-data
 and compositor.dev/conversion-origin; converting the output back gives them back.
 
 Each --chart is a chart directory or archive, oci://host/path/name, a direct https://
