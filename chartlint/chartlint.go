@@ -456,3 +456,8 @@ func (g guessingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*m
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
 	return &meta.RESTMapping{Resource: plural, GroupVersionKind: gvk, Scope: meta.RESTScopeNamespace}, nil
 }
+
+// RESTMapper is lint's offline stand-in for discovery: the kinds of a default API
+// server, and any other kind guessed as a namespaced resource, as lint's RBAC preview
+// guesses them. `compositor plan` resolves the types charts create with it.
+func RESTMapper() meta.RESTMapper { return guessingMapper{builtinRESTMapper()} }
