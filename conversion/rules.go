@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -573,7 +574,10 @@ func fromCEL(v ref.Val) (any, error) {
 	case types.Uint:
 		return uint64(x), nil
 	case types.Double:
-		return float64(x), nil
+		if f := float64(x); !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return f, nil
+		}
+		return nil, fmt.Errorf("the result %v is not a JSON number", float64(x))
 	case types.String:
 		return string(x), nil
 	case traits.Mapper:
