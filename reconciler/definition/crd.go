@@ -220,7 +220,7 @@ func (r *Reconciler) checkConversions(generated *apiextensionsv1.CustomResourceD
 	if err != nil {
 		return err
 	}
-	r.checkedOnce.Do(func() { r.checked = lru.New(checkedConversions) })
+	r.cachesOnce.Do(r.initCaches)
 	if done, ok := r.checked.Get(key); ok {
 		res := done.(conversionCheck)
 		api.ConversionLosses = res.losses
@@ -240,8 +240,13 @@ func (r *Reconciler) checkConversions(generated *apiextensionsv1.CustomResourceD
 	return res.err
 }
 
-// checkedConversions bounds the results of conversion checks kept.
+// checkedConversions bounds the results of conversion checks kept, and the resource
+// types of other definitions' charts (removedTypes).
 const checkedConversions = 1024
+
+func (r *Reconciler) initCaches() {
+	r.checked, r.typesOf = lru.New(checkedConversions), lru.New(checkedConversions)
+}
 
 type conversionCheck struct {
 	losses []corev1alpha1.ConversionLoss

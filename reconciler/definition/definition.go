@@ -76,8 +76,9 @@ type Reconciler struct {
 
 	follower *follower // the following mode, where Kinds runs on every replica
 
-	checkedOnce sync.Once
-	checked     *lru.Cache // conversion checks done (checkConversions)
+	cachesOnce sync.Once
+	checked    *lru.Cache // conversion checks done (checkConversions)
+	typesOf    *lru.Cache // chart digest → the resource types it creates (removedTypes)
 }
 
 // Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD

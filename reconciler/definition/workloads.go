@@ -317,6 +317,11 @@ func (r *Reconciler) removedTypes(ctx context.Context, def *corev1alpha1.Composi
 		if other.Status.Kind != api.Kind || other.Status.Digest == "" || other.Status.Digest == digest {
 			continue
 		}
+		r.cachesOnce.Do(r.initCaches)
+		if types, ok := r.typesOf.Get(other.Status.Digest); ok {
+			out = append(out, types.([]rbac.ResourceType)...)
+			continue
+		}
 		ch, _, err := r.Charts.Chart(ctx, other)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("The chart of another version of the kind is not available: its controller may not delete what that chart created",
@@ -327,6 +332,9 @@ func (r *Reconciler) removedTypes(ctx context.Context, def *corev1alpha1.Composi
 		if err != nil {
 			continue
 		}
+		// A digest names the chart's content: its types change only with the kinds the
+		// API server serves, and a kind it did not serve fails ResourceTypes above.
+		r.typesOf.Add(other.Status.Digest, types)
 		out = append(out, types...)
 	}
 	return out
