@@ -283,15 +283,11 @@ func newPlanner(opts Options) (*planner, error) {
 	// convert`) builds it: each version with its own declared conversions.
 	var versions []crd.ServedVersion
 	for _, ch := range []*chart.Chart{from, to} {
-		spec, _, err := crd.TranslateChart(ch)
+		served, _, err := crd.ServedVersionOf(ch)
 		if err != nil {
-			return nil, fmt.Errorf("%w: translating the schema of chart %s %s: %w", ErrBadChart, ch.Name(), ch.Metadata.Version, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadChart, err)
 		}
-		steps, err := crd.ChartConversions(ch)
-		if err != nil {
-			return nil, fmt.Errorf("%w: conversions of chart %s %s: %w", ErrBadChart, ch.Name(), ch.Metadata.Version, err)
-		}
-		versions = append(versions, crd.ServedVersion{ChartVersion: ch.Metadata.Version, Spec: spec, Conversions: steps})
+		versions = append(versions, served)
 	}
 	built, _, err := crd.Build(crd.BuildOptions{ChartName: from.Name(), Versions: versions, Conversion: crd.ConversionWebhook{URL: conversionWebhookURL}})
 	if err != nil {

@@ -4,8 +4,6 @@
 package conversiontest
 
 import (
-	"fmt"
-
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -22,15 +20,11 @@ func FireworksCRD(webhook crd.ConversionWebhook) (*apiextensionsv1.CustomResourc
 		if err != nil {
 			return nil, err
 		}
-		spec, _, err := crd.TranslateChart(ch)
+		served, _, err := crd.ServedVersionOf(ch)
 		if err != nil {
-			return nil, fmt.Errorf("translating %s: %w", v, err)
+			return nil, err
 		}
-		steps, err := crd.ChartConversions(ch)
-		if err != nil {
-			return nil, fmt.Errorf("conversions of %s: %w", v, err)
-		}
-		versions = append(versions, crd.ServedVersion{ChartVersion: v, Spec: spec, Conversions: steps})
+		versions = append(versions, served)
 	}
 	out, _, err := crd.Build(crd.BuildOptions{ChartName: samplecharts.ChartName, Versions: versions, Conversion: webhook})
 	return out, err

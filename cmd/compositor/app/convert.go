@@ -307,15 +307,11 @@ func convertCRD(ctx context.Context, sources []ChartOptions) (*apiextensionsv1.C
 			return nil, usageErrorf("--chart %s and --chart %s both give the version %s", other, what, version)
 		}
 		from[version] = what
-		spec, _, err := crd.TranslateChart(ch)
+		served, _, err := crd.ServedVersionOf(ch)
 		if err != nil {
-			return nil, fmt.Errorf("translating the schema of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
+			return nil, err
 		}
-		steps, err := crd.ChartConversions(ch)
-		if err != nil {
-			return nil, fmt.Errorf("conversions of chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
-		}
-		versions = append(versions, crd.ServedVersion{ChartVersion: ch.Metadata.Version, Spec: spec, Conversions: steps})
+		versions = append(versions, served)
 	}
 	built, _, err := crd.Build(crd.BuildOptions{ChartName: name, Versions: versions, Conversion: crd.ConversionWebhook{URL: convertWebhookURL}})
 	if err != nil {
