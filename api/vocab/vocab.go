@@ -39,6 +39,16 @@ const (
 	// AnnotationNamespaceSelector, on a target cluster's kubeconfig Secret, selects the
 	// namespaces whose compositions may be placed there.
 	AnnotationNamespaceSelector = "compositor.dev/namespace-selector"
+	// AnnotationApprovePlan, on a definition, approves the upgrade plan whose hash it
+	// names (status.rollout.plan.hash).
+	AnnotationApprovePlan = "compositor.dev/approve-plan"
+	// AnnotationRolloutPaused set to "true" on a definition stops its rollout from
+	// moving more compositions until it is removed or "false".
+	AnnotationRolloutPaused = "compositor.dev/rollout-paused"
+	// AnnotationRollbackTo, on a composition, asks for its spec and chart version to
+	// be restored from the revision it names (a number, or "previous"); the mutating
+	// webhook does it and removes the annotation, and the write is judged like any.
+	AnnotationRollbackTo = "compositor.dev/rollback-to"
 )
 
 // Annotations Compositor writes.

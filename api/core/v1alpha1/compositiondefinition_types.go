@@ -71,6 +71,11 @@ type CompositionDefinitionSpec struct {
 	// chart's step between the same versions.
 	// +optional
 	Conversions []ConversionStep `json:"conversions,omitempty"`
+
+	// Upgrade says how compositions move when the chart version changes: a plan
+	// first, approval, a canary and batches, automatic rollback, revisions kept.
+	// +optional
+	Upgrade *UpgradePolicy `json:"upgrade,omitempty"`
 }
 
 // VersionInfo describes one version of the generated CRD.
@@ -137,6 +142,16 @@ type CompositionDefinitionStatus struct {
 	// versions lose.
 	// +optional
 	ConversionLosses []ConversionLoss `json:"conversionLosses,omitempty"`
+
+	// Retained are the versions the definition served before and still serves,
+	// because compositions are pinned to them: those a rollout has not moved yet, or
+	// that the new version refused.
+	// +optional
+	Retained []ServedChart `json:"retained,omitempty"`
+
+	// Rollout is the last move of the compositions to a new chart version.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
 // CompositionDefinition turns a Helm chart into a Kubernetes API: a CRD generated from
@@ -152,6 +167,11 @@ type CompositionDefinitionStatus struct {
 // +kubebuilder:printcolumn:name="API VERSION",type="string",JSONPath=".status.apiVersion",priority=1
 // +kubebuilder:printcolumn:name="KIND",type="string",JSONPath=".status.kind",priority=1
 // +kubebuilder:printcolumn:name="PACKAGE URL",type="string",JSONPath=".status.packageUrl",priority=1
+// +kubebuilder:printcolumn:name="ROLLOUT",type="string",JSONPath=".status.rollout.phase",priority=1
+// +kubebuilder:printcolumn:name="TO MOVE",type="integer",JSONPath=".status.rollout.plan.toMove",priority=1
+// +kubebuilder:printcolumn:name="REFUSED",type="integer",JSONPath=".status.rollout.plan.refused",priority=1
+// +kubebuilder:printcolumn:name="DELETIONS",type="integer",JSONPath=".status.rollout.plan.deletions",priority=1
+// +kubebuilder:printcolumn:name="MOVED",type="integer",JSONPath=".status.rollout.ready",priority=1
 type CompositionDefinition struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

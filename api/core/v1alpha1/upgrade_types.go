@@ -1,0 +1,167 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Approval policies of an upgrade (UpgradePolicy.Approval).
+const (
+	// ApprovalOnRisk: a plan with compositions the new version refuses, or objects
+	// the upgrade would delete, waits for approval; any other moves at once.
+	ApprovalOnRisk = "OnRisk"
+	// ApprovalAlways: every plan waits for approval.
+	ApprovalAlways = "Always"
+	// ApprovalNever: no plan waits.
+	ApprovalNever = "Never"
+)
+
+// Phases of a rollout (Rollout.Phase).
+const (
+	// RolloutAwaitingApproval: the plan waits for compositor.dev/approve-plan to
+	// name its hash.
+	RolloutAwaitingApproval = "AwaitingApproval"
+	// RolloutProgressing: compositions are being moved, batch after batch.
+	RolloutProgressing = "Progressing"
+	// RolloutPaused: compositor.dev/rollout-paused is "true"; nothing more moves.
+	RolloutPaused = "Paused"
+	// RolloutComplete: every composition the new version admits has moved and is
+	// Ready on it.
+	RolloutComplete = "Complete"
+	// RolloutRolledBack: more moved compositions failed than the policy tolerates;
+	// those moved were moved back. Nothing moves again until the chart changes.
+	RolloutRolledBack = "RolledBack"
+)
+
+// UpgradePolicy says how the compositions of a definition move to a new chart
+// version: when the move waits for a person, how many move at a time, what stops it,
+// and how many revisions each composition keeps. Every field has a default, so a
+// definition without it upgrades as the defaults say.
+type UpgradePolicy struct {
+	// Approval is when a plan waits for compositor.dev/approve-plan to name its hash:
+	// OnRisk (the default) when the new version refuses compositions or the upgrade
+	// deletes objects, Always, or Never.
+	// +kubebuilder:validation:Enum=OnRisk;Always;Never
+	// +optional
+	Approval string `json:"approval,omitempty"`
+
+	// Canary is how many compositions move first; the rest wait until they are Ready
+	// on the new version. Default 1.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Canary *int32 `json:"canary,omitempty"`
+
+	// BatchSize is how many compositions move in each later step. Default 10.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BatchSize *int32 `json:"batchSize,omitempty"`
+
+	// MaxFailures is how many moved compositions may fail before the rollout stops and
+	// moves back every composition it moved. Default 0: the first failure stops it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
+
+	// ProgressDeadlineSeconds is how long a moved composition may take to be Ready on
+	// the new version before it counts as failed. Default 600.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
+	// RevisionHistoryLimit is how many revisions each composition keeps
+	// (CompositionRevisions). Default 10.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+}
+
+// ServedChart is a served version of a definition and the chart it serves it from.
+type ServedChart struct {
+	// APIVersion is the served version, e.g. composition.krateo.io/v1-1-5.
+	APIVersion string `json:"apiVersion"`
+	// Chart is the chart version, e.g. 1.1.5.
+	Chart string `json:"chart"`
+	// Digest of the chart archive.
+	Digest string `json:"digest"`
+	// PackageURL is the URL the archive was downloaded from.
+	// +optional
+	PackageURL string `json:"packageUrl,omitempty"`
+}
+
+// PlanSummary is what moving the compositions to the new chart version would do (the
+// whole plan: compositor plan DEFINITION).
+type PlanSummary struct {
+	// Hash names the plan: compositor.dev/approve-plan approves it by this value.
+	Hash string `json:"hash"`
+	// ToMove is the number of compositions the plan moves.
+	ToMove int32 `json:"toMove"`
+	// Refused is the number the new version refuses: they stay where they are.
+	Refused int32 `json:"refused"`
+	// Additions, Deletions and Changes count the objects the upgrades would create,
+	// delete and change.
+	Additions int32 `json:"additions"`
+	Deletions int32 `json:"deletions"`
+	Changes   int32 `json:"changes"`
+	// RefusedCompositions are "namespace/name: why" of the first refused ones.
+	// +optional
+	RefusedCompositions []string `json:"refusedCompositions,omitempty"`
+	// DeletedObjects are "namespace/name: Kind namespace/name" of the first objects
+	// the upgrades would delete.
+	// +optional
+	DeletedObjects []string `json:"deletedObjects,omitempty"`
+	// RBACGained and RBACLost are the resource types the new version's controller
+	// may manage and the old one's could, and the reverse.
+	// +optional
+	RBACGained []string `json:"rbacGained,omitempty"`
+	// +optional
+	RBACLost []string `json:"rbacLost,omitempty"`
+	// Truncated is true when the lists above hold only the first entries.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Rollout is the progress of moving a definition's compositions from one chart
+// version to another.
+type Rollout struct {
+	// From and To are the chart versions; FromVersion and ToVersion their served
+	// versions.
+	From        string `json:"from"`
+	To          string `json:"to"`
+	FromVersion string `json:"fromVersion"`
+	ToVersion   string `json:"toVersion"`
+	// ToDigest is the digest of the chart moved to: a rollout that was rolled back
+	// starts again only for other content.
+	ToDigest string `json:"toDigest"`
+
+	// Phase is AwaitingApproval, Progressing, Paused, Complete or RolledBack.
+	Phase string `json:"phase"`
+	// Message says what the rollout waits for, or why it stopped.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// Plan summarizes the plan the rollout follows.
+	Plan PlanSummary `json:"plan"`
+
+	// Moved are "namespace/name" of the compositions this rollout moved.
+	// +optional
+	Moved []string `json:"moved,omitempty"`
+	// Ready is how many of Moved are Ready on the new version.
+	// +optional
+	Ready int32 `json:"ready,omitempty"`
+	// Failed are "namespace/name: why" of moved compositions that failed.
+	// +optional
+	Failed []string `json:"failed,omitempty"`
+	// Stayed are "namespace/name: why" of compositions that stay on the old version:
+	// the new version refused their move.
+	// +optional
+	Stayed []string `json:"stayed,omitempty"`
+
+	// BatchStarted is when the last batch moved.
+	// +optional
+	BatchStarted *metav1.Time `json:"batchStarted,omitempty"`
+	// StartTime and CompletionTime bound the rollout.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
