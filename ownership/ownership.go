@@ -8,7 +8,8 @@
 //
 //   - A definition serves the kind and version its status reports (status.kind and
 //     status.apiVersion), from the chart content of its status.digest, unless it is
-//     being deleted.
+//     being deleted; and the versions it retains (status.retained), each from its own
+//     chart, while compositions are still pinned to them after it moved on.
 //   - One kind and version has one chart content (the files the chart holds, not the
 //     archive's bytes). The first definition to serve it (the oldest, then by namespace
 //     and name) owns it; a definition that would serve it from other content conflicts
@@ -42,20 +43,58 @@ func Served(def *corev1alpha1.CompositionDefinition) (gvk schema.GroupVersionKin
 	return gv.WithKind(def.Status.Kind), true
 }
 
-// Serves tells whether def serves gvk: its status reports that kind and version and it
-// is not being deleted.
+// Serves tells whether def serves gvk: its status reports that kind and version, as
+// the version it serves or one it retains (Reports), and it is not being deleted.
 func Serves(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) bool {
-	return def.DeletionTimestamp.IsZero() && def.Status.Kind == gvk.Kind &&
-		def.Status.APIVersion == gvk.GroupVersion().String()
+	return def.DeletionTimestamp.IsZero() && Reports(def, gvk)
+}
+
+// Reports tells whether def's status reports gvk: its kind, and the version it serves
+// or one it retains (status.retained: a version compositions are still pinned to
+// after the definition moved on), being deleted or not.
+func Reports(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) bool {
+	if def.Status.Kind != gvk.Kind {
+		return false
+	}
+	apiVersion := gvk.GroupVersion().String()
+	return def.Status.APIVersion == apiVersion || slices.ContainsFunc(def.Status.Retained, func(r corev1alpha1.ServedChart) bool {
+		return r.APIVersion == apiVersion
+	})
+}
+
+// At is def as it serves gvk's version. For the version its status serves, def itself.
+// For a version it retains, a copy whose status (apiVersion, digest, package URL) and
+// spec.chart.version describe that version's chart instead: whatever reads the chart
+// of a definition (the webhooks, the controllers, the chart store) then reads the
+// chart of the composition's version, while the definition moves its compositions to
+// another. nil when def reports no such version.
+func At(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) *corev1alpha1.CompositionDefinition {
+	if def.Status.Kind != gvk.Kind {
+		return nil
+	}
+	apiVersion := gvk.GroupVersion().String()
+	if def.Status.APIVersion == apiVersion {
+		return def
+	}
+	for _, r := range def.Status.Retained {
+		if r.APIVersion != apiVersion {
+			continue
+		}
+		view := *def // the copy's slices and maps are shared: it is only read
+		view.Spec.Chart.Version = r.Chart
+		view.Status.APIVersion, view.Status.Digest, view.Status.PackageURL = r.APIVersion, r.Digest, r.PackageURL
+		return &view
+	}
+	return nil
 }
 
 // Servers are the definitions among defs that serve gvk, owner first: the oldest, then
-// by namespace and name. defs is not modified.
+// by namespace and name; each as At gives it for gvk. defs is not modified.
 func Servers(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) []*corev1alpha1.CompositionDefinition {
 	var out []*corev1alpha1.CompositionDefinition
 	for i := range defs {
 		if Serves(&defs[i], gvk) {
-			out = append(out, &defs[i])
+			out = append(out, At(&defs[i], gvk))
 		}
 	}
 	slices.SortFunc(out, olderFirst)
@@ -143,7 +182,13 @@ func IndexServed(ctx context.Context, indexer client.FieldIndexer) error {
 		if !ok {
 			return nil
 		}
-		return []string{versionKey(served), kindKey(served.GroupKind())}
+		keys := []string{versionKey(served), kindKey(served.GroupKind())}
+		for _, r := range def.Status.Retained {
+			if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil {
+				keys = append(keys, versionKey(gv.WithKind(served.Kind)))
+			}
+		}
+		return keys
 	})
 }
 

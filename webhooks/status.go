@@ -102,11 +102,9 @@ func mayWriteStatus(user authenticationv1.UserInfo, users []string, kind metav1.
 	if err != nil || name != rbac.ServiceAccountName(resource.Resource, resource.Version) {
 		return false
 	}
-	apiVersion := schema.GroupVersion{Group: kind.Group, Version: kind.Version}.String()
 	return slices.ContainsFunc(servers, func(def corev1alpha1.CompositionDefinition) bool {
 		// Being deleted counts: its controller still writes while it uninstalls.
-		return def.Namespace == namespace && def.Status.APIVersion == apiVersion &&
-			def.Status.Kind == kind.Kind && def.Status.Resource == resource.Resource
+		return def.Namespace == namespace && ownership.Reports(&def, schema.GroupVersionKind(kind)) && def.Status.Resource == resource.Resource
 	})
 }
 

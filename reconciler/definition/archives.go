@@ -39,9 +39,12 @@ func (r *Reconciler) pruneCharts(ctx context.Context, def *corev1alpha1.Composit
 	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
-	recorded := map[string]bool{def.Status.Digest: true}
-	for _, def := range list.Items {
-		recorded[def.Status.Digest] = true
+	recorded := map[string]bool{}
+	for _, d := range append(list.Items, *def) {
+		recorded[d.Status.Digest] = true
+		for _, r := range d.Status.Retained {
+			recorded[r.Digest] = true
+		}
 	}
 	return r.Charts.Store.Prune(ctx, func(digest string) bool { return recorded[digest] })
 }

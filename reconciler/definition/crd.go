@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,20 +47,6 @@ func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI, previous s
 	}
 	claimed[api.Version] = true
 	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] || version == previous })
-}
-
-// retireVersion moves the compositions of previous, the version this definition served
-// before, to its new one, so that its controller upgrades their releases, unless
-// another definition still claims previous; then versions left unused go. The status
-// must already name the new version: the webhooks judge the moved compositions against
-// the chart the status names.
-func (r *Reconciler) retireVersion(ctx context.Context, api *generatedAPI, previous string, claimed map[string]bool) error {
-	if previous != "" && previous != api.Version && !claimed[previous] {
-		if err := r.moveCompositions(ctx, api, previous); err != nil {
-			return err
-		}
-	}
-	return r.pruneVersions(ctx, api, claimed)
 }
 
 // writeCRD builds the CRD with the definition's version plus the versions of existing
@@ -112,8 +98,20 @@ func (r *Reconciler) claimedVersions(ctx context.Context, kind string, except *c
 		} else if v := previousVersion(d); v != "" {
 			claimed[v] = true
 		}
+		for _, ret := range d.Status.Retained {
+			if gv, err := schema.ParseGroupVersion(ret.APIVersion); err == nil {
+				claimed[gv.Version] = true
+			}
+		}
 	}
 	return claimed, nil
+}
+
+// retains tells whether def retains version for the compositions still pinned to it.
+func retains(def *corev1alpha1.CompositionDefinition, version string) bool {
+	return slices.ContainsFunc(def.Status.Retained, func(r corev1alpha1.ServedChart) bool {
+		return r.APIVersion == vocab.CompositionGroup+"/"+version
+	})
 }
 
 // previousVersion is the served version the definition's status reports.
@@ -131,28 +129,6 @@ func (r *Reconciler) compositions(ctx context.Context, api *generatedAPI, via, v
 		return nil, fmt.Errorf("listing %s compositions of version %s: %w", api.Kind, version, err)
 	}
 	return list.Items, nil
-}
-
-// moveCompositions relabels every composition labelled from with the definition's
-// served version, written through that version: an explicit move of its pin (the
-// mutating webhook keeps the label otherwise), so that version's controller takes it
-// over.
-func (r *Reconciler) moveCompositions(ctx context.Context, api *generatedAPI, from string) error {
-	items, err := r.compositions(ctx, api, api.Version, from)
-	if err != nil {
-		return err
-	}
-	for _, item := range items {
-		obj := &unstructured.Unstructured{}
-		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: api.Version, Kind: api.Kind})
-		obj.SetNamespace(item.Namespace)
-		obj.SetName(item.Name)
-		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, vocab.LabelCompositionVersion, api.Version))
-		if err := r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("moving %s %s/%s to %s: %w", api.Kind, item.Namespace, item.Name, api.Version, err)
-		}
-	}
-	return nil
 }
 
 // pruneVersions removes from the CRD of api every served version that no definition

@@ -36,6 +36,7 @@ import (
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/internal/condition"
 	"github.com/compositor-dev/compositor/ownership"
+	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 )
 
@@ -73,6 +74,9 @@ type Reconciler struct {
 	// composition controllers instead of the generated Deployments. Which versions it
 	// serves is the reconciler's to say (see served.go).
 	Kinds *kinds.Runtime
+	// Checker judges, in the plan of a rollout, the compositions' values under the
+	// new chart version: its schema and the policies; nil checks the schema only.
+	Checker *policies.Checker
 
 	follower *follower // the following mode, where Kinds runs on every replica
 
@@ -217,13 +221,17 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 		return r.fail(def, err)
 	}
 	previous, previousResource := previousVersion(def), def.Status.Resource
-	if err := r.publishStatus(ctx, def, chart, api); err != nil {
+	if err := r.publishStatus(ctx, def, chart, api, claimed); err != nil {
 		return r.fail(def, err)
 	}
-	if err := r.retireVersion(ctx, api, previous, claimed); err != nil {
+	next, err := r.advanceRollout(ctx, def, api, chart)
+	if err != nil {
 		return r.fail(def, err)
 	}
-	if previous != "" && previous != api.Version {
+	if err := r.pruneVersions(ctx, api, claimed); err != nil {
+		return r.fail(def, err)
+	}
+	if previous != "" && previous != api.Version && !retains(def, previous) {
 		if err := r.deleteWorkloads(ctx, def, previousResource, previous); err != nil {
 			return r.fail(def, err)
 		}
@@ -236,7 +244,11 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err := r.pruneCharts(ctx, def); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Deleting chart archives no definition records")
 	}
-	return ctrl.Result{RequeueAfter: r.Poll}, nil
+	after := r.Poll
+	if next > 0 && (after == 0 || next < after) {
+		after = next
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // ReasonAPIOwnedElsewhere: another definition serves the kind and version from other
@@ -275,12 +287,14 @@ func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.Composition
 		api.Kind, api.APIVersion(), owner.Namespace, owner.Name, owner.Status.Digest, fetched.Digest, owner.Namespace, owner.Name)}
 }
 
-// publishStatus records the served API in the status and writes it at once when it
-// names a new version or chart, before any composition is moved there: the webhooks
-// find a composition's chart through the status, and refuse a write through a version
-// no status names.
-func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI) error {
+// publishStatus records the served API in the status, with the version it served
+// before retained and a rollout from it when it moves on (beginRollout), and writes it
+// at once when it names a new version or chart, before any composition is moved there:
+// the webhooks find a composition's chart through the status, and refuse a write
+// through a version no status names.
+func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI, claimed map[string]bool) error {
 	before := def.DeepCopy()
+	beginRollout(def, api, fetched, claimed)
 	r.recordStatus(def, fetched, api)
 	if before.Status.APIVersion == def.Status.APIVersion && before.Status.Digest == def.Status.Digest {
 		return nil // written with the other changes at the end of the reconciliation

@@ -26,7 +26,16 @@ func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.Composition
 	if !controllerutil.ContainsFinalizer(def, vocab.DefinitionFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	if version := previousVersion(def); version != "" {
+	versions := []string{previousVersion(def)}
+	for _, ret := range def.Status.Retained {
+		if gv, err := schema.ParseGroupVersion(ret.APIVersion); err == nil {
+			versions = append(versions, gv.Version)
+		}
+	}
+	for _, version := range versions {
+		if version == "" {
+			continue
+		}
 		done, err := r.releaseVersion(ctx, def, version)
 		if err != nil || !done {
 			return ctrl.Result{RequeueAfter: waitForCompositions}, err

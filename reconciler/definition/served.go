@@ -19,6 +19,7 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -146,13 +147,11 @@ func (f *follower) serveStatus(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		def := &list.Items[i]
-		key, ok := servedByStatus(def)
-		if !ok {
-			continue
-		}
-		served[key] = true
-		if err := f.kinds.Ensure(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
-			errs = append(errs, err)
+		for _, key := range servedByStatus(def) {
+			served[key] = true
+			if err := f.kinds.Ensure(ctx, def, def.Status.Kind, key.Plural, key.Version); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, key := range f.kinds.Served() {
@@ -163,13 +162,19 @@ func (f *follower) serveStatus(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// servedByStatus is the version def's status serves: status.apiVersion and
-// status.resource, which a definition being deleted keeps until its compositions are
-// gone.
-func servedByStatus(def *corev1alpha1.CompositionDefinition) (kinds.VersionKey, bool) {
+// servedByStatus are the versions def's status serves: status.apiVersion and the
+// versions it retains (status.retained), of status.resource, which a definition being
+// deleted keeps until its compositions are gone.
+func servedByStatus(def *corev1alpha1.CompositionDefinition) []kinds.VersionKey {
 	gvk, ok := ownership.Served(def)
 	if !ok || def.Status.Resource == "" {
-		return kinds.VersionKey{}, false
+		return nil
 	}
-	return kinds.VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gvk.Version}, true
+	keys := []kinds.VersionKey{{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gvk.Version}}
+	for _, r := range def.Status.Retained {
+		if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil && gv.Version != gvk.Version {
+			keys = append(keys, kinds.VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version})
+		}
+	}
+	return keys
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -20,13 +21,16 @@ func (r *Reconciler) recordStatus(def *corev1alpha1.CompositionDefinition, fetch
 	def.Status.Resource = api.Plural
 	def.Status.PackageURL = fetched.PackageURL
 	def.Status.Digest = fetched.Digest
+	versions := []corev1alpha1.VersionInfo{{Version: api.Version, Served: true, Stored: false, Chart: api.ChartVersion}}
+	for _, r := range def.Status.Retained {
+		if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil {
+			versions = append(versions, corev1alpha1.VersionInfo{Version: gv.Version, Served: true, Chart: r.Chart})
+		}
+	}
 	def.Status.Managed = corev1alpha1.Managed{
-		Group: vocab.CompositionGroup,
-		Kind:  api.Kind,
-		VersionInfo: []corev1alpha1.VersionInfo{
-			{Version: api.Version, Served: true, Stored: false, Chart: api.ChartVersion},
-			{Version: crd.HubVersion, Served: false, Stored: true},
-		},
+		Group:       vocab.CompositionGroup,
+		Kind:        api.Kind,
+		VersionInfo: append(versions, corev1alpha1.VersionInfo{Version: crd.HubVersion, Served: false, Stored: true}),
 	}
 	// nil: no earlier version was served to check the conversions against, so what
 	// was found last stands.

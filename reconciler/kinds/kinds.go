@@ -565,6 +565,7 @@ func bindingOf(_ context.Context, binding *rbacv1.RoleBinding) []request {
 var ownershipChanged = predicate.TypedFuncs[*corev1alpha1.CompositionDefinition]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1alpha1.CompositionDefinition]) bool {
 	before, after := e.ObjectOld, e.ObjectNew
 	return before.Status.APIVersion != after.Status.APIVersion || before.Status.Kind != after.Status.Kind ||
+		!slices.Equal(before.Status.Retained, after.Status.Retained) ||
 		before.DeletionTimestamp.IsZero() != after.DeletionTimestamp.IsZero()
 }}
 

@@ -41,14 +41,24 @@ type PlanOptions struct {
 	DisabledBuiltins []string
 	PolicyTimeout    time.Duration
 	FailOpen         bool
+	// Kubeconfig is the cluster of `compositor plan DEFINITION` ("" as kubectl finds
+	// it); -n is then the definition's namespace, else the kubeconfig's.
+	Kubeconfig   string
+	namespaceSet bool
 }
 
 func newPlanCommand() *cobra.Command {
 	opts := &PlanOptions{Chart: newChartOptions(), Output: "text", Namespace: plan.DefaultNamespace, PolicyTimeout: policies.DefaultTimeout}
 	cmd := &cobra.Command{
-		Use:   "plan --from REF|DIR --to REF|DIR -f FILE [-o text|yaml|json]",
-		Short: "Show offline what moving compositions to another chart version would do",
-		Long: `plan computes, without a cluster, what moving compositions of one chart version
+		Use:   "plan DEFINITION [-n NAMESPACE] | plan --from REF|DIR --to REF|DIR -f FILE [-o text|yaml|json]",
+		Short: "Show what moving compositions to another chart version does, in a cluster or offline",
+		Long: `plan DEFINITION shows the plan a definition's rollout follows in the cluster: the
+one its status names by hash (status.rollout.plan.hash, which
+compositor.dev/approve-plan approves), as Compositor computed it when the definition's
+chart version changed, read from ConfigMap compositor-plan-DEFINITION and checked
+against that hash.
+
+plan --from --to -f computes, without a cluster, what moving compositions of one chart version
 (--from) to another (--to) would do, before anything moves:
 
   - each composition's values once moved: converted as the move converts them, with
@@ -70,18 +80,27 @@ be planned with, or a file that cannot be read.
 --from and --to are each a chart directory or archive, oci://host/path/name, a direct
 https:// .tgz URL, or a Helm repository URL with --repo NAME; a chart URL needs its
 version, --from-version or --to-version.`,
-		Example: `  compositor plan --from samples/charts/fireworks-app/1.1.5 --to samples/charts/fireworks-app/2.0.0 -f apps.yaml
+		Example: `  compositor plan fireworksapp -n platform
+
+  compositor plan --from samples/charts/fireworks-app/1.1.5 --to samples/charts/fireworks-app/2.0.0 -f apps.yaml
 
   kubectl get fireworksapps.v1-1-5.composition.krateo.io -A -o yaml | compositor plan -f - -o json \
     --from oci://registry.example.com/charts/fireworks-app --from-version 1.1.5 \
     --to oci://registry.example.com/charts/fireworks-app --to-version 2.0.0`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageErrorf("plan takes no arguments, got %q: the charts come from --from and --to, the compositions from -f FILE", args)
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) > 1:
+				return usageErrorf("plan takes at most one argument, the definition, got %q", args)
+			case len(args) == 1 && (opts.From != "" || opts.To != "" || opts.File != ""):
+				return usageErrorf("plan %s reads the plan of a definition in the cluster: --from, --to and -f are for planning offline", args[0])
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.namespaceSet = cmd.Flags().Changed("namespace")
+				return RunPlanDefinition(cmd.Context(), cmd.OutOrStdout(), opts, args[0])
+			}
 			opts.Stdin = cmd.InOrStdin()
 			return RunPlan(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts)
 		},
@@ -94,7 +113,8 @@ version, --from-version or --to-version.`,
 	fs.StringVar(&opts.ToVersion, "to-version", opts.ToVersion, "Exact chart version of --to when it is a chart URL")
 	fs.StringVarP(&opts.File, "filename", "f", opts.File, `File with the compositions ("-" reads stdin)`)
 	fs.StringVarP(&opts.Output, "output", "o", opts.Output, "Output format: text, yaml or json")
-	fs.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "Namespace of the compositions that name none")
+	fs.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "Offline: namespace of the compositions that name none; with DEFINITION: its namespace")
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", opts.Kubeconfig, "With DEFINITION: kubeconfig of the cluster (default as kubectl finds it)")
 	fs.StringVar(&opts.PolicyDir, "policy-dir", opts.PolicyDir, "Directory of *.rego policies, as the server's --policy-dir")
 	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin-policy", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable), as the server's flag: "+joinIDs())
 	fs.DurationVar(&opts.PolicyTimeout, "policy-timeout", opts.PolicyTimeout, "Deadline of the policy evaluation of one composition")

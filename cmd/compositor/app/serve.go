@@ -318,6 +318,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		Mapper:             mgr.GetRESTMapper(),
 		ControllerImage:    opts.ControllerImage,
 		AllowChartNetworks: opts.AllowChartNetworks,
+		Checker:            checker,
 	}
 	// One runtime for every generated kind: the release bindings of each served version
 	// and, in-process, its composition controller.

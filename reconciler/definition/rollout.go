@@ -1,0 +1,543 @@
+// Rollouts: how a definition's compositions move to a new chart version.
+//
+// When a definition's chart version changes, its status names the new version at once
+// (new compositions are served by it) and retains the old one (status.retained): the
+// old version stays served, with its chart, its controller and its RBAC, for the
+// compositions still pinned to it. Then, one reconciliation after another:
+//
+//  1. A plan (package plan) of moving every composition of the old version: values
+//     after conversion, the new version's verdict, objects added, deleted and changed,
+//     RBAC gained and lost. Its summary goes in status.rollout.plan, the whole plan in
+//     a ConfigMap (compositor plan DEFINITION). A plan that needs approval (see
+//     spec.upgrade.approval) waits until compositor.dev/approve-plan names its hash.
+//  2. A canary batch moves (its pin label is patched through the new version, a write
+//     the webhooks judge), then batch after batch once every moved composition is Ready
+//     on the new chart. Compositions the plan refuses, or whose move admission refuses,
+//     stay on the old version.
+//  3. More failures than spec.upgrade.maxFailures stop the rollout and move every
+//     composition it moved back to the old version.
+//  4. A retained version no composition is pinned to any more is dropped, with its
+//     controller and RBAC.
+//
+// Which compositions moved is kept in the status, which only Compositor writes; a
+// composition's own labels and status are read for where it is, never for what the
+// rollout did.
+
+package definition
+
+import (
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/ownership"
+	"github.com/compositor-dev/compositor/plan"
+)
+
+// Defaults of spec.upgrade.
+const (
+	defaultCanary        = 1
+	defaultBatchSize     = 10
+	defaultMaxFailures   = 0
+	defaultDeadline      = 600 * time.Second
+	rolloutPoll          = 2 * time.Second
+	summaryEntries       = 20 // entries of the plan summary's lists
+	PlanConfigMapKey     = "plan.json.gz"
+	planConfigMapPrefix  = "compositor-plan-"
+	EventRolloutStarted  = "RolloutStarted"
+	EventRolloutBatch    = "RolloutBatch"
+	EventRolloutComplete = "RolloutComplete"
+	EventRolledBack      = "RolloutRolledBack"
+	EventAwaitingApprove = "RolloutAwaitingApproval"
+	EventPlanFailed      = "RolloutPlanFailed"
+)
+
+// PlanConfigMapName is the ConfigMap, in a definition's namespace, that keeps its
+// rollout's whole plan, as gzipped JSON under PlanConfigMapKey.
+func PlanConfigMapName(definition string) string { return planConfigMapPrefix + definition }
+
+// upgradeSettings is spec.upgrade with its defaults.
+type upgradeSettings struct {
+	approval              string
+	canary, batch, failed int
+	deadline              time.Duration
+}
+
+func settingsOf(def *corev1alpha1.CompositionDefinition) upgradeSettings {
+	s := upgradeSettings{approval: corev1alpha1.ApprovalOnRisk, canary: defaultCanary, batch: defaultBatchSize, failed: defaultMaxFailures, deadline: defaultDeadline}
+	u := def.Spec.Upgrade
+	if u == nil {
+		return s
+	}
+	s.approval = cmp.Or(u.Approval, s.approval)
+	if u.Canary != nil && *u.Canary > 0 {
+		s.canary = int(*u.Canary)
+	}
+	if u.BatchSize != nil && *u.BatchSize > 0 {
+		s.batch = int(*u.BatchSize)
+	}
+	if u.MaxFailures != nil && *u.MaxFailures >= 0 {
+		s.failed = int(*u.MaxFailures)
+	}
+	if u.ProgressDeadlineSeconds != nil && *u.ProgressDeadlineSeconds > 0 {
+		s.deadline = time.Duration(*u.ProgressDeadlineSeconds) * time.Second
+	}
+	return s
+}
+
+// servedChart is the version and chart def's status serves, before it moves on.
+func servedChart(def *corev1alpha1.CompositionDefinition) (corev1alpha1.ServedChart, bool) {
+	gvk, ok := ownership.Served(def)
+	if !ok || def.Status.Digest == "" {
+		return corev1alpha1.ServedChart{}, false
+	}
+	out := corev1alpha1.ServedChart{APIVersion: gvk.GroupVersion().String(), Digest: def.Status.Digest, PackageURL: def.Status.PackageURL}
+	for _, v := range def.Status.Managed.VersionInfo {
+		if v.Version == gvk.Version {
+			out.Chart = v.Chart
+		}
+	}
+	return out, out.Chart != ""
+}
+
+// beginRollout, when the definition moves from the version its status serves to
+// api's, retains the old version and starts a rollout from it. Called before the
+// status names the new version, so both are written together.
+func beginRollout(def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result, claimed map[string]bool) {
+	old, ok := servedChart(def)
+	previous := previousVersion(def)
+	// The version moved back to is served again, not retained.
+	def.Status.Retained = slices.DeleteFunc(def.Status.Retained, func(r corev1alpha1.ServedChart) bool { return r.APIVersion == api.APIVersion() })
+	if !ok || previous == api.Version || claimed[previous] {
+		return // nothing served before, the same version, or another definition keeps it
+	}
+	if !slices.ContainsFunc(def.Status.Retained, func(r corev1alpha1.ServedChart) bool { return r.APIVersion == old.APIVersion }) {
+		def.Status.Retained = append(def.Status.Retained, old)
+	}
+	def.Status.Rollout = &corev1alpha1.Rollout{
+		From: old.Chart, To: api.ChartVersion, FromVersion: previous, ToVersion: api.Version, ToDigest: fetched.Digest,
+	}
+}
+
+// advanceRollout takes the definition's rollout one step further (see the top of this
+// file) and drops the retained versions no composition is pinned to; it returns when
+// to look again.
+func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, error) {
+	next := r.Poll
+	if ro := def.Status.Rollout; ro != nil && ro.ToVersion == api.Version && ro.ToDigest == fetched.Digest {
+		var err error
+		switch ro.Phase {
+		case "", corev1alpha1.RolloutAwaitingApproval:
+			next, err = r.planRollout(ctx, def, api, fetched)
+		case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
+			next, err = r.progress(ctx, def, api)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return next, r.dropUnusedRetained(ctx, def, api)
+}
+
+// planRollout computes the plan and starts moving compositions once it needs no
+// approval or is approved.
+func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, error) {
+	ro := def.Status.Rollout
+	p, err := r.computePlan(ctx, def, api, fetched)
+	if err != nil {
+		ro.Message = "the plan could not be computed: " + err.Error()
+		r.event(def, corev1.EventTypeWarning, EventPlanFailed, ro.Message)
+		return 0, err
+	}
+	ro.Plan = summarize(p)
+	r.keepPlan(ctx, def, p)
+	settings := settingsOf(def)
+	risky := p.Summary.Refused > 0 || p.Summary.Deletions > 0
+	needsApproval := settings.approval == corev1alpha1.ApprovalAlways || (settings.approval == corev1alpha1.ApprovalOnRisk && risky)
+	if approved := def.Annotations[vocab.AnnotationApprovePlan]; needsApproval && approved != p.Hash {
+		was := ro.Phase
+		ro.Phase = corev1alpha1.RolloutAwaitingApproval
+		ro.Message = fmt.Sprintf("%d compositions to move from %s to %s: %d refused, %d objects deleted; nothing moves until approved: kubectl annotate compositiondefinition %s -n %s %s=%s (compositor plan %s -n %s shows the plan)",
+			p.Summary.ToMove, ro.From, ro.To, p.Summary.Refused, p.Summary.Deletions, def.Name, def.Namespace, vocab.AnnotationApprovePlan, p.Hash, def.Name, def.Namespace)
+		if approved != "" {
+			ro.Message = fmt.Sprintf("%s names %s, which is not the plan now (%s): ", vocab.AnnotationApprovePlan, approved, p.Hash) + ro.Message
+		}
+		if was != ro.Phase {
+			r.event(def, corev1.EventTypeNormal, EventAwaitingApprove, ro.Message)
+		}
+		return r.Poll, nil
+	}
+	ro.Phase = corev1alpha1.RolloutProgressing
+	ro.StartTime = ptr.To(metav1.Now())
+	ro.Stayed = nil
+	for _, c := range p.Compositions {
+		if len(c.Refused) > 0 {
+			ro.Stayed = append(ro.Stayed, c.Namespace+"/"+c.Name+": "+c.Refused[0])
+		}
+	}
+	ro.Message = fmt.Sprintf("moving %d compositions from %s to %s, %d first", p.Summary.ToMove-p.Summary.Refused, ro.From, ro.To, settings.canary)
+	r.event(def, corev1.EventTypeNormal, EventRolloutStarted, ro.Message+" (plan "+p.Hash+")")
+	return r.progress(ctx, def, api)
+}
+
+// computePlan plans moving every composition of the rollout's old version to api's.
+func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (*plan.Plan, error) {
+	ro := def.Status.Rollout
+	fromGVK := schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: ro.FromVersion, Kind: api.Kind}
+	from := ownership.At(def, fromGVK)
+	if from == nil {
+		return nil, fmt.Errorf("the definition no longer retains %s", ro.FromVersion)
+	}
+	fromChart, _, err := r.Charts.Chart(ctx, from)
+	if err != nil {
+		return nil, fmt.Errorf("reading chart %s of %s: %w", ro.From, ro.FromVersion, err)
+	}
+	items, err := r.compositionObjects(ctx, api.Kind, ro.FromVersion, ro.FromVersion)
+	if err != nil {
+		return nil, err
+	}
+	compositions := make([]map[string]any, len(items))
+	for i := range items {
+		compositions[i] = items[i].Object
+	}
+	return plan.Compute(ctx, plan.Options{From: fromChart, To: fetched.Chart, Checker: r.Checker}, compositions)
+}
+
+// summarize is the status's summary of p.
+func summarize(p *plan.Plan) corev1alpha1.PlanSummary {
+	s := corev1alpha1.PlanSummary{
+		Hash: p.Hash, ToMove: int32(p.Summary.ToMove), Refused: int32(p.Summary.Refused),
+		Additions: int32(p.Summary.Additions), Deletions: int32(p.Summary.Deletions), Changes: int32(p.Summary.Changed),
+		RBACGained: p.RBAC.Gained, RBACLost: p.RBAC.Lost,
+	}
+	for _, c := range p.Compositions {
+		name := c.Namespace + "/" + c.Name
+		if len(c.Refused) > 0 {
+			if len(s.RefusedCompositions) == summaryEntries {
+				s.Truncated = true
+			} else {
+				s.RefusedCompositions = append(s.RefusedCompositions, name+": "+strings.Join(c.Refused, "; "))
+			}
+		}
+		for _, d := range c.Deleted {
+			if len(s.DeletedObjects) == summaryEntries {
+				s.Truncated = true
+				break
+			}
+			s.DeletedObjects = append(s.DeletedObjects, name+": "+d.String())
+		}
+	}
+	return s
+}
+
+// keepPlan writes the whole plan to the definition's plan ConfigMap, which it owns,
+// for compositor plan DEFINITION. It is for people to read: nothing of Compositor
+// reads it back. A ConfigMap of that name that Compositor did not write is left alone.
+func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) {
+	logger := ctrl.LoggerFrom(ctx)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(p); err != nil || zw.Close() != nil {
+		logger.Error(err, "Encoding the plan")
+		return
+	}
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}
+	err := r.Live.Get(ctx, key, cm) // not the cache: it would watch every ConfigMap
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionName: def.Name}}}
+	case err != nil:
+		logger.Error(err, "Reading the plan ConfigMap")
+		return
+	case cm.Labels[vocab.LabelManagedBy] != vocab.ManagedBy || !metav1.IsControlledBy(cm, def):
+		logger.Info("A ConfigMap Compositor did not write has the plan's name: the plan is not kept", "configmap", key)
+		return
+	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], buf.Bytes()):
+		return
+	}
+	cm.Data = map[string]string{"hash": p.Hash}
+	cm.BinaryData = map[string][]byte{PlanConfigMapKey: buf.Bytes()}
+	if err := controllerutil.SetControllerReference(def, cm, r.Client.Scheme()); err != nil {
+		logger.Error(err, "Owning the plan ConfigMap")
+		return
+	}
+	if cm.ResourceVersion == "" {
+		err = r.Client.Create(ctx, cm)
+	} else {
+		err = r.Client.Update(ctx, cm)
+	}
+	if err != nil {
+		logger.Error(err, "Writing the plan ConfigMap", "configmap", key)
+	}
+}
+
+// progress checks the moved compositions, rolls back when too many failed, moves the
+// next batch when every moved one is settled, and completes when none is left.
+func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (time.Duration, error) {
+	ro := def.Status.Rollout
+	settings := settingsOf(def)
+	if def.Annotations[vocab.AnnotationRolloutPaused] == "true" {
+		if ro.Phase != corev1alpha1.RolloutPaused {
+			ro.Phase = corev1alpha1.RolloutPaused
+			ro.Message = fmt.Sprintf("%s is \"true\": %d of %d moved, nothing more moves until it is removed", vocab.AnnotationRolloutPaused, len(ro.Moved), ro.Plan.ToMove-ro.Plan.Refused)
+			r.event(def, corev1.EventTypeNormal, corev1alpha1.RolloutPaused, ro.Message)
+		}
+		return r.Poll, nil
+	}
+	ro.Phase = corev1alpha1.RolloutProgressing
+
+	moved, err := r.compositionObjects(ctx, api.Kind, ro.ToVersion, ro.ToVersion)
+	if err != nil {
+		return 0, err
+	}
+	byName := make(map[string]*unstructured.Unstructured, len(moved))
+	for i := range moved {
+		byName[moved[i].GetNamespace()+"/"+moved[i].GetName()] = &moved[i]
+	}
+	ready, waiting := 0, 0
+	ro.Failed = nil
+	for _, name := range ro.Moved {
+		obj, ok := byName[name]
+		if !ok {
+			ready++ // deleted, or moved elsewhere by someone: nothing to wait for
+			continue
+		}
+		switch state, why := movedState(obj, ro, settings.deadline); state {
+		case stateReady:
+			ready++
+		case stateFailed:
+			ro.Failed = append(ro.Failed, name+": "+why)
+		default:
+			waiting++
+		}
+	}
+	ro.Ready = int32(ready)
+	if len(ro.Failed) > settings.failed {
+		return r.Poll, r.rollBack(ctx, def, api)
+	}
+	if waiting > 0 {
+		ro.Message = fmt.Sprintf("%d of %d moved compositions Ready on %s; waiting for %d before the next batch", ready, len(ro.Moved), ro.To, waiting)
+		return rolloutPoll, nil
+	}
+
+	stayed := map[string]bool{}
+	for _, s := range ro.Stayed {
+		stayed[strings.SplitN(s, ": ", 2)[0]] = true
+	}
+	items, err := r.compositions(ctx, api, ro.ToVersion, ro.FromVersion)
+	if err != nil {
+		return 0, err
+	}
+	var pending []string
+	for _, item := range items {
+		if name := item.Namespace + "/" + item.Name; !stayed[name] && !slices.Contains(ro.Moved, name) {
+			pending = append(pending, name)
+		}
+	}
+	slices.Sort(pending)
+	if len(pending) == 0 {
+		ro.Phase = corev1alpha1.RolloutComplete
+		ro.CompletionTime = ptr.To(metav1.Now())
+		ro.Message = fmt.Sprintf("%d compositions moved to %s and Ready", len(ro.Moved), ro.To)
+		if len(ro.Failed) > 0 {
+			ro.Message += fmt.Sprintf(", %d failed within the %d tolerated", len(ro.Failed), settings.failed)
+		}
+		if len(ro.Stayed) > 0 {
+			ro.Message += fmt.Sprintf("; %d stay on %s, refused by %s", len(ro.Stayed), ro.From, ro.To)
+		}
+		r.event(def, corev1.EventTypeNormal, EventRolloutComplete, ro.Message)
+		return r.Poll, nil
+	}
+
+	size := settings.batch
+	if len(ro.Moved) == 0 {
+		size = settings.canary
+	}
+	batch := pending[:min(size, len(pending))]
+	var movedNow []string
+	for _, name := range batch {
+		namespace, n, _ := strings.Cut(name, "/")
+		err := r.relabel(ctx, api.Kind, namespace, n, ro.ToVersion, ro.ToVersion)
+		switch {
+		case err == nil:
+			ro.Moved = append(ro.Moved, name)
+			movedNow = append(movedNow, name)
+		case apierrors.IsNotFound(err):
+		case refusedByAdmission(err):
+			ro.Stayed = append(ro.Stayed, name+": "+err.Error())
+		default:
+			return 0, fmt.Errorf("moving %s %s to %s: %w", api.Kind, name, ro.ToVersion, err)
+		}
+	}
+	ro.BatchStarted = ptr.To(metav1.Now())
+	ro.Message = fmt.Sprintf("moved %s to %s; %d of %d moved, waiting for them to be Ready", strings.Join(movedNow, ", "), ro.To, len(ro.Moved), len(ro.Moved)+len(pending)-len(batch))
+	r.event(def, corev1.EventTypeNormal, EventRolloutBatch, ro.Message)
+	return rolloutPoll, nil
+}
+
+// rollBack moves every composition the rollout moved back to the old version, and ends
+// the rollout: it starts again only for other chart content.
+func (r *Reconciler) rollBack(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+	ro := def.Status.Rollout
+	var kept []string
+	for _, name := range ro.Moved {
+		namespace, n, _ := strings.Cut(name, "/")
+		if err := r.relabel(ctx, api.Kind, namespace, n, ro.FromVersion, ro.FromVersion); err != nil && !apierrors.IsNotFound(err) {
+			if !refusedByAdmission(err) {
+				return fmt.Errorf("moving %s %s back to %s: %w", api.Kind, name, ro.FromVersion, err)
+			}
+			kept = append(kept, name+": "+err.Error())
+		}
+	}
+	ro.Phase = corev1alpha1.RolloutRolledBack
+	ro.CompletionTime = ptr.To(metav1.Now())
+	ro.Message = fmt.Sprintf("%d moved compositions failed on %s (%d tolerated): %s; the %d moved were moved back to %s",
+		len(ro.Failed), ro.To, settingsOf(def).failed, strings.Join(ro.Failed, "; "), len(ro.Moved), ro.From)
+	if len(kept) > 0 {
+		ro.Message += fmt.Sprintf("; %d could not be moved back: %s", len(kept), strings.Join(kept, "; "))
+	}
+	r.event(def, corev1.EventTypeWarning, EventRolledBack, ro.Message)
+	return nil
+}
+
+type movedStateKind int
+
+const (
+	stateWaiting movedStateKind = iota
+	stateReady
+	stateFailed
+)
+
+// waitingReasons are the reasons of a Ready=False composition that is on its way.
+var waitingReasons = []string{"", "Installing", "DefinitionNotFound", condition.ReasonPaused}
+
+// movedState is whether a moved composition is Ready on the rollout's chart, failed, or
+// on its way. Its status is Compositor's alone (see the status webhook).
+func movedState(obj *unstructured.Unstructured, ro *corev1alpha1.Rollout, deadline time.Duration) (movedStateKind, string) {
+	chartVersion, _, _ := unstructured.NestedString(obj.Object, "status", "helmChartVersion")
+	digest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
+	ready := readyCondition(obj)
+	since := time.Time{}
+	if ro.BatchStarted != nil {
+		since = ro.BatchStarted.Time
+	}
+	switch {
+	case ready != nil && ready.Status == metav1.ConditionTrue && chartVersion == ro.To && digest == ro.ToDigest:
+		return stateReady, ""
+	case ready != nil && ready.Status == metav1.ConditionFalse && !slices.Contains(waitingReasons, ready.Reason) &&
+		!ready.LastTransitionTime.Time.Before(since.Add(-time.Second)):
+		return stateFailed, ready.Reason + ": " + ready.Message
+	case !since.IsZero() && time.Since(since) > deadline:
+		return stateFailed, fmt.Sprintf("not Ready on %s within %s", ro.To, deadline)
+	}
+	return stateWaiting, ""
+}
+
+func readyCondition(obj *unstructured.Unstructured) *metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	var conditions []metav1.Condition
+	for _, c := range raw {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			continue
+		}
+		var cond metav1.Condition
+		if json.Unmarshal(b, &cond) == nil {
+			conditions = append(conditions, cond)
+		}
+	}
+	return meta.FindStatusCondition(conditions, corev1alpha1.ConditionReady)
+}
+
+// refusedByAdmission tells whether err is a write refused for the object's content
+// (a webhook's denial, a schema's), not a failure to reach the API server.
+func refusedByAdmission(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// relabel pins a composition to version, written through via: an explicit move of its
+// pin, which the webhooks judge like any write.
+func (r *Reconciler) relabel(ctx context.Context, kind, namespace, name, version, via string) error {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: via, Kind: kind})
+	obj.SetNamespace(namespace)
+	obj.SetName(name)
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, vocab.LabelCompositionVersion, version)
+	return r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
+}
+
+// compositionObjects lists the compositions of kind pinned to version, whole, read
+// through via.
+func (r *Reconciler) compositionObjects(ctx context.Context, kind, via, version string) ([]unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: via, Kind: kind + "List"})
+	if err := r.Live.List(ctx, list, client.MatchingLabels{vocab.LabelCompositionVersion: version}); err != nil {
+		return nil, fmt.Errorf("listing %s compositions of version %s: %w", kind, version, err)
+	}
+	return list.Items, nil
+}
+
+// dropUnusedRetained stops retaining the versions no composition is pinned to any more,
+// and removes their controllers and RBAC; the CRD drops them after (pruneVersions).
+func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+	var kept []corev1alpha1.ServedChart
+	for _, ret := range def.Status.Retained {
+		gv, err := schema.ParseGroupVersion(ret.APIVersion)
+		if err != nil || gv.Version == api.Version {
+			continue
+		}
+		items, err := r.compositions(ctx, api, api.Version, gv.Version)
+		if err != nil {
+			return err
+		}
+		if len(items) > 0 {
+			kept = append(kept, ret)
+			if r.Kinds != nil {
+				// Served again after a restart of the leader.
+				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
+			return err
+		}
+	}
+	def.Status.Retained = kept
+	return nil
+}
+
+// event records an event on the definition.
+func (r *Reconciler) event(def *corev1alpha1.CompositionDefinition, eventType, reason, message string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(def, nil, eventType, reason, "Rollout", "%s", message)
+	}
+}
