@@ -25,8 +25,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -70,6 +73,11 @@ type Options struct {
 	// Namespace is the namespace of compositions that name none; "" is
 	// DefaultNamespace.
 	Namespace string
+	// Workers is how many compositions are planned at once, each on a goroutine of
+	// its own; 0 is runtime.GOMAXPROCS(0). A caller that shares the process with
+	// admission (the definition reconciler) passes 1 to leave the other cores to it.
+	// The plan is the same whatever the number.
+	Workers int
 }
 
 // Plan is what moving the compositions from one chart version to another would do.
@@ -192,9 +200,16 @@ func (p *Plan) Digest() (string, error) {
 // Compute plans moving compositions, objects of From's version of the chart's kind
 // (as read from the cluster or written in files), to To. Each composition's problems
 // (another kind or version, values To refuses, a render that fails) are its Refused
-// lines; the error is for charts that cannot be planned with (ErrBadChart) or a plan
-// that cannot be encoded.
+// lines; the error is for charts that cannot be planned with (ErrBadChart), a plan
+// that cannot be encoded, or ctx's error when ctx is done before the plan is: no
+// composition is started after that, and no plan is returned.
+//
+// The compositions are planned Options.Workers at a time; each is planned alone, so the
+// plan, its order and its hash do not depend on how many run at once.
 func Compute(ctx context.Context, opts Options, compositions []map[string]any) (*Plan, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	p, err := newPlanner(opts)
 	if err != nil {
 		return nil, err
@@ -208,11 +223,18 @@ func Compute(ctx context.Context, opts Options, compositions []map[string]any) (
 	if out.RBAC, err = p.rbacChange(); err != nil {
 		return nil, err
 	}
-	for _, obj := range compositions {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		out.Compositions = append(out.Compositions, p.composition(ctx, obj))
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	out.Compositions = out.Compositions[:len(compositions)]
+	err = forEach(ctx, workers, len(compositions), func(i int) {
+		out.Compositions[i] = p.composition(ctx, compositions[i])
+	})
+	if err != nil {
+		// A composition planned while ctx was ending may hold verdicts cut short by
+		// it: the plan is not complete, nor right.
+		return nil, err
 	}
 	slices.SortStableFunc(out.Compositions, func(a, b Composition) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
@@ -230,6 +252,48 @@ func Compute(ctx context.Context, opts Options, compositions []map[string]any) (
 		return nil, err
 	}
 	return out, nil
+}
+
+// forEach calls fn(0) to fn(n-1), workers calls at a time, and returns ctx's error
+// when ctx is done before every call returned; no call starts after ctx is done. A
+// panic in fn is raised again on the caller's goroutine, as if fn had run there.
+func forEach(ctx context.Context, workers, n int, fn func(i int)) error {
+	workers = min(workers, n)
+	if workers <= 1 {
+		for i := range n {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			fn(i)
+		}
+		return ctx.Err()
+	}
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		panicked atomic.Pointer[any]
+	)
+	for range workers {
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.CompareAndSwap(nil, &r)
+				}
+			}()
+			for ctx.Err() == nil && panicked.Load() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	if r := panicked.Load(); r != nil {
+		panic(*r)
+	}
+	return ctx.Err()
 }
 
 // planner holds what every composition of a plan shares.
@@ -375,9 +439,14 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 		return refuse("cannot be planned: %v", err)
 	}
 
+	// To's release, rendered once: for the diff below and for the rendered policies
+	// of the verdict, which would render the very same (To, these values, this
+	// release and namespace, as an upgrade).
+	cur, curErr := p.render(p.to, c.Values, c)
+
 	// The verdict: the move is a write through To (the relabelling), judged as the
 	// validating webhook and `compositor validate` judge it.
-	if err := p.verdict(ctx, &c, moved, before); err != nil {
+	if err := p.verdict(ctx, &c, moved, before, cur, curErr); err != nil {
 		c.Refused = append(c.Refused, fmt.Sprintf("cannot be checked against chart %s %s: %v", p.to.Name(), p.to.Metadata.Version, err))
 	}
 
@@ -386,11 +455,10 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 	if err != nil {
 		return refuse("cannot be rendered with chart %s %s: %v", p.from.Name(), p.from.Metadata.Version, err)
 	}
-	cur, err := p.render(p.to, c.Values, c)
-	if err != nil {
-		return refuse("cannot be rendered with chart %s %s: %v", p.to.Name(), p.to.Metadata.Version, err)
+	if curErr != nil {
+		return refuse("cannot be rendered with chart %s %s: %v", p.to.Name(), p.to.Metadata.Version, curErr)
 	}
-	c.Added, c.Deleted, c.Changed = diffObjects(old, cur)
+	c.Added, c.Deleted, c.Changed = diffObjects(old.byKey, cur.byKey)
 	return c
 }
 
@@ -462,8 +530,12 @@ func (p *planner) move(obj map[string]any) (moved, before map[string]any, err er
 	return moved, before, nil
 }
 
-// verdict checks the moved object with the checker, as an update through To.
-func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map[string]any) error {
+// verdict checks the moved object with the checker, as an update through To. cur is
+// To's render of c.Values for c's release (curErr its error), which the rendered
+// policies judge: the checker would render the same. Without it (the render failed,
+// or c has no values, which the checker renders as nil rather than {}) the checker
+// renders, and fails, itself.
+func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map[string]any, cur releaseObjects, curErr error) error {
 	obj, err := plain(moved)
 	if err != nil {
 		return err
@@ -477,6 +549,12 @@ func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map
 	req.Resource.Resource = p.plural
 	req.Chart = p.to
 	req.NamespaceLabels = map[string]string{"kubernetes.io/metadata.name": req.Namespace}
+	if curErr == nil && c.Values != nil && req.ReleaseName == c.ReleaseName && req.Namespace == c.Namespace {
+		req.Rendered = cur.objs
+		if req.Rendered == nil {
+			req.Rendered = []policies.RenderedObject{} // nil would render again
+		}
+	}
 	d, err := p.checker.Check(ctx, req)
 	if err != nil {
 		return err
@@ -494,14 +572,20 @@ func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map
 	return nil
 }
 
+// releaseObjects are the objects of one render of a release: as rendered, and by key.
+type releaseObjects struct {
+	objs  []policies.RenderedObject
+	byKey map[objectKey]rendered
+}
+
 // render renders ch with values for c's release, as its controller installs it.
-func (p *planner) render(ch *chart.Chart, values map[string]any, c Composition) (map[objectKey]rendered, error) {
+func (p *planner) render(ch *chart.Chart, values map[string]any, c Composition) (releaseObjects, error) {
 	if values == nil {
 		values = map[string]any{}
 	}
 	objs, err := policies.Render(ch, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
 	if err != nil {
-		return nil, err
+		return releaseObjects{}, err
 	}
 	out := make(map[objectKey]rendered, len(objs))
 	for _, o := range objs {
@@ -511,7 +595,7 @@ func (p *planner) render(ch *chart.Chart, values map[string]any, c Composition) 
 			out[k] = rendered{ref: ref, obj: o.Object}
 		}
 	}
-	return out, nil
+	return releaseObjects{objs: objs, byKey: out}, nil
 }
 
 type rendered struct {

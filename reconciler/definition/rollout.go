@@ -221,7 +221,9 @@ func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.Composit
 	for i := range items {
 		compositions[i] = items[i].Object
 	}
-	return plan.Compute(ctx, plan.Options{From: fromChart, To: fetched.Chart, Checker: r.Checker}, compositions)
+	// One worker: planning a thousand compositions takes seconds of CPU, and the
+	// webhooks in this process keep the other cores.
+	return plan.Compute(ctx, plan.Options{From: fromChart, To: fetched.Chart, Checker: r.Checker, Workers: 1}, compositions)
 }
 
 // summarize is the status's summary of p.
@@ -431,6 +433,12 @@ const (
 	stateFailed
 )
 
+// failureGrace is how long a moved composition stays not Ready, for a reason other than
+// waiting, before it counts as failed: the new version's controller retries what
+// fails for a moment, such as its release role not yet bound in a namespace it has
+// just been given.
+const failureGrace = 15 * time.Second
+
 // waitingReasons are the reasons of a Ready=False composition that is on its way.
 var waitingReasons = []string{"", "Installing", "DefinitionNotFound", condition.ReasonPaused}
 
@@ -448,7 +456,7 @@ func movedState(obj *unstructured.Unstructured, ro *corev1alpha1.Rollout, deadli
 	case ready != nil && ready.Status == metav1.ConditionTrue && chartVersion == ro.To && digest == ro.ToDigest:
 		return stateReady, ""
 	case ready != nil && ready.Status == metav1.ConditionFalse && !slices.Contains(waitingReasons, ready.Reason) &&
-		!ready.LastTransitionTime.Time.Before(since.Add(-time.Second)):
+		!ready.LastTransitionTime.Time.Before(since.Add(-time.Second)) && time.Since(ready.LastTransitionTime.Time) >= failureGrace:
 		return stateFailed, ready.Reason + ": " + ready.Message
 	case !since.IsZero() && time.Since(since) > deadline:
 		return stateFailed, fmt.Sprintf("not Ready on %s within %s", ro.To, deadline)

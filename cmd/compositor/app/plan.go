@@ -43,8 +43,7 @@ type PlanOptions struct {
 	FailOpen         bool
 	// Kubeconfig is the cluster of `compositor plan DEFINITION` ("" as kubectl finds
 	// it); -n is then the definition's namespace, else the kubeconfig's.
-	Kubeconfig   string
-	namespaceSet bool
+	Kubeconfig string
 }
 
 func newPlanCommand() *cobra.Command {
@@ -98,8 +97,11 @@ version, --from-version or --to-version.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
-				opts.namespaceSet = cmd.Flags().Changed("namespace")
-				return RunPlanDefinition(cmd.Context(), cmd.OutOrStdout(), opts, args[0])
+				namespace := ""
+				if cmd.Flags().Changed("namespace") {
+					namespace = opts.Namespace
+				}
+				return RunPlanDefinition(cmd.Context(), cmd.OutOrStdout(), opts, namespace, args[0])
 			}
 			opts.Stdin = cmd.InOrStdin()
 			return RunPlan(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts)

@@ -48,16 +48,16 @@ func clusterClient(kubeconfig string) (client.Client, string, error) {
 	return c, namespace, nil
 }
 
-// RunPlanDefinition prints the plan the rollout of definition name follows: the one
-// its status names by hash, read from the ConfigMap Compositor keeps it in, checked
-// against that hash.
-func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, name string) error {
-	c, namespace, err := clusterClient(opts.Kubeconfig)
+// RunPlanDefinition prints the plan the rollout of definition namespace/name follows
+// ("" is the kubeconfig's namespace): the one its status names by hash, read from the
+// ConfigMap Compositor keeps it in, checked against that hash.
+func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, namespace, name string) error {
+	c, current, err := clusterClient(opts.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	if opts.namespaceSet {
-		namespace = opts.Namespace
+	if namespace == "" {
+		namespace = current
 	}
 	def := &corev1alpha1.CompositionDefinition{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, def); err != nil {
