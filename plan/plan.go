@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,6 +79,14 @@ type Options struct {
 	// admission (the definition reconciler) passes 1 to leave the other cores to it.
 	// The plan is the same whatever the number.
 	Workers int
+	// RenderTimeout bounds each render of a chart, as admission bounds its renders (a
+	// template may loop on a value); 0 is policies.DefaultTimeout. A render past it
+	// refuses its composition. Renders run in the process's policies.Sandbox when it
+	// has one.
+	RenderTimeout time.Duration
+	// FromDigest and ToDigest identify the charts' content for the sandbox, which
+	// then loads each once; empty is unknown.
+	FromDigest, ToDigest string
 }
 
 // Plan is what moving the compositions from one chart version to another would do.
@@ -305,6 +314,9 @@ type planner struct {
 	checker          *policies.Checker
 	mapper           meta.RESTMapper
 	namespace        string
+	fromDigest       string
+	toDigest         string
+	renderTimeout    time.Duration
 }
 
 func newPlanner(opts Options) (*planner, error) {
@@ -317,7 +329,8 @@ func newPlanner(opts Options) (*planner, error) {
 	case from.Name() != to.Name():
 		return nil, fmt.Errorf("%w: moving from chart %s to chart %s: they must be versions of one chart", ErrBadChart, from.Name(), to.Name())
 	}
-	p := &planner{from: from, to: to, checker: opts.Checker, mapper: opts.Mapper, namespace: opts.Namespace}
+	p := &planner{from: from, to: to, checker: opts.Checker, mapper: opts.Mapper, namespace: opts.Namespace,
+		fromDigest: opts.FromDigest, toDigest: opts.ToDigest, renderTimeout: cmp.Or(opts.RenderTimeout, policies.DefaultTimeout)}
 	if p.checker == nil {
 		p.checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
 	}
@@ -442,7 +455,7 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 	// To's release, rendered once: for the diff below and for the rendered policies
 	// of the verdict, which would render the very same (To, these values, this
 	// release and namespace, as an upgrade).
-	cur, curErr := p.render(p.to, c.Values, c)
+	cur, curErr := p.render(ctx, p.to, p.toDigest, c.Values, c)
 
 	// The verdict: the move is a write through To (the relabelling), judged as the
 	// validating webhook and `compositor validate` judge it.
@@ -451,7 +464,7 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 	}
 
 	// What the upgrade does to the release's objects.
-	old, err := p.render(p.from, fromValues, c)
+	old, err := p.render(ctx, p.from, p.fromDigest, fromValues, c)
 	if err != nil {
 		return refuse("cannot be rendered with chart %s %s: %v", p.from.Name(), p.from.Metadata.Version, err)
 	}
@@ -578,12 +591,15 @@ type releaseObjects struct {
 	byKey map[objectKey]rendered
 }
 
-// render renders ch with values for c's release, as its controller installs it.
-func (p *planner) render(ch *chart.Chart, values map[string]any, c Composition) (releaseObjects, error) {
+// render renders ch, whose content digest identifies, with values for c's release, as
+// its controller installs it, within the render timeout.
+func (p *planner) render(ctx context.Context, ch *chart.Chart, digest string, values map[string]any, c Composition) (releaseObjects, error) {
 	if values == nil {
 		values = map[string]any{}
 	}
-	objs, err := policies.Render(ch, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
+	ctx, cancel := context.WithTimeout(ctx, p.renderTimeout)
+	defer cancel()
+	objs, err := policies.RenderWithDeadline(ctx, ch, digest, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
 	if err != nil {
 		return releaseObjects{}, err
 	}

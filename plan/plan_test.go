@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"sigs.k8s.io/yaml"
@@ -241,6 +242,23 @@ func TestPlanBadCharts(t *testing.T) {
 		_, err := plan.Compute(context.Background(), opts, nil)
 		if !errors.Is(err, plan.ErrBadChart) {
 			t.Errorf("%s: err = %v, want ErrBadChart", name, err)
+		}
+	}
+}
+
+// TestPlanRenderTimeout: a render past Options.RenderTimeout refuses its composition,
+// as admission refuses a render past its deadline, and the plan goes on.
+func TestPlanRenderTimeout(t *testing.T) {
+	p, err := plan.Compute(context.Background(), plan.Options{From: load(t, "1.1.5"), To: load(t, "2.0.0"), RenderTimeout: time.Nanosecond}, threeCompositions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Summary.ToMove != 3 || p.Summary.Refused != 3 {
+		t.Fatalf("want 3 compositions, all refused, got %+v", p.Summary)
+	}
+	for _, c := range p.Compositions {
+		if !slices.ContainsFunc(c.Refused, func(r string) bool { return strings.Contains(r, "did not finish in time") }) {
+			t.Errorf("%s: want a refusal for the render's deadline, got %q", c.Name, c.Refused)
 		}
 	}
 }

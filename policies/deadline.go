@@ -70,14 +70,17 @@ func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spe
 		}
 		return s.Render(ctx, what, ch, digest, spec, opts)
 	}
+	// The run writes its own variable: one past its deadline goes on writing it after
+	// this returns.
+	var rendered []RenderedObject
 	err = uncancellable.run(ctx, what, func() (err error) {
-		objs, err = Render(ch, spec, opts)
+		rendered, err = Render(ch, spec, opts)
 		return err
 	})
 	if err != nil {
-		return nil, err // objs may still be written by a run past its deadline
+		return nil, err
 	}
-	return objs, nil
+	return rendered, nil
 }
 
 // validateWithDeadline checks spec against ch's schemas with v until ctx is done: a
@@ -93,14 +96,15 @@ func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Char
 			return s.ValidateValues(ctx, what, ch, digest, spec)
 		}
 	}
+	var found []Violation // the run's own: see RenderWithDeadline
 	err = uncancellable.run(ctx, what, func() (err error) {
-		vs, err = v.ValidateValues(ctx, ch, digest, spec)
+		found, err = v.ValidateValues(ctx, ch, digest, spec)
 		return err
 	})
 	if err != nil {
-		return nil, err // vs may still be written by a run past its deadline
+		return nil, err
 	}
-	return vs, nil
+	return found, nil
 }
 
 // uninterruptible runs work that cannot be cancelled (Go templates and the JSON Schema

@@ -223,7 +223,10 @@ func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.Composit
 	}
 	// One worker: planning a thousand compositions takes seconds of CPU, and the
 	// webhooks in this process keep the other cores.
-	return plan.Compute(ctx, plan.Options{From: fromChart, To: fetched.Chart, Checker: r.Checker, Workers: 1}, compositions)
+	return plan.Compute(ctx, plan.Options{
+		From: fromChart, To: fetched.Chart, FromDigest: from.Status.Digest, ToDigest: fetched.Digest,
+		Checker: r.Checker, Workers: 1,
+	}, compositions)
 }
 
 // summarize is the status's summary of p.
