@@ -219,6 +219,7 @@ func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
 		CheckFunc(checkPlacement),
 		CheckFunc(checkConversionData),
 		CheckFunc(checkConversionOrigin),
+		CheckFunc(rollbackLeftOver),
 		uniqueReleaseName{reader: cached, names: names},
 		CheckFunc(warnPausedDeletion),
 		pinnedVersionCheck{definitions: cached},

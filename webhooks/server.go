@@ -77,6 +77,9 @@ type Options struct {
 	// Unbounded, for measurements only (make bench), turns the limits and the lanes
 	// off, so that their cost on the ordinary path can be measured.
 	Unbounded bool
+	// Revisions proves the CompositionRevisions a rollback restores (the release
+	// seal); without it, rollbacks are refused.
+	Revisions RevisionVerifier
 }
 
 // Register mounts the admission handlers on srv.
@@ -107,7 +110,7 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 	if opts.Cached != nil {
 		v.schemas = conversion.NewCRDSchemas(opts.Cached, opts.Live)
 	}
-	m := &Mutator{Definitions: opts.Cached}
+	m := &Mutator{Definitions: opts.Cached, Live: opts.Live, Revisions: opts.Revisions, schemas: v.schemas}
 	if opts.Checker != nil {
 		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo()}
 		if v.schemas != nil {
@@ -133,6 +136,12 @@ type Mutator struct {
 	// validating webhook, which decides on the object as stored, after every mutating
 	// webhook, Compositor's and others', has run.
 	Screen *Validator
+	// Live reads the CompositionRevisions a rollback restores, and Revisions proves
+	// them (revisions.go); without either, a rollback is refused.
+	Live      client.Reader
+	Revisions RevisionVerifier
+	// schemas convert a restored spec to the version the rollback is written through.
+	schemas conversion.SchemaSource
 }
 
 var _ admission.Handler = &Mutator{}
@@ -165,6 +174,16 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 		}
 	}
 	annotations, labels := req.Object.GetAnnotations(), req.Object.GetLabels()
+	var written *unstructured.Unstructured
+	if mayReplace(req) {
+		written = req.Object.DeepCopy()
+	}
+	// A rollback first: it sets the spec and the pin the rest judges.
+	replaced, refusal := m.rollback(ctx, req)
+	if refusal != nil {
+		return *refusal
+	}
+	replaced = stampAuthor(req) || replaced
 	if err := defaultComposition(ctx, m.Definitions, req); err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -183,6 +202,9 @@ func (m *Mutator) Handle(ctx context.Context, ar admission.Request) admission.Re
 		if !resp.Allowed {
 			return resp
 		}
+	}
+	if replaced && written != nil {
+		return fullPatch(written, req.Object)
 	}
 	return admission.Patched("", defaultingPatch(annotations, labels, req.Object)...)
 }
@@ -218,6 +240,9 @@ func (v *Validator) Handle(ctx context.Context, ar admission.Request) admission.
 	req, bad := decode(ar)
 	if bad != nil {
 		return *bad
+	}
+	if isRevision(req.Kind) {
+		return admission.Allowed("")
 	}
 	if resp, ok := boundObject(v.limits, req); !ok {
 		return resp

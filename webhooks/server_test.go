@@ -142,6 +142,8 @@ func TestMutateDefaultsAComposition(t *testing.T) {
 		{"op": "add", "path": "/metadata/annotations", "value": map[string]any{
 			"krateo.io/release-name": "demo",
 			"krateo.io/paused":       "false",
+			// The requesting user wrote the spec.
+			"compositor.dev/spec-author": "alice",
 		}},
 		{"op": "add", "path": "/metadata/labels", "value": map[string]any{
 			"krateo.io/composition-version": "v1-1-5",

@@ -15,6 +15,8 @@ const (
 	PolicyGroup = "policy.compositor.dev"
 	// PolicyResource is the resource of CompositionPolicies.
 	PolicyResource = "compositionpolicies"
+	// RevisionResource is the resource of CompositionRevisions (DefinitionGroup).
+	RevisionResource = "compositionrevisions"
 )
 
 // Annotations users write.
@@ -72,6 +74,11 @@ const (
 	// AnnotationKubeconfigRefused, on a target cluster's kubeconfig Secret, says why
 	// the kubeconfig is refused.
 	AnnotationKubeconfigRefused = "compositor.dev/kubeconfig-refused"
+	// AnnotationSpecAuthor, on a composition, is the user who last changed its spec, as
+	// the API server authenticated them: the mutating webhook writes it on every write
+	// that changes the spec and keeps it on any other, whatever the write says. The
+	// CompositionRevision of an install records it as its author.
+	AnnotationSpecAuthor = "compositor.dev/spec-author"
 )
 
 // Labels.
@@ -96,12 +103,16 @@ const (
 	LabelVersion             = "compositor.dev/version"
 	// LabelChartArchive marks the Secrets that keep chart archives.
 	LabelChartArchive = "compositor.dev/chart-archive"
-	// LabelCompositionUID, on a Helm release record, names the composition whose
-	// release it is.
+	// LabelCompositionUID, on a Helm release record or a CompositionRevision, names
+	// the composition whose release or revision it is.
 	LabelCompositionUID = "compositor.dev/composition-uid"
 	// LabelFingerprint, on a Helm release record, is the fingerprint of what the
 	// release was installed from (the chart digest and the values).
 	LabelFingerprint = "compositor.dev/fingerprint"
+	// LabelCompositionName and LabelCompositionKind, with LabelCompositionUID, select
+	// the CompositionRevisions of one composition (kubectl get compositionrevisions -l).
+	LabelCompositionName = "compositor.dev/composition-name"
+	LabelCompositionKind = "compositor.dev/composition-kind"
 	// LabelReplica, on a Helm release record on a shared target cluster, names the
 	// replica of Compositor that runs the operation.
 	LabelReplica = "compositor.dev/replica"

@@ -418,18 +418,27 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 }
 
 // releaseRules grant HelmVerbs on the chart's namespaced types, RemovalVerbs on the
-// types it removes, and Helm's release storage on Secrets, unless the chart's own
-// Secrets already cover it.
+// types it removes, Helm's release storage on Secrets, unless the chart's own Secrets
+// already cover it, and the compositions' CompositionRevisions (RevisionRule).
 func releaseRules(namespaced, removed []ResourceType) []rbacv1.PolicyRule {
 	rules := append(typeRules(namespaced, HelmVerbs), typeRules(removed, RemovalVerbs)...)
-	for _, t := range namespaced {
-		if t.Group == "" && t.Resource == "secrets" {
-			return rules
-		}
+	if !slices.ContainsFunc(namespaced, func(t ResourceType) bool { return t.Group == "" && t.Resource == "secrets" }) {
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: slices.Clone(ReleaseStorageVerbs),
+		})
 	}
-	return append(rules, rbacv1.PolicyRule{
-		APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: slices.Clone(ReleaseStorageVerbs),
-	})
+	return append(rules, RevisionRule())
+}
+
+// RevisionVerbs are what a controller does with its compositions' CompositionRevisions:
+// it writes one per install, replaces an object of its name that is not its record,
+// and deletes the oldest beyond the definition's limit.
+var RevisionVerbs = []string{"create", "delete", "get", "list", "update"}
+
+// RevisionRule lets the controller keep its compositions' CompositionRevisions, in
+// the namespaces where the release role is bound.
+func RevisionRule() rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{vocab.DefinitionGroup}, Resources: []string{vocab.RevisionResource}, Verbs: slices.Clone(RevisionVerbs)}
 }
 
 // typeRules returns one rule per API group, groups and resources sorted.

@@ -65,17 +65,20 @@ var helmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "
 // The rules, listed exactly (the golden files show them too).
 func TestGenerateFireworksAppRules(t *testing.T) {
 	releaseStorage := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}}
+	revisions := rbacv1.PolicyRule{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositionrevisions"}, Verbs: []string{"create", "delete", "get", "list", "update"}}
 	want := map[string][]rbacv1.PolicyRule{
 		"1.1.5": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 			releaseStorage,
+			revisions,
 		},
 		"2.0.0": {
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: helmVerbs},
 			releaseStorage,
+			revisions,
 		},
 	}
 	compositions := []rbacv1.PolicyRule{
@@ -133,7 +136,7 @@ func TestGenerateClusterScopedTypes(t *testing.T) {
 func TestGenerateChartSecrets(t *testing.T) {
 	objs, err := Generate(fireworksOptions(t, "1.1.5", []ResourceType{kubeType(t, "", "Secret"), kubeType(t, "", "ConfigMap")}))
 	require.NoError(t, err)
-	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: helmVerbs}}, objs.ReleaseRole.Rules)
+	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: helmVerbs}, RevisionRule()}, objs.ReleaseRole.Rules)
 	for _, r := range objs.CompositionsRole.Rules {
 		assert.NotContains(t, r.Resources, "secrets")
 	}
@@ -268,6 +271,7 @@ func TestGenerateRemovedTypes(t *testing.T) {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"delete", "get"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
+		RevisionRule(),
 	}, objs.ReleaseRole.Rules)
 	assert.Nil(t, objs.ClusterRole)
 }

@@ -6,7 +6,9 @@ package composition
 
 import (
 	"context"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -59,9 +61,34 @@ func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstr
 	if a.changed {
 		setPruned(obj, w, a.leftBehind)
 	}
+	recorded := r.keepRevision(ctx, obj, def, w, a)
 	r.setRepresentable(ctx, obj)
 	r.setHealth(obj, a.health)
-	return healthRetry(a.result())(a.health)
+	result, err := healthRetry(a.result())(a.health)
+	if !recorded && err == nil && (result.RequeueAfter == 0 || result.RequeueAfter > retryRevision) {
+		result.RequeueAfter = retryRevision
+	}
+	return result, err
+}
+
+// retryRevision is how soon a composition whose revision could not be recorded is
+// looked at again.
+const retryRevision = 30 * time.Second
+
+// keepRevision records the revision a installed as a CompositionRevision (revisions.go)
+// unless status.revision says it is recorded already, and says whether it is. The
+// install stands either way: a record that cannot be written is reported, and tried
+// again.
+func (r *Reconciler) keepRevision(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, w work, a attempt) bool {
+	if a.revision <= 0 || (!a.changed && recordedRevision(obj) == int64(a.revision)) {
+		return true
+	}
+	if err := r.recordRevision(ctx, obj, def, w, a.revision); err != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventRevisionNotRecorded, "Install", "revision %d of release %s is installed, but not recorded: %v", a.revision, w.release, err)
+		return false
+	}
+	_ = unstructured.SetNestedField(obj.Object, int64(a.revision), "status", "revision")
+	return true
 }
 
 // remove uninstalls the composition's releases, on the target clusters it was placed on

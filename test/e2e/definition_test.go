@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -106,6 +107,7 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 		releaseSecrets,
+		rbac.RevisionRule(),
 	}, releaseRules(t, cp, "v1-1-5"))
 
 	// The release role is bound where compositions of the version are, as they come
@@ -182,6 +184,7 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: helmVerbs},
 				releaseSecrets,
+				rbac.RevisionRule(),
 			}, releaseRules(c, cp, "v2-0-0"))
 		}, time.Minute, 200*time.Millisecond)
 	})

@@ -171,7 +171,7 @@ type CompositionDefinitionStatus struct {
 // +kubebuilder:printcolumn:name="TO MOVE",type="integer",JSONPath=".status.rollout.plan.toMove",priority=1
 // +kubebuilder:printcolumn:name="REFUSED",type="integer",JSONPath=".status.rollout.plan.refused",priority=1
 // +kubebuilder:printcolumn:name="DELETIONS",type="integer",JSONPath=".status.rollout.plan.deletions",priority=1
-// +kubebuilder:printcolumn:name="MOVED",type="integer",JSONPath=".status.rollout.ready",priority=1
+// +kubebuilder:printcolumn:name="MOVED READY",type="integer",JSONPath=".status.rollout.ready",priority=1
 type CompositionDefinition struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -125,11 +125,16 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 			return err
 		}
 	}
-	checker, err := setupAdmission(ctx, mgr, charts, live, opts)
+	sealKey, err := releaseSealKey(ctx, live, opts.Namespace)
 	if err != nil {
 		return err
 	}
-	sealKey, err := releaseSealKey(ctx, live, opts.Namespace)
+	// The same key proves the CompositionRevisions a rollback restores.
+	revisions, err := compositionctl.NewReleaseSeal(sealKey)
+	if err != nil {
+		return err
+	}
+	checker, err := setupAdmission(ctx, mgr, charts, live, revisions, opts)
 	if err != nil {
 		return err
 	}
@@ -198,7 +203,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, authorizer webhooks.Authorizer, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
 	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
@@ -238,6 +243,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		Limits:          opts.Limits,
 		LaneConcurrency: opts.LaneConcurrency,
 		Unbounded:       opts.UnboundedAdmission,
+		Revisions:       revisions,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
