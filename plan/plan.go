@@ -120,6 +120,9 @@ type Composition struct {
 	// Values are its spec once moved: converted to To's version, as To's controller
 	// reads it.
 	Values map[string]any `json:"values,omitempty"`
+	// ValuesDigest is "sha256:<hex>" of Values' JSON: the plan's hash covers the values
+	// through it, so that a plan without them (Redacted) keeps its hash.
+	ValuesDigest string `json:"valuesDigest,omitempty"`
 	// Refused holds why the move cannot go through: each violation of Values under To
 	// (its schema, then the policies), one line each as `compositor validate` prints
 	// them; or why the composition could not be planned (another kind or version, a
@@ -193,12 +196,25 @@ type Summary struct {
 	Changed   int `json:"changed"`
 }
 
-// Digest is "sha256:<hex>" of the canonical JSON of p without its Hash: encoding/json
-// writes struct fields in order and map keys sorted, so equal plans give equal bytes.
-func (p *Plan) Digest() (string, error) {
+// Redacted is p without the compositions' values, which their ValuesDigest stands
+// for: what a plan shows to those who may not read every composition it moves. Its
+// Digest is p's.
+func (p *Plan) Redacted() *Plan {
 	c := *p
+	c.Compositions = slices.Clone(p.Compositions)
+	for i := range c.Compositions {
+		c.Compositions[i].Values = nil
+	}
+	return &c
+}
+
+// Digest is "sha256:<hex>" of the canonical JSON of p without its Hash and its values
+// (Redacted; each composition's ValuesDigest stands for them): encoding/json writes
+// struct fields in order and map keys sorted, so equal plans give equal bytes.
+func (p *Plan) Digest() (string, error) {
+	c := p.Redacted()
 	c.Hash = ""
-	b, err := json.Marshal(&c)
+	b, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("encoding the plan: %w", err)
 	}
@@ -449,6 +465,9 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 		return refuse("cannot be converted from %s to %s: %v", p.fromName, p.toName, err)
 	}
 	if c.Values, err = plainSpec(moved); err != nil {
+		return refuse("cannot be planned: %v", err)
+	}
+	if c.ValuesDigest, err = valuesDigest(c.Values); err != nil {
 		return refuse("cannot be planned: %v", err)
 	}
 
@@ -774,4 +793,14 @@ func objectField(obj map[string]any, key, path string) (map[string]any, error) {
 	default:
 		return nil, fmt.Errorf("%w: %s is not an object", conversion.ErrMalformedObject, path)
 	}
+}
+
+// valuesDigest is "sha256:<hex>" of values' JSON.
+func valuesDigest(values map[string]any) (string, error) {
+	b, err := json.Marshal(values)
+	if err != nil {
+		return "", fmt.Errorf("encoding the values: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }

@@ -262,3 +262,27 @@ func TestPlanRenderTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRedacted: the plan without the compositions' values keeps its hash, which
+// still changes with the values.
+func TestPlanRedacted(t *testing.T) {
+	p := compute(t, threeCompositions(t))
+	redacted := p.Redacted()
+	for _, c := range redacted.Compositions {
+		if c.Values != nil || c.ValuesDigest == "" && len(c.Refused) == 0 {
+			t.Errorf("%s: want no values and their digest, got %v, %q", c.Name, c.Values, c.ValuesDigest)
+		}
+	}
+	if p.Compositions[0].Values == nil {
+		t.Fatal("Redacted changed the plan it redacts")
+	}
+	got, err := redacted.Digest()
+	if err != nil || got != p.Hash {
+		t.Fatalf("the redacted plan hashes to %s (%v), want %s", got, err, p.Hash)
+	}
+	other := threeCompositions(t)
+	other[0]["spec"].(map[string]any)["replicaCount"] = 3
+	if compute(t, other).Hash == p.Hash {
+		t.Fatal("other values give the same hash")
+	}
+}

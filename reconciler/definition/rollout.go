@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -140,24 +141,27 @@ func beginRollout(def *corev1alpha1.CompositionDefinition, api *generatedAPI, fe
 	}
 }
 
-// advanceRollout takes the definition's rollout one step further (see the top of this
-// file) and drops the retained versions no composition is pinned to; it returns when
-// to look again.
+// advanceRollout drops the retained versions no composition is pinned to any more,
+// then takes the definition's rollout one step further (see the top of this file); it
+// returns when to look again. A plan that cannot be computed (the old chart gone, say)
+// is reported in the rollout and tried again at the next poll: it stops nothing else.
 func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, error) {
-	next := r.Poll
-	if ro := def.Status.Rollout; ro != nil && ro.ToVersion == api.Version && ro.ToDigest == fetched.Digest {
-		var err error
-		switch ro.Phase {
-		case "", corev1alpha1.RolloutAwaitingApproval:
-			next, err = r.planRollout(ctx, def, api, fetched)
-		case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
-			next, err = r.progress(ctx, def, api)
-		}
-		if err != nil {
-			return 0, err
-		}
+	if err := r.dropUnusedRetained(ctx, def, api); err != nil {
+		return 0, err
 	}
-	return next, r.dropUnusedRetained(ctx, def, api)
+	ro := def.Status.Rollout
+	if ro == nil || ro.ToVersion != api.Version || ro.ToDigest != fetched.Digest {
+		return r.Poll, nil
+	}
+	switch ro.Phase {
+	case "", corev1alpha1.RolloutAwaitingApproval:
+		return r.planRollout(ctx, def, api, fetched)
+	case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
+		return r.progress(ctx, def, api)
+	case corev1alpha1.RolloutRollingBack:
+		return r.Poll, r.rollBack(ctx, def, api)
+	}
+	return r.Poll, nil
 }
 
 // planRollout computes the plan and starts moving compositions once it needs no
@@ -166,20 +170,28 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 	ro := def.Status.Rollout
 	p, err := r.computePlan(ctx, def, api, fetched)
 	if err != nil {
-		ro.Message = "the plan could not be computed: " + err.Error()
-		r.event(def, corev1.EventTypeWarning, EventPlanFailed, ro.Message)
-		return 0, err
+		message := "the plan could not be computed, nothing moves: " + err.Error()
+		if ro.Message != message {
+			r.event(def, corev1.EventTypeWarning, EventPlanFailed, message)
+		}
+		ro.Message = message
+		return r.Poll, nil
 	}
 	ro.Plan = summarize(p)
-	r.keepPlan(ctx, def, p)
+	kept := r.keepPlan(ctx, def, p)
 	settings := settingsOf(def)
 	risky := p.Summary.Refused > 0 || p.Summary.Deletions > 0
 	needsApproval := settings.approval == corev1alpha1.ApprovalAlways || (settings.approval == corev1alpha1.ApprovalOnRisk && risky)
 	if approved := def.Annotations[vocab.AnnotationApprovePlan]; needsApproval && approved != p.Hash {
 		was := ro.Phase
 		ro.Phase = corev1alpha1.RolloutAwaitingApproval
-		ro.Message = fmt.Sprintf("%d compositions to move from %s to %s: %d refused, %d objects deleted; nothing moves until approved: kubectl annotate compositiondefinition %s -n %s %s=%s (compositor plan %s -n %s shows the plan)",
-			p.Summary.ToMove, ro.From, ro.To, p.Summary.Refused, p.Summary.Deletions, def.Name, def.Namespace, vocab.AnnotationApprovePlan, p.Hash, def.Name, def.Namespace)
+		ro.Message = fmt.Sprintf("%d compositions to move from %s to %s: %d refused, %d objects deleted; nothing moves until approved: kubectl annotate --overwrite compositiondefinition %s -n %s %s=%s",
+			p.Summary.ToMove, ro.From, ro.To, p.Summary.Refused, p.Summary.Deletions, def.Name, def.Namespace, vocab.AnnotationApprovePlan, p.Hash)
+		if kept == nil {
+			ro.Message += fmt.Sprintf(" (compositor plan %s -n %s shows the plan)", def.Name, def.Namespace)
+		} else {
+			ro.Message += "; the whole plan could not be kept for compositor plan: " + kept.Error()
+		}
 		if approved != "" {
 			ro.Message = fmt.Sprintf("%s names %s, which is not the plan now (%s): ", vocab.AnnotationApprovePlan, approved, p.Hash) + ro.Message
 		}
@@ -188,15 +200,19 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 		}
 		return r.Poll, nil
 	}
+	// The plan is frozen here: what moves is what it planned, in its order.
 	ro.Phase = corev1alpha1.RolloutProgressing
 	ro.StartTime = ptr.To(metav1.Now())
-	ro.Stayed = nil
+	ro.Stayed, ro.Pending = nil, nil
 	for _, c := range p.Compositions {
+		name := c.Namespace + "/" + c.Name
 		if len(c.Refused) > 0 {
-			ro.Stayed = append(ro.Stayed, c.Namespace+"/"+c.Name+": "+c.Refused[0])
+			ro.Stayed = append(ro.Stayed, clip(name+": "+c.Refused[0]))
+		} else {
+			ro.Pending = append(ro.Pending, name)
 		}
 	}
-	ro.Message = fmt.Sprintf("moving %d compositions from %s to %s, %d first", p.Summary.ToMove-p.Summary.Refused, ro.From, ro.To, settings.canary)
+	ro.Message = fmt.Sprintf("moving %d compositions from %s to %s, %d first", len(ro.Pending), ro.From, ro.To, settings.canary)
 	r.event(def, corev1.EventTypeNormal, EventRolloutStarted, ro.Message+" (plan "+p.Hash+")")
 	return r.progress(ctx, def, api)
 }
@@ -217,9 +233,17 @@ func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.Composit
 	if err != nil {
 		return nil, err
 	}
-	compositions := make([]map[string]any, len(items))
+	// Only this definition's: another definition of the kind, in another namespace,
+	// may serve the same version to the compositions of its own namespace.
+	definitions := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, definitions, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing CompositionDefinitions: %w", err)
+	}
+	compositions := make([]map[string]any, 0, len(items))
 	for i := range items {
-		compositions[i] = items[i].Object
+		if owner := ownership.For(definitions.Items, fromGVK, items[i].GetNamespace()); owner != nil && owner.UID == def.UID {
+			compositions = append(compositions, items[i].Object)
+		}
 	}
 	// One worker: planning a thousand compositions takes seconds of CPU, and the
 	// webhooks in this process keep the other cores.
@@ -256,16 +280,19 @@ func summarize(p *plan.Plan) corev1alpha1.PlanSummary {
 	return s
 }
 
-// keepPlan writes the whole plan to the definition's plan ConfigMap, which it owns,
-// for compositor plan DEFINITION. It is for people to read: nothing of Compositor
-// reads it back. A ConfigMap of that name that Compositor did not write is left alone.
-func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) {
-	logger := ctrl.LoggerFrom(ctx)
+// keepPlan writes the whole plan, without the compositions' values (Plan.Redacted),
+// to the definition's plan ConfigMap, which it owns, for compositor plan DEFINITION:
+// the definition's namespace sees what the move does, not what other namespaces'
+// compositions hold. It is for people to read: nothing of Compositor reads it back. A
+// ConfigMap of that name that Compositor did not write is left alone.
+func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(p); err != nil || zw.Close() != nil {
-		logger.Error(err, "Encoding the plan")
-		return
+	if err := json.NewEncoder(zw).Encode(p.Redacted()); err != nil {
+		return fmt.Errorf("encoding the plan: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("encoding the plan: %w", err)
 	}
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}
@@ -275,19 +302,16 @@ func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.Composition
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 			Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionName: def.Name}}}
 	case err != nil:
-		logger.Error(err, "Reading the plan ConfigMap")
-		return
+		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
 	case cm.Labels[vocab.LabelManagedBy] != vocab.ManagedBy || !metav1.IsControlledBy(cm, def):
-		logger.Info("A ConfigMap Compositor did not write has the plan's name: the plan is not kept", "configmap", key)
-		return
+		return fmt.Errorf("ConfigMap %s exists and is not Compositor's: it is left alone", key)
 	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], buf.Bytes()):
-		return
+		return nil
 	}
 	cm.Data = map[string]string{"hash": p.Hash}
 	cm.BinaryData = map[string][]byte{PlanConfigMapKey: buf.Bytes()}
 	if err := controllerutil.SetControllerReference(def, cm, r.Client.Scheme()); err != nil {
-		logger.Error(err, "Owning the plan ConfigMap")
-		return
+		return err
 	}
 	if cm.ResourceVersion == "" {
 		err = r.Client.Create(ctx, cm)
@@ -295,8 +319,10 @@ func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.Composition
 		err = r.Client.Update(ctx, cm)
 	}
 	if err != nil {
-		logger.Error(err, "Writing the plan ConfigMap", "configmap", key)
+		ctrl.LoggerFrom(ctx).Error(err, "Writing the plan ConfigMap", "configmap", key)
+		return fmt.Errorf("writing ConfigMap %s: %w", key, err)
 	}
+	return nil
 }
 
 // progress checks the moved compositions, rolls back when too many failed, moves the
@@ -307,40 +333,47 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 	if def.Annotations[vocab.AnnotationRolloutPaused] == "true" {
 		if ro.Phase != corev1alpha1.RolloutPaused {
 			ro.Phase = corev1alpha1.RolloutPaused
-			ro.Message = fmt.Sprintf("%s is \"true\": %d of %d moved, nothing more moves until it is removed", vocab.AnnotationRolloutPaused, len(ro.Moved), ro.Plan.ToMove-ro.Plan.Refused)
+			ro.Message = fmt.Sprintf("%s is \"true\": %d moved, %d to move, nothing more moves until it is removed", vocab.AnnotationRolloutPaused, len(ro.Moved), len(ro.Pending))
 			r.event(def, corev1.EventTypeNormal, corev1alpha1.RolloutPaused, ro.Message)
 		}
 		return r.Poll, nil
 	}
 	ro.Phase = corev1alpha1.RolloutProgressing
 
-	moved, err := r.compositionObjects(ctx, api.Kind, ro.ToVersion, ro.ToVersion)
+	onTo, err := r.compositionObjects(ctx, api.Kind, ro.ToVersion, ro.ToVersion)
 	if err != nil {
 		return 0, err
 	}
-	byName := make(map[string]*unstructured.Unstructured, len(moved))
-	for i := range moved {
-		byName[moved[i].GetNamespace()+"/"+moved[i].GetName()] = &moved[i]
+	byName := make(map[string]*unstructured.Unstructured, len(onTo))
+	for i := range onTo {
+		byName[onTo[i].GetNamespace()+"/"+onTo[i].GetName()] = &onTo[i]
 	}
-	ready, waiting := 0, 0
+	ready, waiting, counted := 0, 0, 0
 	ro.Failed = nil
-	for _, name := range ro.Moved {
-		obj, ok := byName[name]
+	for _, m := range ro.Moved {
+		obj, ok := byName[m.Name]
 		if !ok {
-			ready++ // deleted, or moved elsewhere by someone: nothing to wait for
-			continue
+			continue // deleted, or moved elsewhere by hand: nothing to wait for
 		}
-		switch state, why := movedState(obj, ro, settings.deadline); state {
-		case stateReady:
+		if obj.GetAnnotations()[vocab.AnnotationPaused] == "true" {
+			continue // its owner stopped it: neither a success nor a failure of the chart
+		}
+		state, why := movedState(obj, ro.To, ro.ToDigest, m.At.Time, settings.deadline)
+		switch {
+		case state == stateReady:
 			ready++
-		case stateFailed:
-			ro.Failed = append(ro.Failed, name+": "+why)
+		case state == stateFailed && obj.GetGeneration() != m.Generation:
+			ro.Failed = append(ro.Failed, clip(m.Name+": "+why+" (its spec changed since it moved: not counted)"))
+		case state == stateFailed:
+			counted++
+			ro.Failed = append(ro.Failed, clip(m.Name+": "+why))
 		default:
 			waiting++
 		}
 	}
 	ro.Ready = int32(ready)
-	if len(ro.Failed) > settings.failed {
+	if counted > settings.failed {
+		ro.Phase = corev1alpha1.RolloutRollingBack
 		return r.Poll, r.rollBack(ctx, def, api)
 	}
 	if waiting > 0 {
@@ -348,27 +381,22 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 		return rolloutPoll, nil
 	}
 
-	stayed := map[string]bool{}
-	for _, s := range ro.Stayed {
-		stayed[strings.SplitN(s, ": ", 2)[0]] = true
-	}
-	items, err := r.compositions(ctx, api, ro.ToVersion, ro.FromVersion)
+	// The next batch: the plan's compositions still pinned to the old version.
+	onFrom, err := r.compositions(ctx, api, ro.ToVersion, ro.FromVersion)
 	if err != nil {
 		return 0, err
 	}
-	var pending []string
-	for _, item := range items {
-		if name := item.Namespace + "/" + item.Name; !stayed[name] && !slices.Contains(ro.Moved, name) {
-			pending = append(pending, name)
-		}
+	there := make(map[string]bool, len(onFrom))
+	for _, item := range onFrom {
+		there[item.Namespace+"/"+item.Name] = true
 	}
-	slices.Sort(pending)
-	if len(pending) == 0 {
+	ro.Pending = slices.DeleteFunc(ro.Pending, func(name string) bool { return !there[name] })
+	if len(ro.Pending) == 0 {
 		ro.Phase = corev1alpha1.RolloutComplete
 		ro.CompletionTime = ptr.To(metav1.Now())
-		ro.Message = fmt.Sprintf("%d compositions moved to %s and Ready", len(ro.Moved), ro.To)
+		ro.Message = fmt.Sprintf("%d compositions moved to %s", len(ro.Moved), ro.To)
 		if len(ro.Failed) > 0 {
-			ro.Message += fmt.Sprintf(", %d failed within the %d tolerated", len(ro.Failed), settings.failed)
+			ro.Message += fmt.Sprintf(", %d of them not Ready", len(ro.Failed))
 		}
 		if len(ro.Stayed) > 0 {
 			ro.Message += fmt.Sprintf("; %d stay on %s, refused by %s", len(ro.Stayed), ro.From, ro.To)
@@ -376,54 +404,65 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 		r.event(def, corev1.EventTypeNormal, EventRolloutComplete, ro.Message)
 		return r.Poll, nil
 	}
-
 	size := settings.batch
 	if len(ro.Moved) == 0 {
 		size = settings.canary
 	}
-	batch := pending[:min(size, len(pending))]
-	var movedNow []string
-	for _, name := range batch {
+	var movedNow, retry []string
+	var lastErr error
+	for len(movedNow)+len(retry) < size && len(ro.Pending) > 0 {
+		name := ro.Pending[0]
+		ro.Pending = ro.Pending[1:]
 		namespace, n, _ := strings.Cut(name, "/")
-		err := r.relabel(ctx, api.Kind, namespace, n, ro.ToVersion, ro.ToVersion)
+		obj, err := r.relabel(ctx, api.Kind, namespace, n, ro.ToVersion, ro.ToVersion)
 		switch {
 		case err == nil:
-			ro.Moved = append(ro.Moved, name)
+			ro.Moved = append(ro.Moved, corev1alpha1.MovedComposition{Name: name, Generation: obj.GetGeneration(), At: metav1.Now()})
 			movedNow = append(movedNow, name)
 		case apierrors.IsNotFound(err):
 		case refusedByAdmission(err):
-			ro.Stayed = append(ro.Stayed, name+": "+err.Error())
+			ro.Stayed = append(ro.Stayed, clip(name+": "+err.Error()))
 		default:
-			return 0, fmt.Errorf("moving %s %s to %s: %w", api.Kind, name, ro.ToVersion, err)
+			// Tried again after the others: one composition the API server cannot
+			// write now does not hold up the rest.
+			retry, lastErr = append(retry, name), err
 		}
 	}
-	ro.BatchStarted = ptr.To(metav1.Now())
-	ro.Message = fmt.Sprintf("moved %s to %s; %d of %d moved, waiting for them to be Ready", strings.Join(movedNow, ", "), ro.To, len(ro.Moved), len(ro.Moved)+len(pending)-len(batch))
+	ro.Pending = append(ro.Pending, retry...)
+	ro.Message = fmt.Sprintf("moved %s to %s; %d moved, %d to move, waiting for them to be Ready", strings.Join(movedNow, ", "), ro.To, len(ro.Moved), len(ro.Pending))
+	if lastErr != nil {
+		ro.Message += fmt.Sprintf("; %d could not be moved now and wait their turn again: %v", len(retry), lastErr)
+	}
 	r.event(def, corev1.EventTypeNormal, EventRolloutBatch, ro.Message)
 	return rolloutPoll, nil
 }
 
 // rollBack moves every composition the rollout moved back to the old version, and ends
-// the rollout: it starts again only for other chart content.
+// the rollout: it starts again only for another chart version. Its phase, RollingBack,
+// is written before the first move, so a rollback cut short by an error goes on at the
+// next reconciliation instead of the rollout.
 func (r *Reconciler) rollBack(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
 	ro := def.Status.Rollout
 	var kept []string
-	for _, name := range ro.Moved {
-		namespace, n, _ := strings.Cut(name, "/")
-		if err := r.relabel(ctx, api.Kind, namespace, n, ro.FromVersion, ro.FromVersion); err != nil && !apierrors.IsNotFound(err) {
+	for _, m := range ro.Moved {
+		namespace, n, _ := strings.Cut(m.Name, "/")
+		if _, err := r.relabel(ctx, api.Kind, namespace, n, ro.FromVersion, ro.FromVersion); err != nil && !apierrors.IsNotFound(err) {
 			if !refusedByAdmission(err) {
-				return fmt.Errorf("moving %s %s back to %s: %w", api.Kind, name, ro.FromVersion, err)
+				ro.Message = fmt.Sprintf("moving the compositions back to %s: %v", ro.From, err)
+				return fmt.Errorf("moving %s %s back to %s: %w", api.Kind, m.Name, ro.FromVersion, err)
 			}
-			kept = append(kept, name+": "+err.Error())
+			kept = append(kept, clip(m.Name+": "+err.Error()))
 		}
 	}
 	ro.Phase = corev1alpha1.RolloutRolledBack
 	ro.CompletionTime = ptr.To(metav1.Now())
+	ro.Pending = nil
 	ro.Message = fmt.Sprintf("%d moved compositions failed on %s (%d tolerated): %s; the %d moved were moved back to %s",
 		len(ro.Failed), ro.To, settingsOf(def).failed, strings.Join(ro.Failed, "; "), len(ro.Moved), ro.From)
 	if len(kept) > 0 {
 		ro.Message += fmt.Sprintf("; %d could not be moved back: %s", len(kept), strings.Join(kept, "; "))
 	}
+	ro.Message = clipTo(ro.Message, maxMessage)
 	r.event(def, corev1.EventTypeWarning, EventRolledBack, ro.Message)
 	return nil
 }
@@ -445,26 +484,45 @@ const failureGrace = 15 * time.Second
 // waitingReasons are the reasons of a Ready=False composition that is on its way.
 var waitingReasons = []string{"", "Installing", "DefinitionNotFound", condition.ReasonPaused}
 
-// movedState is whether a moved composition is Ready on the rollout's chart, failed, or
-// on its way. Its status is Compositor's alone (see the status webhook).
-func movedState(obj *unstructured.Unstructured, ro *corev1alpha1.Rollout, deadline time.Duration) (movedStateKind, string) {
-	chartVersion, _, _ := unstructured.NestedString(obj.Object, "status", "helmChartVersion")
-	digest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
+// movedState is whether a composition moved at movedAt is Ready on chartVersion of
+// digest, failed, or on its way. Its status is Compositor's alone (see the status
+// webhook).
+func movedState(obj *unstructured.Unstructured, chartVersion, digest string, movedAt time.Time, deadline time.Duration) (movedStateKind, string) {
+	installed, _, _ := unstructured.NestedString(obj.Object, "status", "helmChartVersion")
+	installedDigest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
 	ready := readyCondition(obj)
-	since := time.Time{}
-	if ro.BatchStarted != nil {
-		since = ro.BatchStarted.Time
-	}
 	switch {
-	case ready != nil && ready.Status == metav1.ConditionTrue && chartVersion == ro.To && digest == ro.ToDigest:
+	case ready != nil && ready.Status == metav1.ConditionTrue && installed == chartVersion && installedDigest == digest:
 		return stateReady, ""
 	case ready != nil && ready.Status == metav1.ConditionFalse && !slices.Contains(waitingReasons, ready.Reason) &&
-		!ready.LastTransitionTime.Time.Before(since.Add(-time.Second)) && time.Since(ready.LastTransitionTime.Time) >= failureGrace:
+		!ready.LastTransitionTime.Time.Before(movedAt.Add(-time.Second)) && time.Since(ready.LastTransitionTime.Time) >= failureGrace:
 		return stateFailed, ready.Reason + ": " + ready.Message
-	case !since.IsZero() && time.Since(since) > deadline:
-		return stateFailed, fmt.Sprintf("not Ready on %s within %s", ro.To, deadline)
+	case time.Since(movedAt) > deadline:
+		return stateFailed, fmt.Sprintf("not Ready on %s within %s", chartVersion, deadline)
 	}
 	return stateWaiting, ""
+}
+
+// maxEntry and maxMessage bound what one composition adds to the status and a
+// message: a thousand compositions with long refusals must still fit in an object.
+const (
+	maxEntry   = 256
+	maxMessage = 1000
+)
+
+// clip is s cut to maxEntry bytes.
+func clip(s string) string { return clipTo(s, maxEntry) }
+
+// clipTo is s cut to n bytes, at a rune boundary, marked when cut.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func readyCondition(obj *unstructured.Unstructured) *metav1.Condition {
@@ -494,14 +552,14 @@ func refusedByAdmission(err error) bool {
 }
 
 // relabel pins a composition to version, written through via: an explicit move of its
-// pin, which the webhooks judge like any write.
-func (r *Reconciler) relabel(ctx context.Context, kind, namespace, name, version, via string) error {
+// pin, which the webhooks judge like any write. It returns the composition as written.
+func (r *Reconciler) relabel(ctx context.Context, kind, namespace, name, version, via string) (*unstructured.Unstructured, error) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(schema.GroupVersionKind{Group: vocab.CompositionGroup, Version: via, Kind: kind})
 	obj.SetNamespace(namespace)
 	obj.SetName(name)
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, vocab.LabelCompositionVersion, version)
-	return r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
+	return obj, r.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch))
 }
 
 // compositionObjects lists the compositions of kind pinned to version, whole, read
@@ -546,9 +604,9 @@ func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.C
 	return nil
 }
 
-// event records an event on the definition.
+// event records an event on the definition, its message within what an event holds.
 func (r *Reconciler) event(def *corev1alpha1.CompositionDefinition, eventType, reason, message string) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(def, nil, eventType, reason, "Rollout", "%s", message)
+		r.Recorder.Eventf(def, nil, eventType, reason, "Rollout", "%s", clipTo(message, maxMessage))
 	}
 }

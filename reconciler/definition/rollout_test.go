@@ -3,6 +3,7 @@ package definition
 import (
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,7 +79,6 @@ func moved(version, digest string, ready *metav1.Condition) *unstructured.Unstru
 
 func TestMovedState(t *testing.T) {
 	batch := time.Now().Add(-time.Minute)
-	ro := &corev1alpha1.Rollout{To: "2.0.0", ToDigest: "sha256:new", BatchStarted: ptr.To(metav1.NewTime(batch))}
 	condition := func(status metav1.ConditionStatus, reason string, at time.Time) *metav1.Condition {
 		return &metav1.Condition{Type: "Ready", Status: status, Reason: reason, Message: "m", LastTransitionTime: metav1.NewTime(at)}
 	}
@@ -95,10 +95,11 @@ func TestMovedState(t *testing.T) {
 		"failing before the move":         {moved("1.1.5", "sha256:old", condition("False", "InstallFailed", batch.Add(-time.Hour))), time.Hour, stateWaiting},
 		"failing before, past deadline":   {moved("1.1.5", "sha256:old", condition("False", "InstallFailed", batch.Add(-time.Hour))), time.Second, stateFailed},
 		"installing":                      {moved("1.1.5", "sha256:old", condition("False", "Installing", batch.Add(time.Second))), time.Hour, stateWaiting},
+		"no condition yet":                {moved("", "", nil), time.Hour, stateWaiting},
 		"no condition yet, past deadline": {moved("", "", nil), time.Second, stateFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, why := movedState(tc.obj, ro, tc.deadline)
+			got, why := movedState(tc.obj, "2.0.0", "sha256:new", batch, tc.deadline)
 			assert.Equal(t, tc.want, got, why)
 		})
 	}
@@ -110,4 +111,12 @@ func TestSettingsDefaults(t *testing.T) {
 	assert.Equal(t, upgradeSettings{approval: corev1alpha1.ApprovalOnRisk, canary: 1, batch: 10, failed: 0, deadline: 10 * time.Minute}, s)
 	def.Spec.Upgrade = &corev1alpha1.UpgradePolicy{Approval: corev1alpha1.ApprovalNever, Canary: ptr.To[int32](2), BatchSize: ptr.To[int32](8), MaxFailures: ptr.To[int32](3), ProgressDeadlineSeconds: ptr.To[int32](30)}
 	assert.Equal(t, upgradeSettings{approval: corev1alpha1.ApprovalNever, canary: 2, batch: 8, failed: 3, deadline: 30 * time.Second}, settingsOf(def))
+}
+
+func TestClip(t *testing.T) {
+	assert.Equal(t, "short", clipTo("short", 10))
+	assert.Equal(t, "abcdefg…", clipTo("abcdefghijklmnop", 10))
+	got := clipTo("ééééééé", 10) // two bytes each: cut at a rune boundary
+	assert.True(t, utf8.ValidString(got), got)
+	assert.LessOrEqual(t, len(got), 10)
 }

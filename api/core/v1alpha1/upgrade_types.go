@@ -27,8 +27,11 @@ const (
 	// RolloutComplete: every composition the new version admits has moved and is
 	// Ready on it.
 	RolloutComplete = "Complete"
-	// RolloutRolledBack: more moved compositions failed than the policy tolerates;
-	// those moved were moved back. Nothing moves again until the chart changes.
+	// RolloutRollingBack: more moved compositions failed than the policy tolerates;
+	// those moved are being moved back.
+	RolloutRollingBack = "RollingBack"
+	// RolloutRolledBack: the compositions the rollout moved were moved back. Nothing
+	// moves again until the chart version changes.
 	RolloutRolledBack = "RolledBack"
 )
 
@@ -120,6 +123,18 @@ type PlanSummary struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// MovedComposition is a composition a rollout moved.
+type MovedComposition struct {
+	// Name is "namespace/name".
+	Name string `json:"name"`
+	// Generation is its metadata.generation once moved: a composition whose spec
+	// changed since is its owner's to fix, and its failure does not count against the
+	// rollout.
+	Generation int64 `json:"generation"`
+	// At is when it moved: its deadline runs from then.
+	At metav1.Time `json:"at"`
+}
+
 // Rollout is the progress of moving a definition's compositions from one chart
 // version to another.
 type Rollout struct {
@@ -133,7 +148,8 @@ type Rollout struct {
 	// starts again only for other content.
 	ToDigest string `json:"toDigest"`
 
-	// Phase is AwaitingApproval, Progressing, Paused, Complete or RolledBack.
+	// Phase is AwaitingApproval, Progressing, Paused, Complete, RollingBack or
+	// RolledBack.
 	Phase string `json:"phase"`
 	// Message says what the rollout waits for, or why it stopped.
 	// +optional
@@ -142,9 +158,14 @@ type Rollout struct {
 	// Plan summarizes the plan the rollout follows.
 	Plan PlanSummary `json:"plan"`
 
-	// Moved are "namespace/name" of the compositions this rollout moved.
+	// Pending are "namespace/name" of the compositions of the plan still to move, in
+	// the order they move. A composition created after the plan is not in it, and
+	// stays where it is.
 	// +optional
-	Moved []string `json:"moved,omitempty"`
+	Pending []string `json:"pending,omitempty"`
+	// Moved are the compositions this rollout moved.
+	// +optional
+	Moved []MovedComposition `json:"moved,omitempty"`
 	// Ready is how many of Moved are Ready on the new version.
 	// +optional
 	Ready int32 `json:"ready,omitempty"`
@@ -156,9 +177,6 @@ type Rollout struct {
 	// +optional
 	Stayed []string `json:"stayed,omitempty"`
 
-	// BatchStarted is when the last batch moved.
-	// +optional
-	BatchStarted *metav1.Time `json:"batchStarted,omitempty"`
 	// StartTime and CompletionTime bound the rollout.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

@@ -115,8 +115,11 @@ func readKeptPlan(ctx context.Context, c client.Client, namespace, name string) 
 	if err != nil || len(raw) > maxPlanBytes {
 		return nil, fmt.Errorf("ConfigMap %s: %s is not a gzipped plan of at most %d bytes (%v)", key, definition.PlanConfigMapKey, maxPlanBytes, err)
 	}
+	// Numbers as written: a float64 would change an integer past 2^53, and the hash.
 	p := &plan.Plan{}
-	if err := json.Unmarshal(raw, p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(p); err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: decoding the plan: %w", key, err)
 	}
 	digest, err := p.Digest()
