@@ -151,6 +151,13 @@ bench-scale: control-plane build ## Measure definitions and compositions at scal
 	go run ./test/bench -scale -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
 	  -json $(BIN)/bench-scale.json -out BENCHMARKS.md $(SCALE_ARGS)
 
+ROLLOUT_ARGS ?=
+
+.PHONY: bench-rollout
+bench-rollout: control-plane build ## Measure a rollout's plan of 1,000 paused compositions (issue #30) and admission meanwhile; writes its section of BENCHMARKS.md (about a minute after the build)
+	go run ./test/bench -rollout 1000 -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
+	  -json $(BIN)/bench-rollout.json -out BENCHMARKS.md $(ROLLOUT_ARGS)
+
 .PHONY: dev
 dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
 	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)

@@ -8,9 +8,13 @@
 //
 // With -scale it measures the scale curve instead (scalecurve.go): definitions of
 // distinct generated charts and their compositions, in steps, to Ready and installed.
+// With -rollout N it measures a rollout's plan (rollout.go): N paused compositions,
+// the definition moved to a new chart version, the time to its plan and admission
+// meanwhile.
 //
 //	make bench                      # builds, runs everything, writes BENCHMARKS.md
 //	make bench-scale                # the scale curve, into its section of BENCHMARKS.md
+//	make bench-rollout              # the rollout plan, into its section of BENCHMARKS.md
 //	go run ./test/bench -h          # the knobs
 package main
 
@@ -87,9 +91,18 @@ func main() {
 	flag.DurationVar(&so.readyWait, "ready-wait", 10*time.Minute, "-scale: the most a step waits for its definitions to be Ready")
 	flag.DurationVar(&so.installWait, "install-wait", 15*time.Minute, "-scale: the most a step waits for its compositions to be installed")
 	flag.DurationVar(&so.probeWait, "probe-wait", time.Minute, "-scale: the most one new definition or composition is waited for")
-	flag.IntVar(&so.reconcileRate, "max-reconcile-rate", 100, "-scale: passed to compositor dev as --max-reconcile-rate (0 leaves its default, 3/s)")
+	flag.IntVar(&so.reconcileRate, "max-reconcile-rate", 100, "-scale, -rollout: passed to compositor dev as --max-reconcile-rate (0 leaves its default, 3/s)")
 	flag.DurationVar(&so.settle, "settle", 5*time.Second, "-scale: the pause before each reading of RSS, goroutines and watches")
-	devArgs := flag.String("dev-args", "", "-scale: more flags for compositor dev, space-separated")
+	devArgs := flag.String("dev-args", "", "-scale, -rollout: more flags for compositor dev, space-separated")
+	var ro rolloutOptions
+	flag.IntVar(&ro.compositions, "rollout", 0, "Measure a rollout's plan (make bench-rollout) instead, with this many compositions; -out gets only its marked section")
+	flag.IntVar(&ro.namespaces, "rollout-namespaces", 4, "-rollout: namespaces the compositions are spread over")
+	flag.IntVar(&ro.concurrency, "rollout-concurrency", 4, "-rollout: clients sending dry-run creates through the API server")
+	flag.Float64Var(&ro.rate, "rollout-rate", 20, "-rollout: dry-run creates per second, on a fixed schedule (0: each client writes again at once, which saturates two cores)")
+	flag.DurationVar(&ro.baseline, "rollout-baseline", 15*time.Second, "-rollout: how long admission is measured before the apply")
+	flag.DurationVar(&ro.after, "rollout-after", 5*time.Second, "-rollout: how long admission is measured after the plan")
+	flag.DurationVar(&ro.wait, "rollout-wait", 5*time.Minute, "-rollout: the most the compositions, then the plan, are waited for")
+	flag.DurationVar(&ro.poll, "rollout-poll", 50*time.Millisecond, "-rollout: how often the definition is read for its status.rollout")
 	flag.Parse()
 	if *only != "" {
 		var err error
@@ -103,6 +116,15 @@ func main() {
 	defer stop()
 	if *rerender != "" {
 		if err := rerenderScale(*rerender, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if ro.compositions > 0 {
+		ro.reconcileRate = so.reconcileRate
+		ro.devArgs = strings.Fields(*devArgs)
+		if err := runRollout(ctx, o, ro); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -192,12 +214,12 @@ func runBench(ctx context.Context, o options) error {
 		fmt.Print(text)
 		return nil
 	}
-	// The scale curve's section (make bench-scale) stays.
+	// The scale curve's and the rollout's sections (make bench-scale, bench-rollout) stay.
 	old, err := os.ReadFile(o.out)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return os.WriteFile(o.out, []byte(carryScaleSection(string(old), text)), 0o644)
+	return os.WriteFile(o.out, []byte(carryRolloutSection(string(old), carryScaleSection(string(old), text))), 0o644)
 }
 
 func logf(format string, args ...any) {
