@@ -27,12 +27,10 @@ import (
 
 // applyCRD serves the definition's version in the CRD of its kind, which every
 // definition of that chart shares. It keeps the other served versions that a
-// definition still claims or that compositions still use, moves compositions of
-// versions this definition no longer serves onto its version, and drops versions left
-// with neither.
+// definition still claims or retains, or that compositions still use.
 //
 // The version the definition served before stays until its compositions have moved
-// (retireVersion): converting them to the new version needs its schema and what it
+// (rollout.go): converting them to the new version needs its schema and what it
 // declares.
 func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI, previous string) (claimed map[string]bool, err error) {
 	existing := &apiextensionsv1.CustomResourceDefinition{}
