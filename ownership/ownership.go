@@ -88,6 +88,26 @@ func At(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) *c
 	return nil
 }
 
+// Retains tells whether def's status retains version (status.retained) for the
+// compositions still pinned to it.
+func Retains(def *corev1alpha1.CompositionDefinition, version string) bool {
+	return slices.ContainsFunc(def.Status.Retained, func(r corev1alpha1.ServedChart) bool {
+		gv, err := schema.ParseGroupVersion(r.APIVersion)
+		return err == nil && gv.Version == version
+	})
+}
+
+// Current is the version def serves now, of a definition or of a view of it (At): the
+// served version its status lists that it does not retain; "" when none.
+func Current(def *corev1alpha1.CompositionDefinition) string {
+	for _, v := range def.Status.Managed.VersionInfo {
+		if v.Served && !Retains(def, v.Version) {
+			return v.Version
+		}
+	}
+	return ""
+}
+
 // Servers are the definitions among defs that serve gvk, owner first: the oldest, then
 // by namespace and name; each as At gives it for gvk. defs is not modified.
 func Servers(defs []corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) []*corev1alpha1.CompositionDefinition {

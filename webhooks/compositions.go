@@ -42,8 +42,34 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 			return err
 		}
 	}
-	DefaultComposition(req.Object, pinnedVersion(req), releaseName)
+	version := pinnedVersion(req)
+	current, err := retainedCreate(ctx, definitions, req)
+	if err != nil {
+		return err
+	}
+	if current != "" {
+		version = current
+	}
+	DefaultComposition(req.Object, version, releaseName)
 	return nil
+}
+
+// retainedCreate is, for a create written through a version that its definition only
+// retains (an older chart version, kept for the compositions a rollout has not moved),
+// the version the definition serves now: a retained version keeps the compositions
+// pinned to it and takes no new one, so that its chart can be retired; clients of the
+// old version keep working through conversion. "" for any other write, or a create
+// that names its version in the pin label.
+func retainedCreate(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
+	if req.Operation != admissionv1.Create || definitions == nil || labelOf(req.Object, vocab.LabelCompositionVersion) != "" {
+		return "", nil
+	}
+	gvk := schema.GroupVersionKind(req.Kind)
+	def, err := owningDefinition(ctx, definitions, req.Kind, req.Namespace, ownership.ServingVersion(gvk))
+	if err != nil || def == nil || !ownership.Retains(def, req.Kind.Version) {
+		return "", err
+	}
+	return ownership.Current(def), nil
 }
 
 // pinnedVersion is the served version whose chart the composition req writes runs: its

@@ -46,6 +46,12 @@ func TestBeginRolloutRetainsTheServedVersion(t *testing.T) {
 	assert.Equal(t, "2.0.0", def.Spec.Chart.Version)
 	assert.Same(t, def, ownership.At(def, schema.GroupVersionKind{Group: "composition.krateo.io", Version: "v2-0-0", Kind: "FireworksApp"}))
 	assert.Nil(t, ownership.At(def, schema.GroupVersionKind{Group: "composition.krateo.io", Version: "v1-1-6", Kind: "FireworksApp"}))
+	def.Status.Managed.VersionInfo = []corev1alpha1.VersionInfo{{Version: "v2-0-0", Served: true, Chart: "2.0.0"}, {Version: "v1-1-5", Served: true, Chart: "1.1.5"}, {Version: "hub", Stored: true}}
+	old = ownership.At(def, schema.GroupVersionKind{Group: "composition.krateo.io", Version: "v1-1-5", Kind: "FireworksApp"})
+	assert.True(t, ownership.Retains(old, "v1-1-5"))
+	assert.False(t, ownership.Retains(old, "v2-0-0"))
+	assert.Equal(t, "v2-0-0", ownership.Current(def))
+	assert.Equal(t, "v2-0-0", ownership.Current(old), "a view knows the version served now")
 
 	// Moving back to a retained version serves it again: it is not retained any more.
 	back := &generatedAPI{Kind: "FireworksApp", Plural: "fireworksapps", Version: "v1-1-5", ChartVersion: "1.1.5"}

@@ -215,6 +215,13 @@ func TestStagedRollout(t *testing.T) {
 	require.Len(t, def.Status.Retained, 1, "1.1.5 stays served for the two refused")
 	assert.Equal(t, "composition.krateo.io/v1-1-5", def.Status.Retained[0].APIVersion)
 
+	// A create through the retained v1-1-5 lands on the chart served now: a retained
+	// version keeps its compositions and takes no new one.
+	late := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: late, namespace: " + rolloutNamespace + "}\nspec: {replicaCount: 1, service: {type: LoadBalancer}}\n"
+	kubectl(late, "apply", "-f", "-")
+	assert.Equal(t, "v2-0-0 public", kubectl("", "get", "fireworksapps.v2-0-0.composition.krateo.io", "late", "-n", rolloutNamespace,
+		"-o", `jsonpath={.metadata.labels.krateo\.io/composition-version} {.spec.exposure}`))
+
 	// 2.0.1 fails for app-05 in the second batch: the rollout stops and moves the ten
 	// it moved back to 2.0.0.
 	kubectl(definitionAt("2.0.1"), "apply", "-f", "-")
