@@ -89,27 +89,41 @@ const ReasonChartChanged = "ChartChanged"
 var ErrChartChanged = errors.New("the chart source serves different content for the same chart version")
 
 // checkPinned refuses content whose digest is not the one the definition recorded for
-// the chart version it serves, unless a person accepted that digest with
+// the chart version its spec names (pinnedChart: the version its status serves, or
+// one it retains), unless a person accepted that digest with
 // AnnotationAcceptChartDigest. A new chart version records its first digest.
 func checkPinned(def *corev1alpha1.CompositionDefinition, digest string) error {
-	pinned := def.Status.Digest
-	if pinned == "" || pinned == digest || !servesSpecVersion(def) || def.Annotations[vocab.AnnotationAcceptChartDigest] == digest {
+	pinned, ok := pinnedChart(def)
+	if !ok || pinned.Digest == "" || pinned.Digest == digest || def.Annotations[vocab.AnnotationAcceptChartDigest] == digest {
 		return nil
 	}
 	return &condition.Error{Reason: ReasonChartChanged, Terminal: true, Err: fmt.Errorf(
 		"%w: chart %s %s was recorded as %s and is now %s; nothing of the new content is used. If the change is expected, accept it: kubectl annotate compositiondefinition %s -n %s %s=%s",
-		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned, digest, def.Name, def.Namespace, vocab.AnnotationAcceptChartDigest, digest)}
+		ErrChartChanged, def.Spec.Chart.Repo, def.Spec.Chart.Version, pinned.Digest, digest, def.Name, def.Namespace, vocab.AnnotationAcceptChartDigest, digest)}
 }
 
-// servesSpecVersion tells whether the status describes the chart version the spec
-// names, so that its digest pins that version's content.
-func servesSpecVersion(def *corev1alpha1.CompositionDefinition) bool {
-	for _, v := range def.Status.Managed.VersionInfo {
-		if v.Served && v.Chart == def.Spec.Chart.Version {
-			return true
+// pinnedChart is the served chart whose chart version is the one the spec names, whose
+// digest pins that version's content: the status's when its status serves that chart
+// version, else the retained one of that chart version (status.retained, a version
+// compositions are still pinned to after the definition moved on, which the spec may
+// move back to). ok is false when the definition serves no chart of that version.
+func pinnedChart(def *corev1alpha1.CompositionDefinition) (corev1alpha1.ServedChart, bool) {
+	version := def.Spec.Chart.Version
+	if version == "" {
+		return corev1alpha1.ServedChart{}, false
+	}
+	for _, r := range def.Status.Retained {
+		if r.Chart == version && r.APIVersion != def.Status.APIVersion {
+			return r, true
 		}
 	}
-	return false
+	// The status's version, or (a view of ownership.At) the retained one it describes.
+	for _, v := range def.Status.Managed.VersionInfo {
+		if v.Served && v.Chart == version {
+			return corev1alpha1.ServedChart{APIVersion: def.Status.APIVersion, Chart: version, Digest: def.Status.Digest, PackageURL: def.Status.PackageURL}, true
+		}
+	}
+	return corev1alpha1.ServedChart{}, false
 }
 
 // Chart returns the chart the definition serves, the content of its status digest and
@@ -153,22 +167,23 @@ func (c *Source) Keep(ctx context.Context, fetched *chartfetch.Result) error {
 	return c.Store.Put(ctx, fetched.Digest, fetched.Archive)
 }
 
-// Kept is the chart the definition serves, from the archive kept in the cluster, when
-// its spec still names the chart version its status serves: what the reconciler goes
-// on with while the chart source is down.
+// Kept is the chart of the chart version the definition's spec names, from the
+// archive kept in the cluster, when the definition serves that chart version (its
+// status does, or it retains it: pinnedChart): what the reconciler goes on with while
+// the chart source is down.
 func (c *Source) Kept(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartfetch.Result, error) {
-	digest := def.Status.Digest
-	if digest == "" || !servesSpecVersion(def) {
+	pinned, ok := pinnedChart(def)
+	if !ok || pinned.Digest == "" {
 		return nil, ErrNotStored
 	}
-	ch, ok := c.memory().Get(digest)
+	ch, ok := c.memory().Get(pinned.Digest)
 	if !ok {
 		var err error
-		if ch, err = c.stored(ctx, digest); err != nil {
+		if ch, err = c.stored(ctx, pinned.Digest); err != nil {
 			return nil, err
 		}
 	}
-	return &chartfetch.Result{Chart: ch.(*chart.Chart), Digest: digest, PackageURL: def.Status.PackageURL, FromCache: true}, nil
+	return &chartfetch.Result{Chart: ch.(*chart.Chart), Digest: pinned.Digest, PackageURL: pinned.PackageURL, FromCache: true}, nil
 }
 
 // stored loads the chart of digest from the archive kept in the cluster, checked as a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -222,9 +223,10 @@ func chartOf(obj *unstructured.Unstructured) (*corev1alpha1.ChartInfo, error) {
 	return chart, nil
 }
 
-// keepServedCompositions refuses to delete a definition while compositions of the
-// version it serves exist and no other definition serves that version: they would be
-// left without a controller.
+// keepServedCompositions refuses to delete a definition while compositions of a version
+// it serves exist and no other definition serves that version: they would be left
+// without a controller. Its versions are the one its status serves and those it
+// retains (status.retained) for the compositions still pinned to them.
 type keepServedCompositions struct {
 	reader client.Reader
 }
@@ -241,12 +243,21 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	if !ok {
 		return nil, nil // it never served an API
 	}
+	versions := []schema.GroupVersionKind{served}
+	for _, r := range def.Status.Retained {
+		if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil && gv.Group == served.Group && gv.Version != served.Version {
+			versions = append(versions, gv.WithKind(served.Kind))
+		}
+	}
 
 	definitions := &corev1alpha1.CompositionDefinitionList{}
 	if err := k.reader.List(ctx, definitions); err != nil {
 		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing definitions: %w", err))}, nil
 	}
-	if ownership.ServedByAnother(definitions.Items, def, served) {
+	versions = slices.DeleteFunc(versions, func(gvk schema.GroupVersionKind) bool {
+		return ownership.ServedByAnother(definitions.Items, def, gvk)
+	})
+	if len(versions) == 0 {
 		return nil, nil
 	}
 
@@ -269,15 +280,17 @@ func (k keepServedCompositions) Check(ctx context.Context, req *Request) (field.
 	if via == "" {
 		return nil, nil
 	}
-	compositions := &metav1.PartialObjectMetadataList{}
-	compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: served.Group, Version: via, Kind: served.Kind + "List"})
-	if err := k.reader.List(ctx, compositions, client.MatchingLabels{vocab.LabelCompositionVersion: served.Version}); err != nil {
-		return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing %s compositions: %w", def.Status.Kind, err))}, nil
-	}
-	if n := len(compositions.Items); n > 0 {
-		return field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"), fmt.Sprintf(
-			"%d %s of version %s still exist and no other definition serves that version: delete them first (kubectl delete %s.%s.%s --all -A), or move them to another version",
-			n, served.Kind, served.Version, def.Status.Resource, served.Version, served.Group))}, nil
+	for _, version := range versions {
+		compositions := &metav1.PartialObjectMetadataList{}
+		compositions.SetGroupVersionKind(schema.GroupVersionKind{Group: served.Group, Version: via, Kind: served.Kind + "List"})
+		if err := k.reader.List(ctx, compositions, client.MatchingLabels{vocab.LabelCompositionVersion: version.Version}); err != nil {
+			return field.ErrorList{field.InternalError(nil, fmt.Errorf("listing %s compositions: %w", def.Status.Kind, err))}, nil
+		}
+		if n := len(compositions.Items); n > 0 {
+			return field.ErrorList{field.Forbidden(field.NewPath("metadata", "name"), fmt.Sprintf(
+				"%d %s of version %s still exist and no other definition serves that version: delete them first (kubectl delete %s.%s.%s --all -A), or move them to another version",
+				n, served.Kind, version.Version, def.Status.Resource, version.Version, served.Group))}, nil
+		}
 	}
 	return nil, nil
 }

@@ -134,8 +134,9 @@ type auditPass struct {
 	namespaceLabels map[string]map[string]string
 	// definitions by namespace/name, as the API server has them.
 	definitions []corev1alpha1.CompositionDefinition
-	charts      map[string]chartResult
-	objects     int
+	// charts by namespace/name@digest of the definition's version (chart).
+	charts  map[string]chartResult
+	objects int
 }
 
 type chartResult struct {
@@ -259,12 +260,14 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 	}, "listing "+kind+" compositions of "+gv.String(), client.MatchingLabelsSelector{Selector: selector})
 }
 
-// chart loads the definition's chart once per pass. When it is not available, the
-// compositions are evaluated without it: rendered policies then skip them (as they
-// skip a request without a chart) and the trouble is logged, not counted against a
-// policy that is not at fault.
+// chart loads the chart of the definition's version once per pass: def is a view of
+// ownership.For, and one definition serves each version it retains (status.retained)
+// from that version's own chart, so the chart is kept by definition and digest. When it
+// is not available, the compositions are evaluated without it: rendered policies then
+// skip them (as they skip a request without a chart) and the trouble is logged, not
+// counted against a policy that is not at fault.
 func (p *auditPass) chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) chartResult {
-	key := def.Namespace + "/" + def.Name
+	key := def.Namespace + "/" + def.Name + "@" + def.Status.Digest
 	if res, ok := p.charts[key]; ok {
 		return res
 	}
@@ -272,7 +275,8 @@ func (p *auditPass) chart(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if p.Charts != nil {
 		ch, digest, err := p.Charts.Chart(ctx, def)
 		if err != nil {
-			log.FromContext(ctx).Error(err, "The definition's chart is not available; rendered policies skip its compositions in this pass", "definition", key)
+			log.FromContext(ctx).Error(err, "The definition's chart is not available; rendered policies skip its compositions in this pass",
+				"definition", def.Namespace+"/"+def.Name, "version", def.Status.APIVersion, "digest", def.Status.Digest)
 		} else {
 			res = chartResult{chart: ch, digest: digest}
 		}

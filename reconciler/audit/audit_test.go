@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,9 +11,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -108,4 +113,43 @@ func TestAuditMessage(t *testing.T) {
 	assert.True(t, strings.HasSuffix(long, "..."))
 	assert.True(t, strings.HasPrefix(long, "éé"))
 	assert.True(t, utf8.ValidString(long), "no character is cut in half")
+}
+
+// digestCharts serves a chart per status digest, counting the loads.
+type digestCharts struct {
+	charts map[string]*chart.Chart
+	loads  int
+}
+
+func (c *digestCharts) Chart(_ context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
+	c.loads++
+	return c.charts[def.Status.Digest], def.Status.Digest, nil
+}
+
+// A definition that moved to 2.0.0 and retains 1.1.5 is two versions with two charts:
+// the compositions pinned to each are audited with their own version's chart, each
+// loaded once per pass.
+func TestAuditChartsOfADefinitionsVersions(t *testing.T) {
+	oldChart := &chart.Chart{Metadata: &chart.Metadata{Name: "fireworks-app", Version: "1.1.5"}}
+	newChart := &chart.Chart{Metadata: &chart.Metadata{Name: "fireworks-app", Version: "2.0.0"}}
+	charts := &digestCharts{charts: map[string]*chart.Chart{"sha256:old": oldChart, "sha256:new": newChart}}
+	def := corev1alpha1.CompositionDefinition{}
+	def.Namespace, def.Name = "platform", "fireworksapp"
+	def.Spec.Chart.Version = "2.0.0"
+	def.Status.Kind, def.Status.APIVersion, def.Status.Digest = "FireworksApp", "composition.krateo.io/v2-0-0", "sha256:new"
+	def.Status.Retained = []corev1alpha1.ServedChart{{APIVersion: "composition.krateo.io/v1-1-5", Chart: "1.1.5", Digest: "sha256:old"}}
+	p := &auditPass{Auditor: &Auditor{Charts: charts}, charts: map[string]chartResult{}, definitions: []corev1alpha1.CompositionDefinition{def}}
+	gvk := func(version string) schema.GroupVersionKind {
+		return schema.GroupVersionKind{Group: "composition.krateo.io", Version: version, Kind: "FireworksApp"}
+	}
+	ctx := context.Background()
+	for range 2 {
+		got := p.chart(ctx, ownership.For(p.definitions, gvk("v2-0-0"), "apps"))
+		assert.Same(t, newChart, got.chart)
+		assert.Equal(t, "sha256:new", got.digest)
+		got = p.chart(ctx, ownership.For(p.definitions, gvk("v1-1-5"), "apps"))
+		assert.Same(t, oldChart, got.chart, "the retained version's own chart")
+		assert.Equal(t, "sha256:old", got.digest)
+	}
+	assert.Equal(t, 2, charts.loads, "each chart once per pass")
 }

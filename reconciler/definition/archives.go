@@ -50,10 +50,10 @@ func (r *Reconciler) pruneCharts(ctx context.Context, def *corev1alpha1.Composit
 }
 
 // keptChart goes on, when the chart source of a definition that already serves its
-// spec's chart version fails, with the chart kept in the cluster: the generated API,
-// its controllers and admission keep working, and the returned error, for the
-// conditions, says that only a new chart version waits for the source. Without a kept
-// chart it returns err alone.
+// spec's chart version (as its status's version, or one it retains) fails, with the
+// chart kept in the cluster: the generated API, its controllers and admission keep
+// working, and the returned error, for the conditions, says that only a new chart
+// version waits for the source. Without a kept chart it returns err alone.
 func (r *Reconciler) keptChart(ctx context.Context, def *corev1alpha1.CompositionDefinition, err error) (*chartfetch.Result, error) {
 	var ce *condition.Error
 	if !errors.As(err, &ce) || ce.Reason != chartstore.ReasonChartFetchFailed {
@@ -63,7 +63,15 @@ func (r *Reconciler) keptChart(ctx context.Context, def *corev1alpha1.Compositio
 	if keptErr != nil {
 		return nil, err
 	}
+	// The spec may name a version the definition retains (moved back to it): that
+	// version's chart is the one kept.
+	apiVersion := def.Status.APIVersion
+	for _, r := range def.Status.Retained {
+		if r.Digest == kept.Digest && kept.Digest != def.Status.Digest {
+			apiVersion = r.APIVersion
+		}
+	}
 	return kept, &condition.Error{Reason: ce.Reason, Err: fmt.Errorf(
 		"the chart source is unreachable, so a new chart version waits for it: %w; %s %s goes on being served and judged from the chart kept in the cluster (%s)",
-		ce.Err, def.Status.Kind, def.Status.APIVersion, def.Status.Digest)}
+		ce.Err, def.Status.Kind, apiVersion, kept.Digest)}
 }

@@ -588,6 +588,11 @@ func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.C
 		}
 		if len(items) > 0 {
 			kept = append(kept, ret)
+			// Its release role may delete what the version served now creates, so
+			// that a composition moved back removes it.
+			if err := r.applyRetainedRBAC(ctx, def, api, ret); err != nil {
+				return fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
+			}
 			if r.Kinds != nil {
 				// Served again after a restart of the leader.
 				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {

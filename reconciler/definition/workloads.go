@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/reconciler/internal/ssa"
 )
 
@@ -77,8 +79,12 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 // kinds need, reading and deleting what the other chart versions of the kind create
 // (removedTypes), its credentials, and, for a controller Deployment, the kept archive of
 // digest and the release seal in Compositor's namespace.
+//
+// def is the definition as a whole, never a view of ownership.At: its status names
+// every chart it serves, which removedTypes reads. ch and digest are the chart of api's
+// version, the current one or one it retains.
 func (r *Reconciler) versionRBAC(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (rbac.Options, *rbac.Objects, error) {
-	types, err := rbac.ResourceTypes(ch, r.Mapper)
+	types, err := r.chartTypes(ch, digest)
 	switch {
 	case errors.Is(err, rbac.ErrForbiddenKind):
 		return rbac.Options{}, nil, &condition.Error{Reason: ReasonForbiddenKinds, Terminal: true, Err: err}
@@ -299,43 +305,134 @@ func (r *Reconciler) deleteRoleBindings(ctx context.Context, labels client.Match
 	return errors.Join(errs...)
 }
 
-// removedTypes are the types the other chart versions of api's kind create: those of
-// the definitions that serve it, this one's previous chart included (its status still
-// names it until the new version is published). A composition moved from one of them
-// to this version is upgraded to this chart, and Helm deletes what the old revision
-// had only if this version's controller can read it. A chart that cannot be had now
-// is skipped: the controller then reports what it could not delete (condition Pruned).
+// applyRetainedRBAC applies the RBAC of a version def retains (status.retained), from
+// that version's own chart, as applyWorkloads does for the version def serves: its
+// controller (the Deployment, or the in-process one) is left alone, only the RBAC
+// objects are applied. A retained version's RBAC is generated when it is the current
+// version, and the chart versions the kind gets after it create types it may not
+// delete; a composition moved back to it (a rollout rolled back) is upgraded back to
+// its chart, and Helm deletes what the newer revision had only if this version's
+// controller can read it. So removedTypes includes the current version's types.
+// Nothing changed costs little: the charts' types are kept by digest, and applying
+// the same objects again changes nothing. api is the version def serves now, whose
+// kind and plural the retained version shares.
+func (r *Reconciler) applyRetainedRBAC(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, retained corev1alpha1.ServedChart) error {
+	gv, err := schema.ParseGroupVersion(retained.APIVersion)
+	if err != nil || gv.Group != vocab.CompositionGroup || gv.Version == "" {
+		return fmt.Errorf("retained version %q: not a version of group %s", retained.APIVersion, vocab.CompositionGroup)
+	}
+	if gv.Version == api.Version {
+		return nil // the version def serves: applyWorkloads applies its RBAC
+	}
+	view := ownership.At(def, gv.WithKind(api.Kind))
+	if view == nil || view.Status.Digest != retained.Digest {
+		return fmt.Errorf("the definition does not retain %s of chart digest %s", retained.APIVersion, retained.Digest)
+	}
+	ch, _, err := r.Charts.Chart(ctx, view)
+	if err != nil {
+		return fmt.Errorf("reading chart %s of the retained version %s: %w", retained.Chart, gv.Version, err)
+	}
+	version := &generatedAPI{ChartName: api.ChartName, ChartVersion: retained.Chart, Kind: api.Kind, Plural: api.Plural, Version: gv.Version}
+	_, objs, err := r.versionRBAC(ctx, def, ch, retained.Digest, version)
+	if err != nil {
+		return fmt.Errorf("generating the RBAC of the retained version %s: %w", gv.Version, err)
+	}
+	// A kept archive the controller may not read is logged by applyVersionRBAC: the
+	// controller fetches from the chart source meanwhile.
+	if _, err := r.applyVersionRBAC(ctx, def, version, objs); err != nil {
+		return fmt.Errorf("applying the RBAC of the retained version %s: %w", gv.Version, err)
+	}
+	return nil
+}
+
+// chartTypes are the resource types ch, of digest, creates, kept by digest: a digest
+// names the chart's content, whose types change only with the kinds the API server
+// serves, and a kind it does not serve fails rbac.ResourceTypes, whose errors are not
+// kept.
+func (r *Reconciler) chartTypes(ch *chart.Chart, digest string) ([]rbac.ResourceType, error) {
+	r.cachesOnce.Do(r.initCaches)
+	if digest != "" {
+		if types, ok := r.typesOf.Get(digest); ok {
+			return types.([]rbac.ResourceType), nil
+		}
+	}
+	types, err := rbac.ResourceTypes(ch, r.Mapper)
+	if err != nil {
+		return nil, err
+	}
+	if digest != "" {
+		r.typesOf.Add(digest, types)
+	}
+	return types, nil
+}
+
+// removedTypes are the types the other chart versions of api's kind create: every
+// chart a definition of the kind serves, the version its status serves and those it
+// retains (status.retained), def's own included (def as a whole, not a view: its
+// status names its previous chart until the new version is published, the current
+// one after), except the chart of digest, api's own. A composition moved from one of
+// them to this version is upgraded to this chart, and Helm deletes what the old
+// revision had only if this version's controller can read it. A chart that cannot be
+// had now is skipped: the controller then reports what it could not delete (condition
+// Pruned).
 func (r *Reconciler) removedTypes(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, digest string) []rbac.ResourceType {
 	list := &corev1alpha1.CompositionDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the definitions of the kind, for the types its other versions create")
 		return nil
 	}
+	// def as this reconciliation has it, before the cache sees its status.
+	defs := slices.DeleteFunc(list.Items, func(d corev1alpha1.CompositionDefinition) bool { return d.UID == def.UID })
+	defs = append(defs, *def)
+	seen := map[string]bool{digest: true}
 	var out []rbac.ResourceType
-	for i := range list.Items {
-		other := &list.Items[i]
-		if other.Status.Kind != api.Kind || other.Status.Digest == "" || other.Status.Digest == digest {
+	for i := range defs {
+		other := &defs[i]
+		if other.Status.Kind != api.Kind {
 			continue
 		}
-		r.cachesOnce.Do(r.initCaches)
-		if types, ok := r.typesOf.Get(other.Status.Digest); ok {
-			out = append(out, types.([]rbac.ResourceType)...)
-			continue
+		for _, served := range servedCharts(other) {
+			if served.Digest == "" || seen[served.Digest] {
+				continue
+			}
+			seen[served.Digest] = true
+			gv, err := schema.ParseGroupVersion(served.APIVersion)
+			if err != nil {
+				continue
+			}
+			view := ownership.At(other, gv.WithKind(api.Kind))
+			if view == nil {
+				continue
+			}
+			types, err := r.typesOfServed(ctx, view)
+			if err != nil {
+				ctrl.LoggerFrom(ctx).Info("The chart of another version of the kind is not available: its controller may not delete what that chart created",
+					"definition", other.Namespace+"/"+other.Name, "version", served.APIVersion, "reason", err.Error())
+				continue
+			}
+			out = append(out, types...)
 		}
-		ch, _, err := r.Charts.Chart(ctx, other)
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Info("The chart of another version of the kind is not available: its controller may not delete what that chart created",
-				"definition", other.Namespace+"/"+other.Name, "reason", err.Error())
-			continue
-		}
-		types, err := rbac.ResourceTypes(ch, r.Mapper)
-		if err != nil {
-			continue
-		}
-		// A digest names the chart's content: its types change only with the kinds the
-		// API server serves, and a kind it did not serve fails ResourceTypes above.
-		r.typesOf.Add(other.Status.Digest, types)
-		out = append(out, types...)
 	}
 	return out
+}
+
+// servedCharts are the charts def's status serves: the version its status names and
+// those it retains.
+func servedCharts(def *corev1alpha1.CompositionDefinition) []corev1alpha1.ServedChart {
+	out := []corev1alpha1.ServedChart{{APIVersion: def.Status.APIVersion, Digest: def.Status.Digest, PackageURL: def.Status.PackageURL}}
+	return append(out, def.Status.Retained...)
+}
+
+// typesOfServed are the types the chart of view (a definition as ownership.At gives it
+// for one of its versions) creates, kept by its digest.
+func (r *Reconciler) typesOfServed(ctx context.Context, view *corev1alpha1.CompositionDefinition) ([]rbac.ResourceType, error) {
+	r.cachesOnce.Do(r.initCaches)
+	if types, ok := r.typesOf.Get(view.Status.Digest); ok {
+		return types.([]rbac.ResourceType), nil
+	}
+	ch, _, err := r.Charts.Chart(ctx, view)
+	if err != nil {
+		return nil, err
+	}
+	return r.chartTypes(ch, view.Status.Digest)
 }
