@@ -209,15 +209,22 @@ func RunPlan(ctx context.Context, out, _ io.Writer, opts *PlanOptions) error {
 	if err != nil {
 		return err
 	}
+	return writePlan(out, p, opts.Output, "")
+}
+
+// writePlan writes p to out as output says: json, yaml, or text, which header (if any)
+// precedes.
+func writePlan(out io.Writer, p *plan.Plan, output, header string) error {
 	var b []byte
-	switch opts.Output {
+	var err error
+	switch output {
 	case "json":
 		b, err = json.MarshalIndent(p, "", "  ")
 		b = append(b, '\n')
 	case "yaml":
 		b, err = yaml.Marshal(p)
 	default:
-		b = []byte(FormatPlan(p))
+		b = []byte(header + FormatPlan(p))
 	}
 	if err != nil {
 		return fmt.Errorf("encoding the plan: %w", err)

@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/api"
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -23,9 +23,9 @@ import (
 // maxPlanBytes bounds the plan a ConfigMap may inflate to.
 const maxPlanBytes = 64 << 20
 
-// clusterClient is a client of the cluster kubeconfig names ("" follows $KUBECONFIG
-// and ~/.kube/config, as kubectl does), with Compositor's types.
-func clusterClient(kubeconfig string) (client.Client, string, error) {
+// kubeconfigFor is the REST config and namespace of kubeconfig ("" follows $KUBECONFIG
+// and ~/.kube/config, as kubectl does).
+func kubeconfigFor(kubeconfig string) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
@@ -36,6 +36,16 @@ func clusterClient(kubeconfig string) (client.Client, string, error) {
 	namespace, _, err := loader.Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, namespace, nil
+}
+
+// clusterClient is a client of the cluster kubeconfig names (see kubeconfigFor), with
+// Compositor's types, and the kubeconfig's namespace.
+func clusterClient(kubeconfig string) (client.Client, string, error) {
+	cfg, namespace, err := kubeconfigFor(kubeconfig)
+	if err != nil {
+		return nil, "", err
 	}
 	scheme, err := api.NewScheme()
 	if err != nil {
@@ -74,26 +84,11 @@ func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, na
 	if p.Hash != ro.Plan.Hash {
 		return fmt.Errorf("the plan kept in ConfigMap %s/%s is %s, and the rollout follows %s: it is being rewritten, try again", namespace, definition.PlanConfigMapName(name), p.Hash, ro.Plan.Hash)
 	}
-	var b []byte
-	switch opts.Output {
-	case "json":
-		b, err = json.MarshalIndent(p, "", "  ")
-		b = append(b, '\n')
-	case "yaml":
-		b, err = yaml.Marshal(p)
-	default:
-		b = []byte(fmt.Sprintf("Rollout %s → %s: %s", ro.FromVersion, ro.ToVersion, ro.Phase))
-		if ro.Message != "" {
-			b = append(b, ": "+ro.Message...)
-		}
-		b = append(b, '\n')
-		b = append(b, FormatPlan(p)...)
+	header := fmt.Sprintf("Rollout %s → %s: %s", ro.FromVersion, ro.ToVersion, ro.Phase)
+	if ro.Message != "" {
+		header += ": " + ro.Message
 	}
-	if err != nil {
-		return fmt.Errorf("encoding the plan: %w", err)
-	}
-	_, err = out.Write(b)
-	return err
+	return writePlan(out, p, opts.Output, header+"\n")
 }
 
 // readKeptPlan reads the plan of definition name from its ConfigMap, and checks that its

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api"
@@ -97,7 +96,7 @@ func RunRollback(ctx context.Context, out io.Writer, opts *RollbackOptions, ref 
 			return nil, usageErrorf("--to is a revision number or %q, got %q", rollbackPrevious, to)
 		}
 	}
-	cfg, namespace, err := rollbackConfig(opts.Kubeconfig)
+	cfg, namespace, err := kubeconfigFor(opts.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
@@ -179,22 +178,6 @@ func chooseRevision(revs []corev1alpha1.CompositionRevision, uid types.UID, to s
 		}
 	}
 	return nil
-}
-
-// rollbackConfig is the REST config and namespace of kubeconfig ("" as kubectl finds it).
-func rollbackConfig(kubeconfig string) (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	namespace, _, err := loader.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	return cfg, namespace, nil
 }
 
 // compositionMapping resolves kind, as kubectl takes it (fireworksapp, fireworksapps,
