@@ -31,6 +31,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -141,27 +142,52 @@ func beginRollout(def *corev1alpha1.CompositionDefinition, api *generatedAPI, fe
 	}
 }
 
-// advanceRollout drops the retained versions no composition is pinned to any more,
-// then takes the definition's rollout one step further (see the top of this file); it
-// returns when to look again. A plan that cannot be computed (the old chart gone, say)
-// is reported in the rollout and tried again at the next poll: it stops nothing else.
+// advanceRollout takes the definition's rollout one step further (see the top of this
+// file), then drops the retained versions no composition is pinned to any more; it
+// returns when to look again: soon after a version was dropped, so that the CRD drops
+// it too. A plan that cannot be computed (the old chart gone, say) is reported in the
+// rollout and tried again at the next poll: it stops nothing else.
 func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, error) {
-	if err := r.dropUnusedRetained(ctx, def, api); err != nil {
-		return 0, err
+	next, err := r.Poll, error(nil)
+	if ro := def.Status.Rollout; ro != nil && ro.ToVersion == api.Version && ro.ToDigest == fetched.Digest {
+		if active(ro) {
+			// A step moves compositions before its status is written: it must not
+			// start from a status the cache has not caught up with, or it would
+			// plan and move again what the last step moved.
+			if stale, err := r.stale(ctx, def); err != nil || stale {
+				return time.Second, err
+			}
+		}
+		switch ro.Phase {
+		case "", corev1alpha1.RolloutAwaitingApproval:
+			next, err = r.planRollout(ctx, def, api, fetched)
+		case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
+			next, err = r.progress(ctx, def, api)
+		case corev1alpha1.RolloutRollingBack:
+			err = r.rollBack(ctx, def, api)
+		}
 	}
-	ro := def.Status.Rollout
-	if ro == nil || ro.ToVersion != api.Version || ro.ToDigest != fetched.Digest {
-		return r.Poll, nil
+	dropped, dropErr := r.dropUnusedRetained(ctx, def, api)
+	if dropped && (next == 0 || next > time.Second) {
+		next = time.Second
 	}
-	switch ro.Phase {
-	case "", corev1alpha1.RolloutAwaitingApproval:
-		return r.planRollout(ctx, def, api, fetched)
-	case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
-		return r.progress(ctx, def, api)
-	case corev1alpha1.RolloutRollingBack:
-		return r.Poll, r.rollBack(ctx, def, api)
+	return next, errors.Join(err, dropErr)
+}
+
+// active tells whether ro has steps left.
+func active(ro *corev1alpha1.Rollout) bool {
+	return ro.Phase != corev1alpha1.RolloutComplete && ro.Phase != corev1alpha1.RolloutRolledBack
+}
+
+// stale tells whether the API server holds a newer def than the one reconciled, read
+// from the cache (or written by this reconciliation).
+func (r *Reconciler) stale(ctx context.Context, def *corev1alpha1.CompositionDefinition) (bool, error) {
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(corev1alpha1.GroupVersion.WithKind("CompositionDefinition"))
+	if err := r.Live.Get(ctx, client.ObjectKeyFromObject(def), live); err != nil {
+		return false, fmt.Errorf("reading the definition before its rollout's next step: %w", err)
 	}
-	return r.Poll, nil
+	return live.ResourceVersion != def.ResourceVersion, nil
 }
 
 // planRollout computes the plan and starts moving compositions once it needs no
@@ -574,8 +600,9 @@ func (r *Reconciler) compositionObjects(ctx context.Context, kind, via, version 
 }
 
 // dropUnusedRetained stops retaining the versions no composition is pinned to any more,
-// and removes their controllers and RBAC; the CRD drops them after (pruneVersions).
-func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+// and removes their controllers and RBAC; the CRD drops them at the next
+// reconciliation (pruneVersions). It reports whether it dropped one.
+func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (bool, error) {
 	var kept []corev1alpha1.ServedChart
 	for _, ret := range def.Status.Retained {
 		gv, err := schema.ParseGroupVersion(ret.APIVersion)
@@ -584,29 +611,30 @@ func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.C
 		}
 		items, err := r.compositions(ctx, api, api.Version, gv.Version)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(items) > 0 {
 			kept = append(kept, ret)
 			// Its release role may delete what the version served now creates, so
 			// that a composition moved back removes it.
 			if err := r.applyRetainedRBAC(ctx, def, api, ret); err != nil {
-				return fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
+				return false, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
 			}
 			if r.Kinds != nil {
 				// Served again after a restart of the leader.
 				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {
-					return err
+					return false, err
 				}
 			}
 			continue
 		}
 		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
-			return err
+			return false, err
 		}
 	}
+	dropped := len(kept) < len(def.Status.Retained)
 	def.Status.Retained = kept
-	return nil
+	return dropped, nil
 }
 
 // event records an event on the definition, its message within what an event holds.

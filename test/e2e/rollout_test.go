@@ -140,6 +140,14 @@ func TestStagedRollout(t *testing.T) {
 		return ro
 	}
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			res := cp.Kubectl(ctx, "", "get", "compositiondefinition", "fireworksapp", "-n", rolloutNamespace, "-o", "jsonpath={.status}")
+			t.Logf("the definition's status: %s", res.Stdout)
+			res = cp.Kubectl(ctx, "", "get", "events", "-n", rolloutNamespace)
+			t.Logf("events:\n%s", res.Stdout)
+		}
+	})
 	kubectl("", "create", "namespace", rolloutNamespace)
 	kubectl(definitionAt("1.1.5"), "apply", "-f", "-")
 	kubectl("", "wait", "compositiondefinition", "fireworksapp", "-n", rolloutNamespace, "--for", "condition=Ready=True", "--timeout", "120s")
