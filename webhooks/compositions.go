@@ -49,6 +49,9 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 	}
 	if current != "" {
 		version = current
+		// What was read for the version written through is not the pinned one's: the
+		// checks that follow judge the composition against the chart it will run.
+		req.definition, req.definitionErr, req.definitionRead = nil, nil, false
 	}
 	DefaultComposition(req.Object, version, releaseName)
 	return nil

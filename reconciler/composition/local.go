@@ -107,6 +107,9 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 			return ctrl.Result{}, a.err
 		}
 	}
+	if err := r.deleteRevisions(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
 	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))
 }

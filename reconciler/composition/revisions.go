@@ -263,6 +263,23 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, obj *unstructured.Unstr
 	return nil
 }
 
+// deleteRevisions deletes every revision of obj, sealed or not, as obj goes: their
+// owner reference names the served version they were written through, which the
+// garbage collector cannot follow once the CRD no longer serves it.
+func (r *Reconciler) deleteRevisions(ctx context.Context, obj *unstructured.Unstructured) error {
+	list := &corev1alpha1.CompositionRevisionList{}
+	if err := r.Live.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{vocab.LabelCompositionUID: string(obj.GetUID())}); err != nil {
+		return fmt.Errorf("listing the CompositionRevisions of %s: %w", obj.GetName(), err)
+	}
+	for i := range list.Items {
+		rev := &list.Items[i]
+		if err := r.Client.Delete(ctx, rev, client.Preconditions{UID: &rev.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting CompositionRevision %s/%s: %w", rev.Namespace, rev.Name, err)
+		}
+	}
+	return nil
+}
+
 // RevisionVerifier proves CompositionRevisions; *ReleaseSeal is one.
 type RevisionVerifier interface {
 	VerifyRevision(rev *corev1alpha1.CompositionRevision, uid types.UID) error

@@ -207,7 +207,9 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 	kept := r.keepPlan(ctx, def, p)
 	settings := settingsOf(def)
 	risky := p.Summary.Refused > 0 || p.Summary.Deletions > 0
-	needsApproval := settings.approval == corev1alpha1.ApprovalAlways || (settings.approval == corev1alpha1.ApprovalOnRisk && risky)
+	// Nothing to move needs no approval: the rollout completes at once.
+	needsApproval := p.Summary.ToMove > 0 &&
+		(settings.approval == corev1alpha1.ApprovalAlways || (settings.approval == corev1alpha1.ApprovalOnRisk && risky))
 	if approved := def.Annotations[vocab.AnnotationApprovePlan]; needsApproval && approved != p.Hash {
 		was := ro.Phase
 		ro.Phase = corev1alpha1.RolloutAwaitingApproval
@@ -434,6 +436,15 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 	if len(ro.Moved) == 0 {
 		size = settings.canary
 	}
+	// The moves are recorded in the status as soon as they are made, apart from the
+	// rest of the reconciliation: a composition moved and not recorded would be
+	// neither watched nor moved back.
+	beforeBatch := def.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, def, client.MergeFrom(beforeBatch)); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Recording the compositions a rollout moved")
+		}
+	}()
 	var movedNow, retry []string
 	var lastErr error
 	for len(movedNow)+len(retry) < size && len(ro.Pending) > 0 {
@@ -514,11 +525,9 @@ var waitingReasons = []string{"", "Installing", "DefinitionNotFound", condition.
 // digest, failed, or on its way. Its status is Compositor's alone (see the status
 // webhook).
 func movedState(obj *unstructured.Unstructured, chartVersion, digest string, movedAt time.Time, deadline time.Duration) (movedStateKind, string) {
-	installed, _, _ := unstructured.NestedString(obj.Object, "status", "helmChartVersion")
-	installedDigest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
 	ready := readyCondition(obj)
 	switch {
-	case ready != nil && ready.Status == metav1.ConditionTrue && installed == chartVersion && installedDigest == digest:
+	case ready != nil && ready.Status == metav1.ConditionTrue && installedAt(obj, chartVersion, digest):
 		return stateReady, ""
 	case ready != nil && ready.Status == metav1.ConditionFalse && !slices.Contains(waitingReasons, ready.Reason) &&
 		!ready.LastTransitionTime.Time.Before(movedAt.Add(-time.Second)) && time.Since(ready.LastTransitionTime.Time) >= failureGrace:
@@ -549,6 +558,25 @@ func clipTo(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// installedAt tells whether obj's status says its release runs chartVersion of digest:
+// in the local cluster (status.helmChartVersion and status.digest), or, placed on
+// target clusters, on every one of them (status.clusters, whose entries name the chart
+// version alone).
+func installedAt(obj *unstructured.Unstructured, chartVersion, digest string) bool {
+	if clusters, found, _ := unstructured.NestedSlice(obj.Object, "status", "clusters"); found && len(clusters) > 0 {
+		for _, c := range clusters {
+			entry, _ := c.(map[string]any)
+			if version, _ := entry["chartVersion"].(string); version != chartVersion || entry["ready"] != true {
+				return false
+			}
+		}
+		return true
+	}
+	installed, _, _ := unstructured.NestedString(obj.Object, "status", "helmChartVersion")
+	installedDigest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
+	return installed == chartVersion && installedDigest == digest
 }
 
 func readyCondition(obj *unstructured.Unstructured) *metav1.Condition {

@@ -83,6 +83,17 @@ func moved(version, digest string, ready *metav1.Condition) *unstructured.Unstru
 	return obj
 }
 
+// placed is a composition placed on one target cluster per chart version given.
+func placed(ready *metav1.Condition, versions ...string) *unstructured.Unstructured {
+	obj := moved("", "", ready)
+	var clusters []any
+	for i, v := range versions {
+		clusters = append(clusters, map[string]any{"name": string(rune('a' + i)), "ready": true, "chartVersion": v})
+	}
+	obj.Object["status"].(map[string]any)["clusters"] = clusters
+	return obj
+}
+
 func TestMovedState(t *testing.T) {
 	batch := time.Now().Add(-time.Minute)
 	condition := func(status metav1.ConditionStatus, reason string, at time.Time) *metav1.Condition {
@@ -103,6 +114,8 @@ func TestMovedState(t *testing.T) {
 		"installing":                      {moved("1.1.5", "sha256:old", condition("False", "Installing", batch.Add(time.Second))), time.Hour, stateWaiting},
 		"no condition yet":                {moved("", "", nil), time.Hour, stateWaiting},
 		"no condition yet, past deadline": {moved("", "", nil), time.Second, stateFailed},
+		"placed, every cluster on it":     {placed(condition("True", "Available", batch), "2.0.0", "2.0.0"), time.Hour, stateReady},
+		"placed, one cluster behind":      {placed(condition("True", "Available", batch), "2.0.0", "1.1.5"), time.Hour, stateWaiting},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, why := movedState(tc.obj, "2.0.0", "sha256:new", batch, tc.deadline)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +190,9 @@ func TestRollbackRestoresARevisionThroughAdmission(t *testing.T) {
 			assert.Equal(c, rev3.Fingerprint, rev.Fingerprint, "the same chart and values as revision 3")
 		}
 	}, time.Minute, 250*time.Millisecond)
+
+	// The revisions go with the composition, the tampered one included.
+	kubectl("", "delete", "fireworksapps.v2-0-0.composition.krateo.io", "shop", "-n", journeyNamespace, "--timeout", "2m")
+	left := kubectl("", "get", "compositionrevisions", "-n", journeyNamespace, "-o", "name")
+	assert.Empty(t, strings.TrimSpace(left), "no revision outlives its composition")
 }

@@ -230,6 +230,12 @@ func TestStagedRollout(t *testing.T) {
 	assert.Equal(t, "v2-0-0 public", kubectl("", "get", "fireworksapps.v2-0-0.composition.krateo.io", "late", "-n", rolloutNamespace,
 		"-o", `jsonpath={.metadata.labels.krateo\.io/composition-version} {.spec.exposure}`))
 
+	// And it is judged by that chart: 6 replicas, which 1.1.5 allows and 2.0.0 does not,
+	// are refused.
+	res := cp.Kubectl(ctx, strings.ReplaceAll(strings.ReplaceAll(late, "late", "six"), "replicaCount: 1", "replicaCount: 6"), "apply", "-f", "-")
+	require.Error(t, res.Err, "a create through v1-1-5 runs 2.0.0's chart, whose schema refuses 6 replicas")
+	assert.Contains(t, res.Stderr, "replicaCount")
+
 	// 2.0.1 fails for app-05 in the second batch: the rollout stops and moves the ten
 	// it moved back to 2.0.0.
 	kubectl(definitionAt("2.0.1"), "apply", "-f", "-")
