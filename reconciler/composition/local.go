@@ -107,8 +107,11 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 			return ctrl.Result{}, a.err
 		}
 	}
+	// The revisions go too, as far as they can: records left behind name a UID no
+	// composition has any more, and must not hold the deletion (in a namespace being
+	// deleted, the release role may be gone already).
 	if err := r.deleteRevisions(ctx, obj); err != nil {
-		return ctrl.Result{}, err
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventRevisionsNotDeleted, "Delete", "the composition's CompositionRevisions were not all deleted: %v", err)
 	}
 	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))

@@ -48,6 +48,9 @@ const (
 	// EventRevisionNotRecorded: the CompositionRevision of an install could not be
 	// written; the install stands.
 	EventRevisionNotRecorded = "RevisionNotRecorded"
+	// EventRevisionsNotDeleted: a composition went, and some of its
+	// CompositionRevisions could not be deleted with it.
+	EventRevisionsNotDeleted = "RevisionsNotDeleted"
 	// EventRevisionTampered: a CompositionRevision of the composition failed its seal;
 	// it is never restored, nor counted among those kept.
 	EventRevisionTampered = "RevisionTampered"

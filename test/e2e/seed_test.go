@@ -78,5 +78,7 @@ func TestSeedManifestsApplyUnchanged(t *testing.T) {
 	res = cp.Kubectl(ctx, "", "get", "compositiondefinitions", "-A", "-o", "wide")
 	require.NoError(t, res.Err, res.Stderr)
 	header := columns(strings.SplitN(res.Stdout, "\n", 2)[0])
-	assert.Equal(t, []string{"NAMESPACE", "NAME", "READY", "SYNCED", "AGE", "API VERSION", "KIND", "PACKAGE URL"}, header)
+	// Krateo's wide columns, then the rollout's (docs/upgrades.md).
+	assert.Equal(t, []string{"NAMESPACE", "NAME", "READY", "SYNCED", "AGE", "API VERSION", "KIND", "PACKAGE URL",
+		"ROLLOUT", "TO MOVE", "REFUSED", "DELETIONS", "MOVED READY"}, header)
 }
