@@ -924,19 +924,6 @@ func (w rolloutWindow) cores() string {
 	return strings.Join([]string{num(w.CompositorCores, "%.2f"), num(w.ControlPlaneCores, "%.2f"), num(w.HarnessCores, "%.2f"), num(w.OtherCores, "%.2f")}, " | ")
 }
 
-// sectionOf is the section of text between begin and end, markers included, or "".
-func sectionOf(text, begin, end string) string {
-	i := strings.Index(text, begin)
-	if i < 0 {
-		return ""
-	}
-	j := strings.Index(text[i:], end)
-	if j < 0 {
-		return ""
-	}
-	return text[i : i+j+len(end)]
-}
-
 // replaceRolloutSection puts section (markers included) in place of the rollout
 // section of old; without one, before its "How to reproduce", else at its end.
 func replaceRolloutSection(old, section string) string {

@@ -15,24 +15,24 @@ const (
 	scaleEnd   = "<!-- /bench-scale -->"
 )
 
-// scaleSectionOf is the marked section of text, markers included, or "".
-func scaleSectionOf(text string) string {
-	i := strings.Index(text, scaleBegin)
+// sectionOf is the section of text between begin and end, markers included, or "".
+func sectionOf(text, begin, end string) string {
+	i := strings.Index(text, begin)
 	if i < 0 {
 		return ""
 	}
-	j := strings.Index(text[i:], scaleEnd)
+	j := strings.Index(text[i:], end)
 	if j < 0 {
 		return ""
 	}
-	return text[i : i+j+len(scaleEnd)]
+	return text[i : i+j+len(end)]
 }
 
 // replaceScaleSection puts section (markers included) in place of the marked section of
 // old, or at its end when old has none.
 func replaceScaleSection(old, section string) string {
 	section = strings.TrimSpace(section)
-	if cur := scaleSectionOf(old); cur != "" {
+	if cur := sectionOf(old, scaleBegin, scaleEnd); cur != "" {
 		return strings.Replace(old, cur, section, 1)
 	}
 	if old == "" {
@@ -44,8 +44,8 @@ func replaceScaleSection(old, section string) string {
 // carryScaleSection puts the marked section of old into fresh, a report that has none:
 // before its "How to reproduce", else at its end.
 func carryScaleSection(old, fresh string) string {
-	section := scaleSectionOf(old)
-	if section == "" || scaleSectionOf(fresh) != "" {
+	section := sectionOf(old, scaleBegin, scaleEnd)
+	if section == "" || sectionOf(fresh, scaleBegin, scaleEnd) != "" {
 		return fresh
 	}
 	const anchor = "\n## How to reproduce"
