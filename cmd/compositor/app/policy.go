@@ -38,7 +38,7 @@ func newPolicyCommand() *cobra.Command {
 		Short: "Work with Rego policies",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newPolicyTestCommand())
+	cmd.AddCommand(newPolicyTestCommand(), newPolicyVerifyCommand())
 	return cmd
 }
 
