@@ -151,6 +151,26 @@ bench-scale: control-plane build ## Measure definitions and compositions at scal
 	go run ./test/bench -scale -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
 	  -json $(BIN)/bench-scale.json -out BENCHMARKS.md $(SCALE_ARGS)
 
+GATOR_VERSION ?= v3.23.1
+GATOR := $(BIN)/gator-$(GATOR_VERSION)
+
+$(GATOR):
+	@mkdir -p $(BIN)/gator-build
+	GONOSUMDB=k8s.io,sigs.k8s.io GOBIN=$(abspath $(BIN))/gator-build go install github.com/open-policy-agent/gatekeeper/v3/cmd/gator@$(GATOR_VERSION)
+	mv $(BIN)/gator-build/gator $@
+
+.PHONY: gatekeeper-library
+gatekeeper-library: build $(GATOR) ## Run every Gatekeeper suite under LIBRARY=<checkout of gatekeeper-library> with compositor policy verify and with gator verify; prints both counts
+	@test -n "$(LIBRARY)" || { echo "usage: make gatekeeper-library LIBRARY=/path/to/gatekeeper-library" >&2; exit 2; }
+	@test -d "$(LIBRARY)" || { echo "LIBRARY=$(LIBRARY) is not a directory" >&2; exit 2; }
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(BIN)/compositor policy verify "$(LIBRARY)" > "$$tmp/compositor.txt"; c=$$?; \
+	$(GATOR) verify -v "$(LIBRARY)/..." > "$$tmp/gator.txt" 2>&1; g=$$?; \
+	grep -v '^ok ' "$$tmp/compositor.txt"; \
+	echo "gator verify ($(GATOR_VERSION)): $$(grep -c -- '^    --- PASS' "$$tmp/gator.txt" || true) cases passed, $$(grep -c -- '^    --- FAIL' "$$tmp/gator.txt" || true) failed, $$(grep -c -- '^    --- SKIP' "$$tmp/gator.txt" || true) skipped; tests: $$(grep -c -- '^--- PASS' "$$tmp/gator.txt" || true) passed, $$(grep -c -- '^--- FAIL' "$$tmp/gator.txt" || true) failed"; \
+	grep -B1 -- '--- FAIL' "$$tmp/gator.txt" || true; \
+	test $$c -eq 0 && test $$g -eq 0
+
 ROLLOUT_ARGS ?=
 
 .PHONY: bench-rollout

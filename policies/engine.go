@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies/gatekeeper"
 )
 
 // DefaultTimeout is the default evaluation deadline of one request, well below the
@@ -46,6 +47,8 @@ type Engine struct {
 
 	mu  sync.Mutex // serialises updates
 	set atomic.Pointer[policySet]
+	// constraints are the Gatekeeper constraints in force, swapped whole.
+	constraints atomic.Pointer[gatekeeper.Library]
 }
 
 type policyKey struct {
@@ -195,7 +198,8 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			matched = append(matched, c)
 		}
 	}
-	if len(matched) == 0 {
+	lib := e.constraints.Load()
+	if len(matched) == 0 && lib.Empty() {
 		return nil
 	}
 	doc := newInputDoc(r)
@@ -203,9 +207,14 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	defer cancel()
 
 	var out []Violation
+	var objs []RenderedObject
 	var rendered []renderedTerm
 	var renderErr error
-	renderOnce := sync.OnceFunc(func() { rendered, renderErr = renderForPolicies(ctx, r) })
+	renderOnce := sync.OnceFunc(func() {
+		if objs, renderErr = renderFor(ctx, r); renderErr == nil {
+			rendered, renderErr = renderedTerms(objs)
+		}
+	})
 	for _, c := range matched {
 		if ctx.Err() != nil {
 			out = append(out, e.failure(ctx, c, errNotReached))
@@ -236,6 +245,12 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			}
 		}
 	}
+	if !lib.Empty() {
+		out = append(out, e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {
+			renderOnce()
+			return objs, renderErr
+		})...)
+	}
 	SortViolations(out)
 	return out
 }
@@ -246,11 +261,9 @@ type renderedTerm struct {
 	list *ast.Term
 }
 
-// renderForPolicies renders the composition's chart. A rendered policy is evaluated
-// once per rendered object, with input.rendered holding that object alone, so each
-// violation names the object it is about; `some obj in input.rendered` reads the
-// same either way.
-func renderForPolicies(ctx context.Context, r *Request) ([]renderedTerm, error) {
+// renderFor renders the composition's chart, or returns the objects the request
+// carries already rendered.
+func renderFor(ctx context.Context, r *Request) ([]RenderedObject, error) {
 	release := r.ReleaseName
 	if release == "" {
 		release = r.Name
@@ -267,6 +280,14 @@ func renderForPolicies(ctx context.Context, r *Request) ([]renderedTerm, error) 
 			return nil, err
 		}
 	}
+	return objs, nil
+}
+
+// renderedTerms converts rendered objects for rendered policies. A rendered policy is
+// evaluated once per rendered object, with input.rendered holding that object alone,
+// so each violation names the object it is about; `some obj in input.rendered` reads
+// the same either way.
+func renderedTerms(objs []RenderedObject) ([]renderedTerm, error) {
 	out := make([]renderedTerm, 0, len(objs))
 	for _, o := range objs {
 		v, err := ast.InterfaceToValue(o.Object)

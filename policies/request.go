@@ -140,25 +140,13 @@ type inputDoc struct {
 }
 
 func newInputDoc(r *Request) *inputDoc {
-	groups := make([]any, len(r.UserInfo.Groups))
-	for i, g := range r.UserInfo.Groups {
-		groups[i] = g
-	}
-	extra := make(map[string]any, len(r.UserInfo.Extra))
-	for k, vs := range r.UserInfo.Extra {
-		l := make([]any, len(vs))
-		for i, v := range vs {
-			l[i] = v
-		}
-		extra[k] = l
-	}
 	review := map[string]any{
 		"operation": r.Operation,
 		"kind":      map[string]any{"group": r.Kind.Group, "version": r.Kind.Version, "kind": r.Kind.Kind},
 		"resource":  map[string]any{"group": r.Resource.Group, "version": r.Resource.Version, "resource": r.Resource.Resource},
 		"namespace": r.Namespace,
 		"name":      r.Name,
-		"userInfo":  map[string]any{"username": r.UserInfo.Username, "uid": r.UserInfo.UID, "groups": groups, "extra": extra},
+		"userInfo":  userInfoDoc(r),
 		"object":    nilIfEmpty(r.Object),
 		"oldObject": nilIfEmpty(r.OldObject),
 	}

@@ -1,0 +1,174 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+
+	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies/gatekeeper"
+)
+
+// SetConstraints makes lib the Gatekeeper constraints in force, in place of the
+// previous ones, in one swap. nil removes them all.
+func (e *Engine) SetConstraints(lib *gatekeeper.Library) {
+	e.constraints.Store(lib)
+}
+
+// Constraints returns the Gatekeeper constraints in force.
+func (e *Engine) Constraints() *gatekeeper.Library {
+	return e.constraints.Load()
+}
+
+// CompileTemplate compiles a ConstraintTemplate with the capabilities policies have.
+func CompileTemplate(ctx context.Context, t *gatekeeper.TemplateSource) (*gatekeeper.Template, error) {
+	return gatekeeper.Compile(ctx, t, gatekeeper.Options{Capabilities: Capabilities()})
+}
+
+// reviewConstraints runs the Gatekeeper constraints on the request's own object and,
+// for a composition, on each object its chart renders and on the Pod each rendered
+// workload implies. render renders once, on demand.
+func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, render func() ([]RenderedObject, error)) []Violation {
+	req := &gatekeeper.Request{Operation: r.Operation, UserInfo: userInfoDoc(r)}
+	var nsObject map[string]any
+	if r.Namespace != "" {
+		labels := make(map[string]any, len(r.NamespaceLabels))
+		for k, v := range r.NamespaceLabels {
+			labels[k] = v
+		}
+		nsObject = map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.Namespace, "labels": labels}}
+	}
+	var out []Violation
+	self := &gatekeeper.Subject{
+		Object: r.Object, OldObject: r.OldObject, Name: r.Name,
+		Group: r.Kind.Group, Version: r.Kind.Version, Kind: r.Kind.Kind,
+		Namespace: r.Namespace, NamespaceObject: nsObject,
+	}
+	if self.Object == nil {
+		self.Object = r.OldObject
+	}
+	if self.Object != nil {
+		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, self, req), "")...)
+	}
+	if (r.Chart == nil && r.Rendered == nil) || r.Object == nil || r.schemaFailed || ctx.Err() != nil {
+		return out
+	}
+	objs, err := render()
+	if err != nil {
+		for _, c := range lib.Constraints() {
+			out = append(out, e.constraintFailure(ctx, c, fmt.Errorf("%w: %w", ErrRender, err)))
+		}
+		return out
+	}
+	subjects := make([]*gatekeeper.Subject, 0, len(objs))
+	refs := make([]string, 0, len(objs))
+	for _, o := range objs {
+		s := gatekeeper.SubjectOf(o.Object)
+		if s.Namespace == "" && !clusterScoped[[2]string{s.Group, s.Kind}] {
+			s.Namespace = r.Namespace
+		}
+		s.NamespaceObject = nsObject
+		if s.Namespace != r.Namespace {
+			s.NamespaceObject = nil
+		}
+		subjects, refs = append(subjects, s), append(refs, o.Ref())
+	}
+	// A referential template that opted in sees the release's own objects.
+	req.Inventory = gatekeeper.Inventory(subjects)
+	for i, s := range subjects {
+		if ctx.Err() != nil {
+			break
+		}
+		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, s, req), refs[i])...)
+		if pod := gatekeeper.Expand(s); pod != nil {
+			out = append(out, e.constraintViolations(ctx, lib.Review(ctx, pod, req), refs[i]+" (its pod template)")...)
+		}
+	}
+	if ctx.Err() != nil {
+		for _, c := range lib.Constraints() {
+			out = append(out, e.constraintFailure(ctx, c, errNotReached))
+		}
+	}
+	return out
+}
+
+// clusterScoped are the built-in kinds with no namespace, which Helm creates without
+// one; every other rendered object without a namespace lands in the release's.
+var clusterScoped = map[[2]string]bool{
+	{"", "Namespace"}: true, {"", "Node"}: true, {"", "PersistentVolume"}: true,
+	{"rbac.authorization.k8s.io", "ClusterRole"}: true, {"rbac.authorization.k8s.io", "ClusterRoleBinding"}: true,
+	{"apiextensions.k8s.io", "CustomResourceDefinition"}: true, {"storage.k8s.io", "StorageClass"}: true,
+	{"scheduling.k8s.io", "PriorityClass"}: true, {"networking.k8s.io", "IngressClass"}: true,
+	{"admissionregistration.k8s.io", "ValidatingWebhookConfiguration"}: true,
+	{"admissionregistration.k8s.io", "MutatingWebhookConfiguration"}:   true,
+}
+
+// constraintViolations turns a review's results into violations, naming the
+// constraint ("constraint K8sRequiredLabels/must-have-owner") and the rendered object.
+func (e *Engine) constraintViolations(ctx context.Context, results []gatekeeper.Result, object string) []Violation {
+	out := make([]Violation, 0, len(results))
+	for _, res := range results {
+		if res.Err != nil {
+			v := e.constraintFailure(ctx, res.Constraint, res.Err)
+			v.Object = object
+			out = append(out, v)
+			continue
+		}
+		id := constraintID(res.Constraint)
+		out = append(out, Violation{
+			Message: res.Msg, Source: "constraint " + id, Policy: id, Object: object,
+			Action: v1alpha1.EnforcementAction(res.Constraint.Action),
+		})
+	}
+	return out
+}
+
+func constraintID(c *gatekeeper.Constraint) string { return c.Kind + "/" + c.Name }
+
+// constraintFailure is the violation standing for a constraint that could not be
+// evaluated: it denies unless the engine fails open or the constraint only warns.
+func (e *Engine) constraintFailure(ctx context.Context, c *gatekeeper.Constraint, err error) Violation {
+	action := v1alpha1.EnforcementAction(c.Action)
+	if action == v1alpha1.EnforcementDeny && e.opts.FailOpen {
+		action = v1alpha1.EnforcementWarn
+	}
+	var msg string
+	switch {
+	case errors.Is(err, errNotReached):
+		msg = fmt.Sprintf("not evaluated: the request's evaluation deadline of %s passed", e.opts.Timeout)
+	case errors.Is(err, ErrRender):
+		msg = fmt.Sprintf("cannot evaluate: %v", err)
+	case ctx.Err() != nil:
+		msg = fmt.Sprintf("evaluation did not finish within %s and was stopped", e.opts.Timeout)
+	default:
+		msg = fmt.Sprintf("evaluation failed: %v", err)
+	}
+	if action == v1alpha1.EnforcementDeny {
+		msg += " (denied: policies fail closed)"
+	} else if c.Action == gatekeeper.ActionDeny {
+		msg += " (admitted: policies fail open)"
+	}
+	id := constraintID(c)
+	logr.FromContextOrDiscard(ctx).Info("constraint evaluation failed", "constraint", id, "error", err.Error())
+	return Violation{Message: msg, Source: "constraint " + id, Policy: id, Action: action}
+}
+
+// userInfoDoc is input.review.userInfo: who made the request or, at the install
+// gate, the composition's author.
+func userInfoDoc(r *Request) map[string]any {
+	groups := make([]any, len(r.UserInfo.Groups))
+	for i, g := range r.UserInfo.Groups {
+		groups[i] = g
+	}
+	extra := make(map[string]any, len(r.UserInfo.Extra))
+	for k, vs := range r.UserInfo.Extra {
+		l := make([]any, len(vs))
+		for i, v := range vs {
+			l[i] = v
+		}
+		extra[k] = l
+	}
+	return map[string]any{"username": r.UserInfo.Username, "uid": r.UserInfo.UID, "groups": groups, "extra": extra}
+}
