@@ -36,7 +36,7 @@ type Constraint struct {
 	// Match is spec.match.
 	Match Match
 
-	params     *ast.Term
+	params     map[string]any
 	selector   labels.Selector
 	nsSelector labels.Selector
 }
@@ -110,7 +110,7 @@ func ParseConstraint(obj map[string]any) (*Constraint, error) {
 }
 
 func action(src constraintSource) (string, error) {
-	switch a := strings.ToLower(src.Spec.EnforcementAction); a {
+	switch a := src.Spec.EnforcementAction; a {
 	case "", ActionDeny:
 		return ActionDeny, nil
 	case ActionWarn, ActionDryRun:
@@ -126,7 +126,7 @@ func action(src constraintSource) (string, error) {
 			}) {
 				continue
 			}
-			a := strings.ToLower(s.Action)
+			a := s.Action
 			if !slices.Contains([]string{ActionDeny, ActionWarn, ActionDryRun}, a) {
 				return "", fmt.Errorf("spec.scopedEnforcementActions: action %q must be deny, warn or dryrun", s.Action)
 			}
@@ -143,14 +143,14 @@ func action(src constraintSource) (string, error) {
 func rank(a string) int { return slices.Index([]string{"", ActionDryRun, ActionWarn, ActionDeny}, a) }
 
 func (c *Constraint) prepare(params map[string]any) error {
-	v, err := ast.InterfaceToValue(params)
-	if err != nil {
+	if _, err := ast.InterfaceToValue(params); err != nil {
 		return fmt.Errorf("spec.parameters: %w", err)
 	}
 	if params == nil {
-		v = ast.NewObject()
+		params = map[string]any{}
 	}
-	c.params = ast.NewTerm(v)
+	c.params = params
+	var err error
 	switch c.Match.Scope {
 	case "", "*", "Cluster", "Namespaced":
 	default:
@@ -189,27 +189,26 @@ func (c *Constraint) prepare(params map[string]any) error {
 	return nil
 }
 
-// checkGlob accepts what Gatekeeper's wildcards are: a name with at most one "*", at
-// its start or its end.
+// checkGlob accepts what Gatekeeper's wildcards are: a name with a "*" at its start,
+// its end, or both ("*-system", "kube-*", "*tenant*"), and nowhere else.
 func checkGlob(p string) error {
-	n := strings.Count(p, "*")
-	switch {
-	case n == 0:
-	case n == 1 && (strings.HasPrefix(p, "*") || strings.HasSuffix(p, "*")):
-	default:
+	inner := strings.TrimSuffix(strings.TrimPrefix(p, "*"), "*")
+	if strings.Contains(inner, "*") {
 		return fmt.Errorf("%q: a wildcard \"*\" may only start or end a name", p)
 	}
 	return nil
 }
 
 func globMatches(p, s string) bool {
+	prefix, suffix := strings.HasPrefix(p, "*"), strings.HasSuffix(p, "*") && len(p) > 1
+	inner := strings.TrimSuffix(strings.TrimPrefix(p, "*"), "*")
 	switch {
-	case p == "*":
-		return true
-	case strings.HasPrefix(p, "*"):
-		return strings.HasSuffix(s, p[1:])
-	case strings.HasSuffix(p, "*"):
-		return strings.HasPrefix(s, p[:len(p)-1])
+	case prefix && suffix:
+		return strings.Contains(s, inner)
+	case prefix:
+		return strings.HasSuffix(s, inner)
+	case suffix:
+		return strings.HasPrefix(s, inner)
 	default:
 		return p == s
 	}
@@ -306,7 +305,7 @@ func (c *Constraint) matchOne(s *Subject, obj map[string]any) (bool, error) {
 			return false, nil
 		}
 	}
-	if m.Name != "" && !globMatches(m.Name, nestedString(obj, "metadata", "name")) && !(strings.HasSuffix(m.Name, "*") && globMatches(m.Name, nestedString(obj, "metadata", "generateName"))) {
+	if m.Name != "" && !globMatches(m.Name, nestedString(obj, "metadata", "name")) && !(strings.HasSuffix(m.Name, "*") && nestedString(obj, "metadata", "generateName") != "" && globMatches(m.Name, nestedString(obj, "metadata", "generateName"))) {
 		return false, nil
 	}
 	switch m.Source {

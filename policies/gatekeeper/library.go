@@ -88,6 +88,9 @@ func (l *Library) Review(ctx context.Context, s *Subject, req *Request) []Result
 	if l.Empty() {
 		return nil
 	}
+	if req == nil {
+		req = &Request{}
+	}
 	var out []Result
 	var input map[string]any
 	for _, c := range l.constraints {
@@ -138,8 +141,10 @@ func reviewInput(s *Subject, req *Request) map[string]any {
 		"object":          s.Object,
 		"namespaceObject": nilIfEmpty(s.NamespaceObject),
 	}
-	if req.UserInfo != nil {
-		review["userInfo"] = req.UserInfo
+	// An AdmissionRequest always carries userInfo, empty in gator's reviews.
+	review["userInfo"] = req.UserInfo
+	if req.UserInfo == nil {
+		review["userInfo"] = map[string]any{}
 	}
 	if s.OldObject != nil {
 		review["oldObject"] = s.OldObject
@@ -162,13 +167,13 @@ func nilIfEmpty(m map[string]any) any {
 
 // eval runs the template for one constraint on one review. A value Rego cannot hold
 // panics in OPA's conversion; that is this evaluation's failure, not the process's.
-func (t *Template) eval(ctx context.Context, review map[string]any, params *ast.Term, req *Request) (_ []Result, err error) {
+func (t *Template) eval(ctx context.Context, review map[string]any, params map[string]any, req *Request) (_ []Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("evaluating the template failed: %v", p)
 		}
 	}()
-	doc := map[string]any{"review": review, "parameters": params.Value}
+	doc := map[string]any{"review": review, "parameters": params}
 	var input ast.Value = ast.LazyObject(doc)
 	if t.Referential {
 		inv := req.Inventory

@@ -260,21 +260,27 @@ func targetRego(t *targetSource) (regoSource, bool, error) {
 func checkDataRefs(file string, m *ast.Module, own ast.Ref, t *Template) error {
 	var bad error
 	ast.WalkRefs(m, func(r ast.Ref) bool {
-		if bad != nil || !r.HasPrefix(ast.DefaultRootRef) || len(r) < 2 {
+		if bad != nil || !r.HasPrefix(ast.DefaultRootRef) {
 			return false
 		}
 		switch {
+		case len(r) < 2:
+			// data as a whole (import data as d): what it reads cannot be told.
+			bad = fmt.Errorf("%s%s: data is read as a whole: templates may read only data.lib and data.inventory", file, location(r))
 		case r.HasPrefix(libRoot), r.HasPrefix(own):
 		case r[1].Equal(ast.StringTerm("inventory")):
 			t.Referential = true
 		default:
-			loc := ""
-			if r[0].Location != nil {
-				loc = fmt.Sprintf(":%d", r[0].Location.Row)
-			}
-			bad = fmt.Errorf("%s%s: %s: templates may read only data.lib and data.inventory", file, loc, r)
+			bad = fmt.Errorf("%s%s: %s: templates may read only data.lib and data.inventory", file, location(r), r)
 		}
 		return false
 	})
 	return bad
+}
+
+func location(r ast.Ref) string {
+	if r[0].Location == nil {
+		return ""
+	}
+	return fmt.Sprintf(":%d", r[0].Location.Row)
 }

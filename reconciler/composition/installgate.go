@@ -328,6 +328,10 @@ func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstru
 	}
 	request := policies.NewRequest(operation, obj.DeepCopy().Object, "")
 	request.NamespaceLabels = ns.Labels
+	// Who the policies see: the spec's author, whom the mutating webhook records and
+	// keeps (a write that does not change the spec cannot change it). Their groups
+	// are not recorded.
+	request.UserInfo.Username = obj.GetAnnotations()[vocab.AnnotationSpecAuthor]
 	if def != nil {
 		request.Describe(def, ch, digest)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -51,6 +53,7 @@ import (
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/audit"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/reconciler/definition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 	"github.com/compositor-dev/compositor/reconciler/policy"
@@ -134,7 +137,7 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	if err != nil {
 		return err
 	}
-	checker, err := setupAdmission(ctx, mgr, charts, live, revisions, opts)
+	checker, err := setupAdmission(ctx, mgr, charts, live, live, revisions, opts)
 	if err != nil {
 		return err
 	}
@@ -203,7 +206,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, live client.Client, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
 	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
@@ -246,6 +249,9 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		Revisions:       revisions,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := setupConstraints(ctx, mgr, live, engine); err != nil {
 		return nil, err
 	}
 	if opts.AuditInterval > 0 {
@@ -603,4 +609,22 @@ func releaseSealKey(ctx context.Context, live client.Client, namespace string) (
 		}
 	}
 	return nil, fmt.Errorf("the release seal Secret %s/%s keeps changing", namespace, controller.ReleaseSealSecret)
+}
+
+// setupConstraints enforces Gatekeeper's ConstraintTemplates and Constraints: it
+// serves the ConstraintTemplate API when Gatekeeper does not, and keeps the engine's
+// constraints current on every replica. A replica is not ready before it has read them.
+func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine) error {
+	if err := constraints.EnsureTemplateCRD(ctx, live); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor")}
+	if err := mgr.Add(ctl); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("constraints", func(_ *http.Request) error { return ctl.Ready(nil) })
 }

@@ -1,0 +1,334 @@
+// Package constraints keeps the policy engine's Gatekeeper constraints in step with
+// the cluster: ConstraintTemplates (templates.gatekeeper.sh) and the Constraints of
+// each template's kind (constraints.gatekeeper.sh), applied unchanged.
+//
+// Compositor coexists with Gatekeeper. When the ConstraintTemplate CRD is absent,
+// EnsureTemplateCRD creates it, labelled as Compositor's; then Compositor also creates
+// each template's constraint CRD and writes the templates' status, as Gatekeeper
+// would. When the CRD is Gatekeeper's, Gatekeeper keeps those, and Compositor only
+// reads: both engines enforce the same constraints, Gatekeeper on the objects the API
+// server receives and Compositor, earlier, on what a composition will render.
+package constraints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/policies/gatekeeper"
+)
+
+// TemplatesGVR is where ConstraintTemplates are read.
+var TemplatesGVR = schema.GroupVersionResource{Group: gatekeeper.TemplatesGroup, Version: "v1", Resource: "constrainttemplates"}
+
+// constraintVersion is the version constraints are read in; Gatekeeper serves it, and
+// so do the CRDs Compositor makes.
+const constraintVersion = "v1beta1"
+
+// Events about templates.
+const (
+	EventTemplateRefused  = "ConstraintTemplateRefused"
+	EventTemplateEnforced = "ConstraintTemplateEnforced"
+	EventConstraintBad    = "ConstraintRefused"
+)
+
+// Controller loads templates and constraints into the engine. It runs on every
+// replica: each replica's webhooks judge with its own engine. Writes (constraint CRDs,
+// template status) are the same from every replica.
+type Controller struct {
+	Dynamic  dynamic.Interface
+	Client   client.Client // CRDs, uncached
+	Engine   *policies.Engine
+	Recorder recorder.EventRecorder
+	// Resync is how often kinds whose constraint CRD is not served yet are looked for
+	// again (5s when zero).
+	Resync time.Duration
+
+	ready   atomic.Bool
+	kick    chan struct{}
+	factory dynamicinformer.DynamicSharedInformerFactory
+	// per template name: what was compiled last, and the last good version
+	templates map[string]*templateState
+	// constraint informers started, by kind
+	informers map[string]cache.SharedIndexInformer
+	owned     bool // the ConstraintTemplate CRD is Compositor's
+}
+
+type templateState struct {
+	generation int64
+	uid        types.UID
+	good       *gatekeeper.Template
+	err        error
+}
+
+// NeedLeaderElection: every replica enforces.
+func (c *Controller) NeedLeaderElection() bool { return false }
+
+// Ready is a readiness check: an error until templates and the constraints of every
+// served kind have been read once, so that no request is judged without them.
+func (c *Controller) Ready(_ any) error {
+	if !c.ready.Load() {
+		return errors.New("the Gatekeeper constraints have not been read yet")
+	}
+	return nil
+}
+
+// Start reads templates and constraints until ctx ends.
+func (c *Controller) Start(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("constraints")
+	ctx = logr.NewContext(ctx, log)
+	if c.Resync <= 0 {
+		c.Resync = 5 * time.Second
+	}
+	c.kick = make(chan struct{}, 1)
+	c.templates = map[string]*templateState{}
+	c.informers = map[string]cache.SharedIndexInformer{}
+	owned, err := TemplateCRDOwned(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	c.owned = owned
+	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 0)
+	templates := c.factory.ForResource(TemplatesGVR).Informer()
+	if _, err := templates.AddEventHandler(c.handler()); err != nil {
+		return err
+	}
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), templates.HasSynced) {
+		return ctx.Err()
+	}
+	tick := time.NewTicker(c.Resync)
+	defer tick.Stop()
+	for {
+		complete := c.sync(ctx, templates)
+		if complete && !c.ready.Load() {
+			c.ready.Store(true)
+			log.Info("Gatekeeper constraints loaded", "constraints", len(c.Engine.Constraints().Constraints()))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.kick:
+			// Let a burst of changes (kubectl apply -f dir/) land as one rebuild.
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return nil
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Controller) handler() cache.ResourceEventHandler {
+	kick := func() {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick() },
+		UpdateFunc: func(any, any) { kick() },
+		DeleteFunc: func(any) { kick() },
+	}
+}
+
+// sync compiles the templates that changed, starts watching their constraints, and
+// gives the engine the whole library. It reports whether every kind's constraints
+// could be read.
+func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInformer) bool {
+	log := logr.FromContextOrDiscard(ctx)
+	seen := map[string]bool{}
+	var compiled []*gatekeeper.Template
+	complete := true
+	for _, obj := range templates.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		seen[u.GetName()] = true
+		t := c.compile(ctx, u)
+		if t == nil {
+			continue
+		}
+		if !c.watch(ctx, u, t) {
+			complete = false
+			continue
+		}
+		compiled = append(compiled, t)
+	}
+	for name := range c.templates {
+		if !seen[name] {
+			delete(c.templates, name)
+		}
+	}
+	var constraints []*gatekeeper.Constraint
+	for _, t := range compiled {
+		inf := c.informers[t.Kind]
+		if !inf.HasSynced() {
+			complete = false
+			continue
+		}
+		for _, obj := range inf.GetStore().List() {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			con, err := gatekeeper.ParseConstraint(u.Object)
+			if err == nil {
+				err = t.CheckParameters(u.Object)
+			}
+			if err != nil {
+				c.event(u, corev1.EventTypeWarning, EventConstraintBad, fmt.Sprintf("not enforced by Compositor: %v", err))
+				log.Info("constraint refused", "kind", u.GetKind(), "name", u.GetName(), "error", err.Error())
+				continue
+			}
+			constraints = append(constraints, con)
+		}
+	}
+	c.Engine.SetConstraints(gatekeeper.NewLibrary(compiled, constraints))
+	return complete
+}
+
+// compile compiles a template when its generation changed, reports the outcome, and
+// returns the version to enforce: the last good one when the new one fails.
+func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) *gatekeeper.Template {
+	st := c.templates[u.GetName()]
+	if st != nil && st.uid == u.GetUID() && st.generation == u.GetGeneration() {
+		return st.good
+	}
+	if st == nil || st.uid != u.GetUID() {
+		st = &templateState{uid: u.GetUID()}
+		c.templates[u.GetName()] = st
+	}
+	st.generation = u.GetGeneration()
+	src, err := gatekeeper.TemplateFromObject(u.Object)
+	var t *gatekeeper.Template
+	if err == nil {
+		t, err = policies.CompileTemplate(ctx, src)
+	}
+	st.err = err
+	if err != nil {
+		msg := fmt.Sprintf("not enforced by Compositor: %v", err)
+		if st.good != nil {
+			msg += " (the last version that compiled stays in force)"
+		}
+		c.event(u, corev1.EventTypeWarning, EventTemplateRefused, msg)
+	} else {
+		st.good = t
+		note := fmt.Sprintf("enforced on compositions and what they render (Rego %s)", t.RegoVersion)
+		if t.HasCEL {
+			note += "; its K8sNativeValidation (CEL) code is not run by Compositor, its Rego is"
+		}
+		c.event(u, corev1.EventTypeNormal, EventTemplateEnforced, note)
+	}
+	c.writeStatus(ctx, u, err)
+	return st.good
+}
+
+// watch makes sure the constraints of t's kind are watched: with Compositor's CRD for
+// them when the template CRD is Compositor's. It reports false while the kind is not
+// served (Gatekeeper has not made its CRD yet).
+func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) bool {
+	if _, ok := c.informers[t.Kind]; ok {
+		if c.owned {
+			c.ensureConstraintCRD(ctx, u, t)
+		}
+		return true
+	}
+	if c.owned {
+		if err := c.ensureConstraintCRD(ctx, u, t); err != nil {
+			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, fmt.Sprintf("cannot serve its constraints: %v", err))
+			return false
+		}
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: constraintResource(t.Kind) + "." + gatekeeper.ConstraintsGroup}, crd); err != nil || !established(crd) {
+		return false
+	}
+	gvr := schema.GroupVersionResource{Group: gatekeeper.ConstraintsGroup, Version: constraintVersion, Resource: constraintResource(t.Kind)}
+	inf := c.factory.ForResource(gvr).Informer()
+	if _, err := inf.AddEventHandler(c.handler()); err != nil {
+		return false
+	}
+	c.informers[t.Kind] = inf
+	c.factory.Start(ctx.Done())
+	return true
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, cond := range crd.Status.Conditions {
+		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// constraintResource is the plural of a constraint kind, as Gatekeeper names it.
+func constraintResource(kind string) string { return strings.ToLower(kind) }
+
+func (c *Controller) event(u *unstructured.Unstructured, eventType, reason, msg string) {
+	if c.Recorder == nil {
+		return
+	}
+	if len(msg) > 1000 {
+		msg = msg[:997] + "..."
+	}
+	c.Recorder.Eventf(u, nil, eventType, reason, "Load", "%s", msg)
+}
+
+// writeStatus records the outcome in the template's status, when the CRD is
+// Compositor's (Gatekeeper's status controller owns it otherwise).
+func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructured, compileErr error) {
+	if !c.owned {
+		return
+	}
+	pod := map[string]any{
+		"id":                 "compositor",
+		"observedGeneration": u.GetGeneration(),
+		"operations":         []any{"webhook"},
+		"templateUID":        string(u.GetUID()),
+	}
+	if compileErr != nil {
+		code := "compile_error"
+		if errors.Is(compileErr, gatekeeper.ErrUnsupported) {
+			code = "unsupported"
+		}
+		pod["errors"] = []any{map[string]any{"code": code, "message": compileErr.Error()}}
+	}
+	status := map[string]any{"created": compileErr == nil, "byPod": []any{pod}}
+	if old, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status"); fmt.Sprint(old) == fmt.Sprint(status) {
+		return
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+		"metadata": map[string]any{"name": u.GetName()}, "status": status,
+	}}
+	raw, err := patch.MarshalJSON()
+	if err == nil {
+		_, err = c.Dynamic.Resource(TemplatesGVR).Patch(ctx, u.GetName(), types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		logr.FromContextOrDiscard(ctx).Info("writing a ConstraintTemplate's status", "template", u.GetName(), "error", err.Error())
+	}
+}
