@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/go-logr/logr"
 
@@ -11,15 +13,44 @@ import (
 	"github.com/compositor-dev/compositor/policies/gatekeeper"
 )
 
-// SetConstraints makes lib the Gatekeeper constraints in force, in place of the
-// previous ones, in one swap. nil removes them all.
-func (e *Engine) SetConstraints(lib *gatekeeper.Library) {
-	e.constraints.Store(lib)
+// SetConstraints makes lib the Gatekeeper constraints of origin in force (OriginObject:
+// the cluster's ConstraintTemplates and Constraints; OriginDir: --policy-dir files), in
+// place of that origin's previous ones, in one swap. nil removes them.
+func (e *Engine) SetConstraints(origin Origin, lib *gatekeeper.Library) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next := map[Origin]*gatekeeper.Library{}
+	if cur := e.constraints.Load(); cur != nil {
+		maps.Copy(next, *cur)
+	}
+	if lib.Empty() {
+		delete(next, origin)
+	} else {
+		next[origin] = lib
+	}
+	e.constraints.Store(&next)
 }
 
-// Constraints returns the Gatekeeper constraints in force.
-func (e *Engine) Constraints() *gatekeeper.Library {
-	return e.constraints.Load()
+// Constraints returns the Gatekeeper constraints of origin in force.
+func (e *Engine) Constraints(origin Origin) *gatekeeper.Library {
+	if cur := e.constraints.Load(); cur != nil {
+		return (*cur)[origin]
+	}
+	return nil
+}
+
+// constraintLibraries are the libraries in force, by origin.
+func (e *Engine) constraintLibraries() []*gatekeeper.Library {
+	cur := e.constraints.Load()
+	if cur == nil || len(*cur) == 0 {
+		return nil
+	}
+	origins := slices.Sorted(maps.Keys(*cur))
+	out := make([]*gatekeeper.Library, 0, len(origins))
+	for _, o := range origins {
+		out = append(out, (*cur)[o])
+	}
+	return out
 }
 
 // CompileTemplate compiles a ConstraintTemplate with the capabilities policies have.

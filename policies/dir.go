@@ -12,6 +12,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+
+	"github.com/compositor-dev/compositor/policies/gatekeeper"
 )
 
 // DirPolicies is what LoadDir read from a policy directory.
@@ -21,6 +23,13 @@ type DirPolicies struct {
 	// Broken maps the name of each policy file that could not be read (bad Rego
 	// syntax, bad METADATA or sidecar) to why. Their last good versions stay in force.
 	Broken map[string]error
+	// Constraints are the Gatekeeper ConstraintTemplates and Constraints of the YAML
+	// files (every *.yaml or *.yml that is not a .rego file's sidecar), compiled. A
+	// file that does not load is in Broken under its file name, and then the last good
+	// constraints of the directory stay in force as a whole.
+	Constraints *gatekeeper.Library
+	// constraintsBroken says that a Gatekeeper file is in Broken.
+	constraintsBroken bool
 }
 
 // Err joins the errors of the broken files, nil when there are none.
@@ -40,8 +49,10 @@ func (d *DirPolicies) Err() error {
 // LoadDir reads the policies of a --policy-dir: every <name>.rego file directly in dir
 // except *_test.rego, with its match, action, target and parameters from its METADATA
 // custom section or its sidecar <name>.yaml (see ParsePolicyFile). The policy's name is
-// <name>. Hidden files (such as the ..data links of a mounted ConfigMap) are skipped.
-// The error is for a directory that cannot be read at all.
+// <name>. Every other *.yaml or *.yml file is read for Gatekeeper ConstraintTemplates
+// and Constraints (other documents are ignored). Hidden files (such as the ..data
+// links of a mounted ConfigMap) are skipped. The error is for a directory that cannot
+// be read at all.
 func LoadDir(dir string) (*DirPolicies, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -83,7 +94,83 @@ func LoadDir(dir string) (*DirPolicies, error) {
 		}
 		out.Policies = append(out.Policies, p)
 	}
+	loadConstraints(dir, entries, out)
 	return out, nil
+}
+
+// loadConstraints reads the Gatekeeper templates and constraints of the directory's
+// YAML files: documents of other kinds are left alone, a constraint of a kind no
+// template defines or with parameters its template's schema refuses is an error.
+func loadConstraints(dir string, entries []os.DirEntry, out *DirPolicies) {
+	var templates []*gatekeeper.Template
+	type constraintDoc struct {
+		file string
+		obj  map[string]any
+	}
+	var docs []constraintDoc
+	fail := func(file string, err error) {
+		out.Broken[file] = fmt.Errorf("%s: %w", file, err)
+		out.constraintsBroken = true
+	}
+	for _, e := range entries {
+		file := e.Name()
+		ext := filepath.Ext(file)
+		if strings.HasPrefix(file, ".") || (ext != ".yaml" && ext != ".yml") || e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(file, ext)+".rego")); err == nil {
+			continue // a sidecar
+		}
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			fail(file, err)
+			continue
+		}
+		objs, err := gatekeeper.DecodeObjects(data)
+		if err != nil {
+			fail(file, err)
+			continue
+		}
+		for _, obj := range objs {
+			apiVersion, _ := obj["apiVersion"].(string)
+			group, _, _ := strings.Cut(apiVersion, "/")
+			switch {
+			case group == gatekeeper.TemplatesGroup && obj["kind"] == "ConstraintTemplate":
+				src, err := gatekeeper.TemplateFromObject(obj)
+				var t *gatekeeper.Template
+				if err == nil {
+					t, err = CompileTemplate(context.Background(), src)
+				}
+				if err != nil {
+					fail(file, fmt.Errorf("ConstraintTemplate %s: %w", src.Metadata.Name, err))
+					continue
+				}
+				templates = append(templates, t)
+			case group == gatekeeper.ConstraintsGroup:
+				docs = append(docs, constraintDoc{file, obj})
+			}
+		}
+	}
+	byKind := map[string]*gatekeeper.Template{}
+	for _, t := range templates {
+		byKind[t.Kind] = t
+	}
+	var constraints []*gatekeeper.Constraint
+	for _, d := range docs {
+		c, err := gatekeeper.ParseConstraint(d.obj)
+		if err == nil && byKind[c.Kind] == nil {
+			err = fmt.Errorf("constraint %s: no ConstraintTemplate of the directory defines kind %s", c.Name, c.Kind)
+		}
+		if err == nil {
+			err = byKind[c.Kind].CheckParameters(d.obj)
+		}
+		if err != nil {
+			fail(d.file, err)
+			continue
+		}
+		constraints = append(constraints, c)
+	}
+	out.Constraints = gatekeeper.NewLibrary(templates, constraints)
 }
 
 // ReloadDir loads dir and makes its policies the engine's OriginDir set (Engine.Sync):
@@ -98,6 +185,9 @@ func ReloadDir(ctx context.Context, e *Engine, dir string) error {
 	broken := make([]string, 0, len(d.Broken))
 	for n := range d.Broken {
 		broken = append(broken, n)
+	}
+	if !d.constraintsBroken {
+		e.SetConstraints(OriginDir, d.Constraints)
 	}
 	return errors.Join(d.Err(), e.Sync(ctx, OriginDir, d.Policies, broken...))
 }

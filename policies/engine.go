@@ -47,8 +47,8 @@ type Engine struct {
 
 	mu  sync.Mutex // serialises updates
 	set atomic.Pointer[policySet]
-	// constraints are the Gatekeeper constraints in force, swapped whole.
-	constraints atomic.Pointer[gatekeeper.Library]
+	// constraints are the Gatekeeper constraints in force by origin, swapped whole.
+	constraints atomic.Pointer[map[Origin]*gatekeeper.Library]
 }
 
 type policyKey struct {
@@ -198,8 +198,8 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			matched = append(matched, c)
 		}
 	}
-	lib := e.constraints.Load()
-	if len(matched) == 0 && lib.Empty() {
+	libs := e.constraintLibraries()
+	if len(matched) == 0 && len(libs) == 0 {
 		return nil
 	}
 	doc := newInputDoc(r)
@@ -245,7 +245,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			}
 		}
 	}
-	if !lib.Empty() {
+	for _, lib := range libs {
 		out = append(out, e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {
 			renderOnce()
 			return objs, renderErr

@@ -121,7 +121,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		complete := c.sync(ctx, templates)
 		if complete && !c.ready.Load() {
 			c.ready.Store(true)
-			log.Info("Gatekeeper constraints loaded", "constraints", len(c.Engine.Constraints().Constraints()))
+			log.Info("Gatekeeper constraints loaded", "constraints", len(c.Engine.Constraints(policies.OriginObject).Constraints()))
 		}
 		select {
 		case <-ctx.Done():
@@ -205,7 +205,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 			constraints = append(constraints, con)
 		}
 	}
-	c.Engine.SetConstraints(gatekeeper.NewLibrary(compiled, constraints))
+	c.Engine.SetConstraints(policies.OriginObject, gatekeeper.NewLibrary(compiled, constraints))
 	return complete
 }
 

@@ -305,6 +305,7 @@ func newChecker(ctx context.Context, opts *ValidateOptions) (*policies.Checker, 
 		if err := engine.Sync(ctx, policies.OriginDir, dir.Policies); err != nil {
 			return nil, fmt.Errorf("--policy-dir %s: %w", opts.PolicyDir, err)
 		}
+		engine.SetConstraints(policies.OriginDir, dir.Constraints)
 	}
 	return &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}, nil
 }

@@ -357,3 +357,79 @@ func TestReadObjectsKeepsIntegersAndExpandsLists(t *testing.T) {
 	_, err = readObjects("-", strings.NewReader("a: [\n"))
 	require.Error(t, err)
 }
+
+// gkMaxReplicas is a ConstraintTemplate written for these tests, with its Constraint in
+// another file of the directory: Deployments may have at most spec.parameters.max
+// replicas.
+const gkMaxReplicas = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata:
+  name: testmaxreplicas
+spec:
+  crd:
+    spec:
+      names:
+        kind: TestMaxReplicas
+      validation:
+        openAPIV3Schema:
+          type: object
+          properties:
+            max: {type: integer}
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package testmaxreplicas
+
+        violation[{"msg": msg}] {
+          input.review.object.spec.replicas > input.parameters.max
+          msg := sprintf("%v replicas is more than %v", [input.review.object.spec.replicas, input.parameters.max])
+        }
+`
+
+const gkMaxReplicasConstraint = `apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: TestMaxReplicas
+metadata:
+  name: at-most-three
+spec:
+  match:
+    kinds: [{apiGroups: [apps], kinds: [Deployment]}]
+  parameters: {max: 3}
+`
+
+// TestValidatePolicyDirGatekeeper: --policy-dir reads ConstraintTemplates and
+// Constraints from its YAML files and judges what each composition renders, as the
+// webhook does; a constraint without its template, or with parameters its template's
+// schema refuses, makes the directory an error rather than a policy silently left out.
+func TestValidatePolicyDirGatekeeper(t *testing.T) {
+	dir := policyTestDir(t, map[string]string{
+		"templates.yaml":   gkMaxReplicas,
+		"constraints.yaml": gkMaxReplicasConstraint,
+		"notes.yaml":       "title: not a policy\n",
+	})
+	docs := strings.Join([]string{
+		composition(t, "1.1.5", "small", []byte("replicaCount: 3\n")),
+		composition(t, "1.1.5", "big", []byte("replicaCount: 5\n")),
+	}, "---\n")
+	stdout, stderr, err := runCLI(t, "", "validate", "-f", writeFile(t, docs), "--chart", sampleDir(t, "1.1.5"), "--policy-dir", dir)
+	require.ErrorIs(t, err, ErrDenied)
+	assert.Equal(t, "FireworksApp/small is valid\n", stdout)
+	assert.Equal(t, strings.Join([]string{
+		"FireworksApp/big is denied (Forbidden):",
+		"Deployment/big-fireworks-app: 5 replicas is more than 3 [constraint TestMaxReplicas/at-most-three]",
+		"Error: 1 of 2 objects denied",
+		"",
+	}, "\n"), stderr)
+
+	for name, files := range map[string]map[string]string{
+		"no template": {"constraints.yaml": gkMaxReplicasConstraint},
+		"bad parameters": {"templates.yaml": gkMaxReplicas,
+			"constraints.yaml": strings.Replace(gkMaxReplicasConstraint, "{max: 3}", "{max: three}", 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := runCLI(t, "", "validate", "-f", writeFile(t, docs), "--chart", sampleDir(t, "1.1.5"), "--policy-dir", policyTestDir(t, files))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "constraints.yaml")
+			assert.NotErrorIs(t, err, ErrDenied)
+		})
+	}
+}
