@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,6 +60,9 @@ type Controller struct {
 	// Resync is how often kinds whose constraint CRD is not served yet are looked for
 	// again (5s when zero).
 	Resync time.Duration
+	// ReadOnly only reads: no CRD, status or event is written (the generated
+	// controllers, which judge at their install gate what serve judges at admission).
+	ReadOnly bool
 
 	ready   atomic.Bool
 	kick    chan struct{}
@@ -101,11 +103,32 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.kick = make(chan struct{}, 1)
 	c.templates = map[string]*templateState{}
 	c.informers = map[string]cache.SharedIndexInformer{}
-	owned, err := TemplateCRDOwned(ctx, c.Client)
-	if err != nil {
-		return err
+	// Until templates are served (Gatekeeper's CRD, or the one serve creates), there
+	// is nothing to enforce.
+	for {
+		_, err := c.Dynamic.Resource(TemplatesGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if apierrors.IsNotFound(err) {
+			c.ready.Store(true)
+		} else {
+			log.Info("cannot list ConstraintTemplates yet", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.Resync):
+		}
 	}
-	c.owned = owned
+	c.ready.Store(false)
+	if !c.ReadOnly {
+		owned, err := TemplateCRDOwned(ctx, c.Client)
+		if err != nil {
+			return err
+		}
+		c.owned = owned
+	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 0)
 	templates := c.factory.ForResource(TemplatesGVR).Informer()
 	if _, err := templates.AddEventHandler(c.handler()); err != nil {
@@ -113,7 +136,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), templates.HasSynced) {
-		return ctx.Err()
+		return nil
 	}
 	tick := time.NewTicker(c.Resync)
 	defer tick.Stop()
@@ -183,7 +206,10 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 	}
 	var constraints []*gatekeeper.Constraint
 	for _, t := range compiled {
-		inf := c.informers[t.Kind]
+		inf, ok := c.informers[t.Kind]
+		if !ok {
+			continue // not served: no constraints
+		}
 		if !inf.HasSynced() {
 			complete = false
 			continue
@@ -246,26 +272,22 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 }
 
 // watch makes sure the constraints of t's kind are watched: with Compositor's CRD for
-// them when the template CRD is Compositor's. It reports false while the kind is not
-// served (Gatekeeper has not made its CRD yet).
+// them when the template CRD is Compositor's. It reports false while they cannot be
+// read; a kind not served yet (Gatekeeper has not made its CRD) has no constraints.
 func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) bool {
-	if _, ok := c.informers[t.Kind]; ok {
-		if c.owned {
-			c.ensureConstraintCRD(ctx, u, t)
-		}
-		return true
-	}
 	if c.owned {
 		if err := c.ensureConstraintCRD(ctx, u, t); err != nil {
 			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, fmt.Sprintf("cannot serve its constraints: %v", err))
 			return false
 		}
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Name: constraintResource(t.Kind) + "." + gatekeeper.ConstraintsGroup}, crd); err != nil || !established(crd) {
-		return false
+	if _, ok := c.informers[t.Kind]; ok {
+		return true
 	}
 	gvr := schema.GroupVersionResource{Group: gatekeeper.ConstraintsGroup, Version: constraintVersion, Resource: constraintResource(t.Kind)}
+	if _, err := c.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return apierrors.IsNotFound(err)
+	}
 	inf := c.factory.ForResource(gvr).Informer()
 	if _, err := inf.AddEventHandler(c.handler()); err != nil {
 		return false
@@ -275,20 +297,11 @@ func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t 
 	return true
 }
 
-func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	for _, cond := range crd.Status.Conditions {
-		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
 // constraintResource is the plural of a constraint kind, as Gatekeeper names it.
 func constraintResource(kind string) string { return strings.ToLower(kind) }
 
 func (c *Controller) event(u *unstructured.Unstructured, eventType, reason, msg string) {
-	if c.Recorder == nil {
+	if c.Recorder == nil || c.ReadOnly {
 		return
 	}
 	if len(msg) > 1000 {
