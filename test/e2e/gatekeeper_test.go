@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -242,4 +243,80 @@ func TestGatekeeperConstraintsJudgeWhatACompositionRenders(t *testing.T) {
 		res := cp.Kubectl(ctx, "", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "--type", "merge", "-p", `{"spec":{"image":{"repository":"docker.io/nginx"}}}`)
 		assert.NoError(c, res.Err, res.Stderr)
 	}, time.Minute, 500*time.Millisecond)
+}
+
+// TestGatekeeperConstraintsBesideGatekeeper: with Gatekeeper's ConstraintTemplate CRD
+// in place (here made by the test, as Gatekeeper's installation does), Compositor
+// writes nothing of Gatekeeper's: no constraint CRD, no template status. It reads the
+// templates and the constraints Gatekeeper's CRDs serve and enforces them all the same.
+func TestGatekeeperConstraintsBesideGatekeeper(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	gatekeepers, err := constraints.TemplateCRD()
+	require.NoError(t, err)
+	delete(gatekeepers.Labels, "app.kubernetes.io/managed-by")
+	require.NoError(t, cp.Client.Create(ctx, gatekeepers))
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	repo := sampleRepository(t)
+	const ns = "gatekeeper-beside"
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+		return res.Stdout
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, allowedReposTemplate, "apply", "-f", "-")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 250*time.Millisecond)
+
+	// Once Compositor has compiled the template, it has made no constraint CRD: that is
+	// Gatekeeper's to make.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, "", "get", "events", "-A", "--field-selector", "reason=ConstraintTemplateEnforced", "-o", "name")
+		assert.NoError(c, res.Err, res.Stderr)
+		assert.NotEmpty(c, res.Stdout)
+	}, time.Minute, 250*time.Millisecond)
+	res := cp.Kubectl(ctx, "", "get", "crd", "e2eallowedrepos.constraints.gatekeeper.sh")
+	require.Error(t, res.Err, "Compositor made the constraint CRD beside Gatekeeper")
+	// Gatekeeper's part, played by the test.
+	kubectl(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: e2eallowedrepos.constraints.gatekeeper.sh
+spec:
+  group: constraints.gatekeeper.sh
+  scope: Cluster
+  names: {kind: E2EAllowedRepos, plural: e2eallowedrepos, singular: e2eallowedrepos, listKind: E2EAllowedReposList}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+            status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`, "apply", "-f", "-")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, strings.Replace(allowedReposConstraint, "gatekeeper-*", "gatekeeper-beside", 1), "apply", "-f", "-")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 250*time.Millisecond)
+
+	kubectl("", "create", "namespace", ns)
+	kubectl(definition(repo.URL, ns, "fireworksapp", "1.1.5"), "apply", "-f", "-")
+	kubectl("", "wait", "compositiondefinition", "fireworksapp", "-n", ns, "--for", "condition=Ready=True", "--timeout", "120s")
+	shop := "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: shop, namespace: " + ns + "}\nspec: {replicaCount: 1}\n"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, shop, "apply", "--dry-run=server", "-f", "-")
+		if assert.Error(c, res.Err) {
+			assert.Contains(c, res.Stderr, "has an invalid image repo <nginx:")
+			assert.Contains(c, res.Stderr, "[constraint E2EAllowedRepos/internal-registry-only]")
+		}
+	}, time.Minute, 500*time.Millisecond)
+
+	// Gatekeeper's status and CRD are left as they are.
+	assert.Empty(t, kubectl("", "get", "constrainttemplate", "e2eallowedrepos", "-o", "jsonpath={.status}"))
+	assert.Empty(t, kubectl("", "get", "crd", "constrainttemplates.templates.gatekeeper.sh", "-o", `jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}`))
 }
