@@ -36,7 +36,8 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //     namespace;
 //   - the ChartArchiveRole, if any, only gets one Secret by name, a kept chart archive
 //     (chart-<hex>), in the namespace of its RoleBinding;
-//   - the ReleaseSealRole, if any, only gets Secret ReleaseSealSecret, by name, in the
+//   - the ReleaseSealRole, if any, only gets Secret ReleaseSealSecret, by name (and
+//     reads ConfigMap ConstraintsConfigMap, by name), in the
 //     namespace of its RoleBinding;
 //   - every binding binds its own role to the ServiceAccount only.
 func Check(objs *Objects) error {
@@ -124,6 +125,13 @@ func checkChartArchive(objs *Objects, add func(string, ...any)) {
 // no other, bound in its own namespace to the ServiceAccount only.
 func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 	role, binding := objs.ReleaseSealRole, objs.ReleaseSealBinding
+	// Besides the seal, the role may read ConfigMap ConstraintsConfigMap by name.
+	if role != nil {
+		if n := len(role.Rules); n > 1 && equalRules(role.Rules[n-1], constraintsRule()) {
+			role = role.DeepCopy()
+			role.Rules = role.Rules[:n-1]
+		}
+	}
 	checkSecretReader("ReleaseSeal", role, binding, objs.ServiceAccount, add,
 		func(secret string) bool { return secret == ReleaseSealSecret }, "the release seal Secret "+ReleaseSealSecret)
 	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {

@@ -253,6 +253,8 @@ func Generate(opts Options) (*Objects, error) {
 	if opts.ReleaseSealNamespace != "" {
 		objs.ReleaseSealRole, objs.ReleaseSealBinding = secretReader(names.ReleaseSeal, opts.ReleaseSealNamespace,
 			ReleaseSealSecret, labels, subject)
+		// And, in the same namespace, the Gatekeeper constraints serve enforces.
+		objs.ReleaseSealRole.Rules = append(objs.ReleaseSealRole.Rules, constraintsRule())
 	}
 	if err := Check(objs); err != nil {
 		return nil, err
@@ -371,6 +373,17 @@ func (o *Objects) List() []client.Object {
 		list = append(list, o.ReleaseSealBinding)
 	}
 	return list
+}
+
+// ConstraintsConfigMap is the ConfigMap, in Compositor's namespace, where compositor
+// serve writes the Gatekeeper templates and constraints it enforces, so that the
+// generated controllers judge with them at their install gate. The ReleaseSealRole
+// may read it, by name.
+const ConstraintsConfigMap = "compositor-constraints"
+
+// constraintsRule reads and watches ConstraintsConfigMap by name.
+func constraintsRule() rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{ConstraintsConfigMap}}
 }
 
 // credentialsRule reads one Secret by name.

@@ -33,6 +33,10 @@ func TestReleaseSealRoleShape(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
 			ResourceNames: []string{"compositor-release-seal"},
+		}, {
+			// The Gatekeeper constraints serve enforces, for the install gate.
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+			ResourceNames: []string{"compositor-constraints"},
 		}},
 	}, objs.ReleaseSealRole)
 	assert.Equal(t, &rbacv1.RoleBinding{

@@ -60,9 +60,11 @@ type Controller struct {
 	// Resync is how often kinds whose constraint CRD is not served yet are looked for
 	// again (5s when zero).
 	Resync time.Duration
-	// ReadOnly only reads: no CRD, status or event is written (the generated
-	// controllers, which judge at their install gate what serve judges at admission).
+	// ReadOnly only reads: no CRD, status, event or mirror is written.
 	ReadOnly bool
+	// MirrorNamespace, when set, is Compositor's namespace, where the templates and
+	// constraints in force are written for the generated controllers (see Follower).
+	MirrorNamespace string
 
 	ready   atomic.Bool
 	kick    chan struct{}
@@ -78,6 +80,7 @@ type templateState struct {
 	generation int64
 	uid        types.UID
 	good       *gatekeeper.Template
+	goodObj    map[string]any // the source of good, trimmed
 	err        error
 }
 
@@ -182,6 +185,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 	log := logr.FromContextOrDiscard(ctx)
 	seen := map[string]bool{}
 	var compiled []*gatekeeper.Template
+	var mirror mirrorDoc
 	complete := true
 	for _, obj := range templates.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -198,6 +202,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 			continue
 		}
 		compiled = append(compiled, t)
+		mirror.Templates = append(mirror.Templates, c.templates[u.GetName()].goodObj)
 	}
 	for name := range c.templates {
 		if !seen[name] {
@@ -229,9 +234,13 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 				continue
 			}
 			constraints = append(constraints, con)
+			mirror.Constraints = append(mirror.Constraints, trimmed(u.Object))
 		}
 	}
 	c.Engine.SetConstraints(policies.OriginObject, gatekeeper.NewLibrary(compiled, constraints))
+	if complete {
+		c.writeMirror(ctx, mirror)
+	}
 	return complete
 }
 
@@ -260,7 +269,7 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 		}
 		c.event(u, corev1.EventTypeWarning, EventTemplateRefused, msg)
 	} else {
-		st.good = t
+		st.good, st.goodObj = t, trimmed(u.Object)
 		note := fmt.Sprintf("enforced on compositions and what they render (Rego %s)", t.RegoVersion)
 		if t.HasCEL {
 			note += "; its K8sNativeValidation (CEL) code is not run by Compositor, its Rego is"

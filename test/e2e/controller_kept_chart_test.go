@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ import (
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -72,6 +74,37 @@ spec:
       some obj in input.rendered
       obj.kind == "ConfigMap"
     }
+`
+
+// keptCreatesTemplate refuses the creation of the objects its constraints select.
+const keptCreatesTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata:
+  name: e2ekeptcreates
+spec:
+  crd:
+    spec:
+      names:
+        kind: E2EKeptCreates
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package e2ekeptcreates
+
+        violation[{"msg": msg}] {
+          input.review.operation == "CREATE"
+          msg := sprintf("%v may not be created", [input.review.name])
+        }
+`
+
+const keptCreatesConstraint = `apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: E2EKeptCreates
+metadata:
+  name: no-gk-judged
+spec:
+  match:
+    kinds: [{apiGroups: [""], kinds: [ConfigMap]}]
+    name: gk-judged
 `
 
 // readyReason is the reason of obj's Ready condition.
@@ -179,7 +212,10 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	// without it.
 	sealRoleName := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").ReleaseSeal
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, role))
-	assert.Equal(t, archiveRule(rbac.ReleaseSealSecret), role.Rules)
+	assert.Equal(t, append(archiveRule(rbac.ReleaseSealSecret), rbacv1.PolicyRule{
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+		ResourceNames: []string{rbac.ConstraintsConfigMap},
+	}), role.Rules, "the seal, and the Gatekeeper constraints serve enforces")
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, binding))
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sealRoleName}, binding.RoleRef)
@@ -276,6 +312,50 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: "judged"}, &corev1.ConfigMap{})
 		assert.True(t, apierrors.IsNotFound(err), "nothing installed: %v", err)
 		require.NoError(t, cp.Client.Delete(ctx, keptApp("judged")))
+	})
+
+	t.Run("what the generated controller installs is judged with the Gatekeeper constraints", func(t *testing.T) {
+		// A composition created paused, before the constraint; the constraint refuses
+		// the creation of its ConfigMap, and admission judges the unpause, an UPDATE,
+		// so only the controller's install gate, which creates the release, can refuse.
+		judged := keptApp("gk-judged")
+		judged.SetAnnotations(map[string]string{vocab.AnnotationPaused: "true"})
+		require.NoError(t, cp.Client.Create(ctx, judged))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			obj := keptApp("gk-judged")
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.Equal(c, "Paused", readyReason(*obj), "the generated controller saw it")
+		}, time.Minute, 250*time.Millisecond)
+
+		res := cp.Kubectl(ctx, keptCreatesTemplate, "apply", "-f", "-")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res := cp.Kubectl(ctx, keptCreatesConstraint, "apply", "-f", "-")
+			assert.NoError(c, res.Err, res.Stderr)
+		}, time.Minute, 250*time.Millisecond)
+		// serve writes what it enforces for the generated controllers.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			cm := &corev1.ConfigMap{}
+			if !assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: rbac.ConstraintsConfigMap}, cm)) {
+				return
+			}
+			lib, err := constraints.DecodeMirror(cm)
+			if assert.NoError(c, err) {
+				assert.Len(c, lib.Constraints(), 1)
+			}
+		}, time.Minute, 250*time.Millisecond)
+
+		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "keptapps.v0-1-0.composition.krateo.io", "gk-judged", "-n", keptNamespace, vocab.AnnotationPaused+"=false")
+		require.NoError(t, res.Err, res.Stderr)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			obj := keptApp("gk-judged")
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.Equal(c, "PolicyDenied", readyReason(*obj), "%v", obj.Object["status"])
+			assert.Contains(c, fmt.Sprint(obj.Object["status"]), "ConfigMap/gk-judged: gk-judged may not be created [constraint E2EKeptCreates/no-gk-judged]")
+		}, time.Minute, 250*time.Millisecond)
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: "gk-judged"}, &corev1.ConfigMap{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing installed: %v", err)
+		require.NoError(t, cp.Client.Delete(ctx, keptApp("gk-judged")))
 	})
 
 	t.Run("the identity reads its archive and the release seal, and no other Secret of Compositor's namespace", func(t *testing.T) {

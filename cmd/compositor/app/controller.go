@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +27,7 @@ import (
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
+	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/reconciler/policy"
 )
 
@@ -190,6 +192,19 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	if err := policy.Load(ctx, live, engine); err != nil {
 		return fmt.Errorf("reading the CompositionPolicies, which judge what this controller installs: %w", err)
 	}
+	// And the Gatekeeper constraints serve enforces, which it writes for controllers in
+	// its namespace.
+	var constraintsFollower *constraints.Follower
+	if opts.ReleaseSealNamespace != "" {
+		clientset, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		constraintsFollower = &constraints.Follower{Clientset: clientset, Namespace: opts.ReleaseSealNamespace, Engine: engine}
+		if err := constraintsFollower.Load(ctx); err != nil {
+			return err
+		}
+	}
 	mgr, err := compositionctrl.NewManager(cfg, compositionctrl.ManagerOptions{
 		GVK:                 gvk,
 		Scheme:              scheme,
@@ -207,6 +222,11 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	}
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine, ReadOnly: true}).SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if constraintsFollower != nil {
+		if err := mgr.Add(constraintsFollower); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctx)
 }

@@ -251,7 +251,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := setupConstraints(ctx, mgr, live, engine); err != nil {
+	if err := setupConstraints(ctx, mgr, live, engine, opts.Namespace); err != nil {
 		return nil, err
 	}
 	if opts.AuditInterval > 0 {
@@ -614,7 +614,9 @@ func releaseSealKey(ctx context.Context, live client.Client, namespace string) (
 // setupConstraints enforces Gatekeeper's ConstraintTemplates and Constraints: it
 // serves the ConstraintTemplate API when Gatekeeper does not, and keeps the engine's
 // constraints current on every replica. A replica is not ready before it has read them.
-func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine) error {
+// What is in force is written to a ConfigMap of namespace for the generated
+// controllers' install gates.
+func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine, namespace string) error {
 	if err := constraints.EnsureTemplateCRD(ctx, live); err != nil {
 		return err
 	}
@@ -622,7 +624,7 @@ func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Clie
 	if err != nil {
 		return err
 	}
-	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor")}
+	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor"), MirrorNamespace: namespace}
 	if err := mgr.Add(ctl); err != nil {
 		return err
 	}
