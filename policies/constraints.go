@@ -62,6 +62,11 @@ func CompileTemplate(ctx context.Context, t *gatekeeper.TemplateSource) (*gateke
 // for a composition, on each object its chart renders and on the Pod each rendered
 // workload implies. render renders once, on demand.
 func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, render func() ([]RenderedObject, error)) []Violation {
+	if r.Operation == "DELETE" {
+		// As Gatekeeper by default: a deletion is not judged, so that an object
+		// written before a constraint can always go.
+		return nil
+	}
 	req := &gatekeeper.Request{Operation: r.Operation, UserInfo: userInfoDoc(r)}
 	var nsObject map[string]any
 	if r.Namespace != "" {
@@ -80,11 +85,14 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	if self.Object == nil {
 		self.Object = r.OldObject
 	}
-	if self.Object != nil {
+	if self.Object != nil && !r.Uninstall {
 		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, self, req), "")...)
 	}
-	if (r.Chart == nil && r.Rendered == nil) || r.Object == nil || r.schemaFailed || ctx.Err() != nil {
+	if (r.Chart == nil && r.Rendered == nil) || r.Object == nil || r.schemaFailed {
 		return out
+	}
+	if ctx.Err() != nil {
+		return append(out, e.notReached(ctx, lib)...)
 	}
 	objs, err := render()
 	if err != nil {
@@ -98,7 +106,9 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	for _, o := range objs {
 		s := gatekeeper.SubjectOf(o.Object)
 		if s.Namespace == "" && !clusterScoped[[2]string{s.Group, s.Kind}] {
+			// Where Helm's kube client puts it, and as the template will see it.
 			s.Namespace = r.Namespace
+			s.Object = withNamespace(o.Object, r.Namespace)
 		}
 		s.NamespaceObject = nsObject
 		if s.Namespace != r.Namespace {
@@ -118,10 +128,35 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		}
 	}
 	if ctx.Err() != nil {
-		for _, c := range lib.Constraints() {
-			out = append(out, e.constraintFailure(ctx, c, errNotReached))
+		out = append(out, e.notReached(ctx, lib)...)
+	}
+	return out
+}
+
+// notReached stands for every constraint of lib the deadline came before: each
+// denies (or warns) as a constraint that could not be evaluated does.
+func (e *Engine) notReached(ctx context.Context, lib *gatekeeper.Library) []Violation {
+	var out []Violation
+	for _, c := range lib.Constraints() {
+		out = append(out, e.constraintFailure(ctx, c, errNotReached))
+	}
+	return out
+}
+
+// withNamespace is obj with metadata.namespace set, copied where it changes.
+func withNamespace(obj map[string]any, namespace string) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	md := map[string]any{}
+	if m, ok := obj["metadata"].(map[string]any); ok {
+		for k, v := range m {
+			md[k] = v
 		}
 	}
+	md["namespace"] = namespace
+	out["metadata"] = md
 	return out
 }
 

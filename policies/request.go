@@ -55,6 +55,9 @@ type Request struct {
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.
 	Rendered []RenderedObject
+	// Uninstall says that Rendered are the delete hooks of the composition's uninstall:
+	// Gatekeeper constraints judge what they create, not the composition that goes.
+	Uninstall bool
 	// SchemaChecked says that these very values were checked against Chart already,
 	// with SchemaViolations found: Check does not check them again. Admission sets it
 	// when /validate follows /mutate for the same request with the same values.

@@ -146,6 +146,7 @@ func (g *installGate) forUninstall() *installGate {
 	if request != nil {
 		creating := *request
 		creating.Operation = "CREATE"
+		creating.Uninstall = true
 		request = &creating
 	}
 	return &installGate{ctx: g.ctx, namespace: g.namespace, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: request}

@@ -1,0 +1,153 @@
+package policies
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+
+	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
+	"github.com/compositor-dev/compositor/policies/gatekeeper"
+)
+
+// echoTemplate reports what a template sees of every object its constraints select.
+const echoTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: testecho}
+spec:
+  crd: {spec: {names: {kind: TestEcho}}}
+  targets:
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package testecho
+      violation[{"msg": msg}] {
+        msg := sprintf("%v %v/%v op=%v user=%v", [input.review.kind.kind, input.review.object.metadata.namespace, input.review.name, input.review.operation, input.review.userInfo.username])
+      }
+`
+
+// slowTemplate takes seconds on an object with thousands of annotations.
+const slowTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: testslow}
+spec:
+  crd: {spec: {names: {kind: TestSlow}}}
+  targets:
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package testslow
+      violation[{"msg": "never"}] {
+        count([1 | walk(input.review.object, [p1, v1]); walk(input.review.object, [p2, v2]); p1 != p2; v1 == v2]) > 1000000000
+      }
+`
+
+func testTemplate(t *testing.T, doc string) *gatekeeper.Template {
+	t.Helper()
+	src, err := gatekeeper.ParseTemplate([]byte(doc))
+	require.NoError(t, err)
+	tmpl, err := CompileTemplate(context.Background(), src)
+	require.NoError(t, err)
+	return tmpl
+}
+
+func testConstraint(t *testing.T, kind, name, spec string) *gatekeeper.Constraint {
+	t.Helper()
+	var obj map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte("apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: "+kind+"\nmetadata: {name: "+name+"}\nspec: "+spec+"\n"), &obj))
+	c, err := gatekeeper.ParseConstraint(obj)
+	require.NoError(t, err)
+	return c
+}
+
+func messages(vs []Violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, string(v.Action)+" "+v.String())
+	}
+	return out
+}
+
+// What a constraint sees of a composition's write: the composition itself, each
+// rendered object in the composition's namespace (as Helm creates it), the Pod its
+// Deployment implies; the writer as userInfo.
+func TestConstraintsSeeTheCompositionAndWhatItRenders(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestEcho", "all", "{}")}))
+	r := compositionRequest(map[string]any{"replicaCount": 1})
+	r.Chart = loadChart(t, "1.1.5")
+	r.UserInfo.Username = "alice"
+	got := messages(e.Evaluate(context.Background(), r))
+	want := []string{
+		"deny FireworksApp team-a/x op=CREATE user=alice [constraint TestEcho/all]",
+		"deny Deployment/x-fireworks-app: Deployment team-a/x-fireworks-app op=CREATE user=alice [constraint TestEcho/all]",
+		"deny Deployment/x-fireworks-app (its pod template): Pod team-a/x-fireworks-app-pod op=CREATE user=alice [constraint TestEcho/all]",
+		"deny Service/x-fireworks-app: Service team-a/x-fireworks-app op=CREATE user=alice [constraint TestEcho/all]",
+	}
+	for _, w := range want {
+		assert.Contains(t, got, w)
+	}
+}
+
+// A deletion is not judged (Gatekeeper's default), and the delete hooks of an
+// uninstall are judged without the composition that goes.
+func TestConstraintsLeaveDeletionsAlone(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestEcho", "compositions", "{match: {kinds: [{apiGroups: [composition.krateo.io], kinds: [FireworksApp]}]}}")}))
+	r := compositionRequest(map[string]any{"replicaCount": 1})
+	r.Operation, r.OldObject, r.Object = "DELETE", r.Object, nil
+	assert.Empty(t, e.Evaluate(context.Background(), r))
+
+	r = compositionRequest(map[string]any{"replicaCount": 1})
+	r.Uninstall, r.Rendered = true, []RenderedObject{}
+	assert.Empty(t, e.Evaluate(context.Background(), r))
+}
+
+// A constraint the deadline comes before is a denial that says so, never a silent
+// pass: here a dryrun constraint on the composition takes the whole deadline, and the
+// deny constraint on its Pods is not reached.
+func TestConstraintsNotReachedDeny(t *testing.T) {
+	e := newTestEngine(t, Options{Timeout: 300 * time.Millisecond})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary(
+		[]*gatekeeper.Template{testTemplate(t, slowTemplate), testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{
+			testConstraint(t, "TestSlow", "rollout", "{enforcementAction: dryrun, match: {kinds: [{apiGroups: [composition.krateo.io], kinds: [FireworksApp]}]}}"),
+			testConstraint(t, "TestEcho", "pods", "{match: {kinds: [{apiGroups: [''], kinds: [Pod]}]}}"),
+		}))
+	r := compositionRequest(map[string]any{"replicaCount": 1})
+	annotations := map[string]any{}
+	for i := range 3000 {
+		annotations["example.com/"+strconv.Itoa(i)] = "v"
+	}
+	r.Object["metadata"].(map[string]any)["annotations"] = annotations
+	r.Chart = loadChart(t, "1.1.5")
+	vs := e.Evaluate(context.Background(), r)
+	require.True(t, Decision{Violations: vs}.Denied(), "%v", messages(vs))
+	notReached := slices.ContainsFunc(vs, func(v Violation) bool {
+		return v.Policy == "TestEcho/pods" && v.Action == v1alpha1.EnforcementDeny && strings.Contains(v.Message, "not evaluated")
+	})
+	assert.True(t, notReached, "%v", messages(vs))
+}
+
+// The constraints of each origin are enforced side by side, and replacing one origin's
+// leaves the other's.
+func TestConstraintsByOrigin(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	lib := func(name string) *gatekeeper.Library {
+		return gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+			[]*gatekeeper.Constraint{testConstraint(t, "TestEcho", name, "{match: {kinds: [{apiGroups: [composition.krateo.io], kinds: [FireworksApp]}]}}")})
+	}
+	e.SetConstraints(OriginObject, lib("from-cluster"))
+	e.SetConstraints(OriginDir, lib("from-dir"))
+	got := messages(e.Evaluate(context.Background(), compositionRequest(map[string]any{})))
+	assert.Len(t, got, 2)
+	e.SetConstraints(OriginObject, nil)
+	got = messages(e.Evaluate(context.Background(), compositionRequest(map[string]any{})))
+	assert.Equal(t, []string{"deny FireworksApp team-a/x op=CREATE user= [constraint TestEcho/from-dir]"}, got)
+}
