@@ -31,6 +31,37 @@ func (e *Engine) SetConstraints(origin Origin, lib *gatekeeper.Library) {
 	e.constraints.Store(&next)
 }
 
+// ExpectConstraints says that the constraints of origin are being read: until
+// ConstraintsLoaded, the writes of compositions are refused (they would be judged
+// without them) and ConstraintsPending is true, so that controllers wait to install.
+func (e *Engine) ExpectConstraints(origin Origin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pending = append(e.pending, origin)
+	e.hasPending.Store(true)
+}
+
+// ConstraintsLoaded says that the constraints of origin have been read once.
+func (e *Engine) ConstraintsLoaded(origin Origin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pending = slices.DeleteFunc(e.pending, func(o Origin) bool { return o == origin })
+	e.hasPending.Store(len(e.pending) > 0)
+}
+
+// ConstraintsPending reports whether some constraints have not been read yet.
+func (e *Engine) ConstraintsPending() bool { return e.hasPending.Load() }
+
+// pendingViolation refuses a composition's write while constraints are being read.
+func (e *Engine) pendingViolation() Violation {
+	action := v1alpha1.EnforcementDeny
+	msg := "Compositor has not read the Gatekeeper constraints yet: try again in a moment"
+	if e.opts.FailOpen {
+		action, msg = v1alpha1.EnforcementWarn, msg+" (admitted: policies fail open)"
+	}
+	return Violation{Message: msg, Source: "constraints", Policy: "constraints", Action: action}
+}
+
 // Constraints returns the Gatekeeper constraints of origin in force.
 func (e *Engine) Constraints(origin Origin) *gatekeeper.Library {
 	if cur := e.constraints.Load(); cur != nil {

@@ -151,3 +151,23 @@ func TestConstraintsByOrigin(t *testing.T) {
 	got = messages(e.Evaluate(context.Background(), compositionRequest(map[string]any{})))
 	assert.Equal(t, []string{"deny FireworksApp team-a/x op=CREATE user= [constraint TestEcho/from-dir]"}, got)
 }
+
+// Until the constraints are read, a composition's write is refused, saying why, and
+// other writes (a definition's) are judged as usual.
+func TestConstraintsPendingRefuseCompositions(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.ExpectConstraints(OriginObject)
+	require.True(t, e.ConstraintsPending())
+	r := compositionRequest(map[string]any{"replicaCount": 1})
+	r.Chart = loadChart(t, "1.1.5")
+	vs := e.Evaluate(context.Background(), r)
+	assert.Equal(t, []string{"deny Compositor has not read the Gatekeeper constraints yet: try again in a moment [constraints]"}, messages(vs))
+
+	definition := compositionRequest(nil)
+	definition.Kind = gvk("core.krateo.io", "v1alpha1", "CompositionDefinition")
+	assert.Empty(t, e.Evaluate(context.Background(), definition))
+
+	e.ConstraintsLoaded(OriginObject)
+	assert.False(t, e.ConstraintsPending())
+	assert.Empty(t, e.Evaluate(context.Background(), r))
+}

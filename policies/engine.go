@@ -49,6 +49,10 @@ type Engine struct {
 	set atomic.Pointer[policySet]
 	// constraints are the Gatekeeper constraints in force by origin, swapped whole.
 	constraints atomic.Pointer[map[Origin]*gatekeeper.Library]
+	// pending are the origins of constraints not read yet (under mu); hasPending
+	// says whether there are any.
+	pending    []Origin
+	hasPending atomic.Bool
 }
 
 type policyKey struct {
@@ -199,7 +203,8 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 		}
 	}
 	libs := e.constraintLibraries()
-	if len(matched) == 0 && len(libs) == 0 {
+	pending := e.hasPending.Load() && r.Object != nil && (r.Chart != nil || r.Rendered != nil)
+	if len(matched) == 0 && len(libs) == 0 && !pending {
 		return nil
 	}
 	doc := newInputDoc(r)
@@ -244,6 +249,9 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 				break
 			}
 		}
+	}
+	if pending && r.Operation != "DELETE" {
+		out = append(out, e.pendingViolation())
 	}
 	for _, lib := range libs {
 		out = append(out, e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {

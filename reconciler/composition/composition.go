@@ -210,6 +210,10 @@ func (Resynced) Update(e event.UpdateEvent) bool {
 // replica's part on the target clusters engaged here (follow). The status the
 // reconcile came to is written once, at the end (settle).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.Checker != nil && r.Checker.Engine != nil && r.Checker.Engine.ConstraintsPending() {
+		// Nothing is installed before the Gatekeeper constraints are read.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	lane := policies.CompositionsLane(req.Namespace)
 	leave, ok := r.enterLanes(lane)
 	if !ok {

@@ -74,6 +74,9 @@ type Controller struct {
 	// constraint informers started, by kind
 	informers map[string]cache.SharedIndexInformer
 	owned     bool // the ConstraintTemplate CRD is Compositor's
+	// refused is what was last reported of each constraint refused, by UID, so that
+	// each refusal is an event once.
+	refused map[types.UID]string
 }
 
 type templateState struct {
@@ -106,6 +109,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.kick = make(chan struct{}, 1)
 	c.templates = map[string]*templateState{}
 	c.informers = map[string]cache.SharedIndexInformer{}
+	c.refused = map[types.UID]string{}
 	// Until templates are served (Gatekeeper's CRD, or the one serve creates), there
 	// is nothing to enforce.
 	for {
@@ -115,6 +119,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 		if apierrors.IsNotFound(err) {
 			c.ready.Store(true)
+			c.Engine.ConstraintsLoaded(policies.OriginObject)
 		} else {
 			log.Info("cannot list ConstraintTemplates yet", "error", err.Error())
 		}
@@ -147,6 +152,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		complete := c.sync(ctx, templates)
 		if complete && !c.ready.Load() {
 			c.ready.Store(true)
+			c.Engine.ConstraintsLoaded(policies.OriginObject)
 			log.Info("Gatekeeper constraints loaded", "constraints", len(c.Engine.Constraints(policies.OriginObject).Constraints()))
 		}
 		select {
@@ -229,10 +235,14 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 				err = t.CheckParameters(u.Object)
 			}
 			if err != nil {
-				c.event(u, corev1.EventTypeWarning, EventConstraintBad, fmt.Sprintf("not enforced by Compositor: %v", err))
-				log.Info("constraint refused", "kind", u.GetKind(), "name", u.GetName(), "error", err.Error())
+				if msg := fmt.Sprintf("not enforced by Compositor: %v", err); c.refused[u.GetUID()] != msg {
+					c.refused[u.GetUID()] = msg
+					c.event(u, corev1.EventTypeWarning, EventConstraintBad, msg)
+					log.Info("constraint refused", "kind", u.GetKind(), "name", u.GetName(), "error", err.Error())
+				}
 				continue
 			}
+			delete(c.refused, u.GetUID())
 			constraints = append(constraints, con)
 			mirror.Constraints = append(mirror.Constraints, trimmed(u.Object))
 		}

@@ -120,6 +120,28 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 		}
 	}
 	preserve := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	strs := apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &str}}
+	enum := func(values ...string) apiextensionsv1.JSONSchemaProps {
+		p := apiextensionsv1.JSONSchemaProps{Type: "string"}
+		for _, v := range values {
+			p.Enum = append(p.Enum, apiextensionsv1.JSON{Raw: []byte(`"` + v + `"`)})
+		}
+		return p
+	}
+	// Gatekeeper's match, typed as its CRDs type it: a match the API server takes is
+	// one the engine reads the same way.
+	kind := apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"apiGroups": strs, "kinds": strs}}
+	match := apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"kinds":              {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &kind}},
+		"scope":              enum("*", "Cluster", "Namespaced"),
+		"namespaces":         strs,
+		"excludedNamespaces": strs,
+		"labelSelector":      preserve,
+		"namespaceSelector":  preserve,
+		"name":               str,
+		"source":             enum("All", "Original", "Generated"),
+	}}
 	schema := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 		Type: "object",
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
@@ -127,9 +149,9 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 			"kind":       {Type: "string"},
 			"metadata":   {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"name": {Type: "string", MaxLength: ptr.To[int64](63)}}},
 			"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-				"match":                    preserve,
+				"match":                    match,
 				"parameters":               params,
-				"enforcementAction":        {Type: "string"},
+				"enforcementAction":        enum(gatekeeper.ActionDeny, gatekeeper.ActionDryRun, gatekeeper.ActionWarn, "scoped"),
 				"scopedEnforcementActions": {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &preserve}},
 			}},
 			"status": preserve,

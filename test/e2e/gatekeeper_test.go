@@ -177,6 +177,11 @@ func TestGatekeeperConstraintsJudgeWhatACompositionRenders(t *testing.T) {
 	applyEventually(allowedReposConstraint)
 	applyEventually(teamLabelConstraint)
 	assert.Contains(t, kubectl("", "get", "constraints"), "internal-registry-only")
+	// A constraint the engine would read otherwise than written is refused at apply.
+	res := cp.Kubectl(ctx, "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: E2EAllowedRepos\nmetadata: {name: typo}\nspec:\n  enforcementAction: Deny\n  match: {namespaces: gatekeeper-apps}\n", "apply", "-f", "-")
+	require.Error(t, res.Err)
+	assert.Contains(t, res.Stderr, "spec.enforcementAction")
+	assert.Contains(t, res.Stderr, "spec.match.namespaces")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		res := cp.Kubectl(ctx, "", "get", "constrainttemplate", "e2eallowedrepos", "-o", "jsonpath={.status.created}")
 		assert.NoError(c, res.Err, res.Stderr)
@@ -233,7 +238,7 @@ func TestGatekeeperConstraintsJudgeWhatACompositionRenders(t *testing.T) {
 
 	// A change back to a refused image is refused as an update, and the release keeps
 	// its values.
-	res := cp.Kubectl(ctx, "", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "--type", "merge", "-p", `{"spec":{"image":{"repository":"docker.io/nginx"}}}`)
+	res = cp.Kubectl(ctx, "", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "--type", "merge", "-p", `{"spec":{"image":{"repository":"docker.io/nginx"}}}`)
 	require.Error(t, res.Err)
 	assert.Contains(t, res.Stderr, "invalid image repo <docker.io/nginx:")
 

@@ -624,6 +624,9 @@ func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Clie
 	if err != nil {
 		return err
 	}
+	// Nothing is judged or installed without them: writes of compositions are refused
+	// and controllers wait until they are read.
+	engine.ExpectConstraints(policies.OriginObject)
 	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor"), MirrorNamespace: namespace}
 	if err := mgr.Add(ctl); err != nil {
 		return err
