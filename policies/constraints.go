@@ -1,10 +1,12 @@
 package policies
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/go-logr/logr"
@@ -149,17 +151,78 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	}
 	// A referential template that opted in sees the release's own objects.
 	req.Inventory = gatekeeper.Inventory(subjects)
+	// On an update, an object that was there is an UPDATE with its old version, a new
+	// one a CREATE, when a template can tell (and the old objects can be known).
+	var previous map[objectID]map[string]any
+	if r.Operation == "UPDATE" && lib.ReadsHistory() {
+		previous = previousObjects(ctx, r, objs)
+	}
 	for i, s := range subjects {
 		if ctx.Err() != nil {
 			break
 		}
-		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, s, req), refs[i])...)
+		objReq := req
+		if previous != nil {
+			objReq = &gatekeeper.Request{Operation: "CREATE", UserInfo: req.UserInfo, Inventory: req.Inventory}
+			if old, ok := previous[idOf(s)]; ok {
+				objReq.Operation, s.OldObject = "UPDATE", old
+			}
+		}
+		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, s, objReq), refs[i])...)
 		if pod := gatekeeper.Expand(s); pod != nil {
-			out = append(out, e.constraintViolations(ctx, lib.Review(ctx, pod, req), refs[i]+" (its pod template)")...)
+			if s.OldObject != nil {
+				if oldPod := gatekeeper.Expand(&gatekeeper.Subject{Object: s.OldObject, Group: s.Group, Version: s.Version, Kind: s.Kind, Namespace: s.Namespace}); oldPod != nil {
+					pod.OldObject = oldPod.Object
+				}
+			}
+			out = append(out, e.constraintViolations(ctx, lib.Review(ctx, pod, objReq), refs[i]+" (its pod template)")...)
 		}
 	}
 	if ctx.Err() != nil {
 		out = append(out, e.notReached(ctx, lib)...)
+	}
+	return out
+}
+
+// objectID identifies an object across two renderings: group, kind, namespace, name.
+type objectID struct{ group, kind, namespace, name string }
+
+func idOf(s *gatekeeper.Subject) objectID {
+	md, _ := s.Object["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	return objectID{s.Group, s.Kind, s.Namespace, name}
+}
+
+// previousObjects are the release's objects before an update, by identity: those the
+// request carries (the install gate's release), else the same rendering when the spec
+// did not change, else the old spec rendered. nil when they cannot be known: the
+// objects are then reviewed as UPDATEs without old versions.
+func previousObjects(ctx context.Context, r *Request, current []RenderedObject) map[objectID]map[string]any {
+	prev := r.Previous
+	if prev == nil && r.OldObject != nil {
+		oldSpec, _ := r.OldObject["spec"].(map[string]any)
+		if reflect.DeepEqual(oldSpec, r.Spec()) {
+			prev = current
+		} else if r.Chart != nil {
+			release := cmp.Or(r.ReleaseName, r.Name)
+			objs, err := RenderWithDeadline(ctx, r.Chart, r.ChartDigest, oldSpec, RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: true})
+			if err != nil {
+				return nil
+			}
+			prev = objs
+		}
+	}
+	if prev == nil {
+		return nil
+	}
+	out := make(map[objectID]map[string]any, len(prev))
+	for _, o := range prev {
+		s := gatekeeper.SubjectOf(o.Object)
+		if s.Namespace == "" && !clusterScoped[[2]string{s.Group, s.Kind}] {
+			s.Namespace = r.Namespace
+			s.Object = withNamespace(o.Object, r.Namespace)
+		}
+		out[idOf(s)] = s.Object
 	}
 	return out
 }

@@ -171,3 +171,49 @@ func TestConstraintsPendingRefuseCompositions(t *testing.T) {
 	assert.False(t, e.ConstraintsPending())
 	assert.Empty(t, e.Evaluate(context.Background(), r))
 }
+
+// historyTemplate reads the operation and the old object.
+const historyTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: testhistory}
+spec:
+  crd: {spec: {names: {kind: TestHistory}}}
+  targets:
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package testhistory
+      violation[{"msg": msg}] {
+        old := object.get(input.review, ["oldObject", "spec", "replicas"], "none")
+        msg := sprintf("op=%v replicas=%v old=%v", [input.review.operation, input.review.object.spec.replicas, old])
+      }
+`
+
+// On a composition's update, a rendered object that was there is an UPDATE with its
+// old version, and one that was not is a CREATE: from the old spec at admission, from
+// the release's objects at the install gate.
+func TestConstraintsTellUpdatesFromCreates(t *testing.T) {
+	tmpl := testTemplate(t, historyTemplate)
+	require.True(t, tmpl.ReadsHistory)
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{tmpl},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestHistory", "deployments", "{match: {kinds: [{apiGroups: [apps], kinds: [Deployment]}]}}")}))
+	update := func() *Request {
+		r := compositionRequest(map[string]any{"replicaCount": 3})
+		r.Operation = "UPDATE"
+		r.OldObject = compositionRequest(map[string]any{"replicaCount": 2}).Object
+		r.Chart = loadChart(t, "1.1.5")
+		return r
+	}
+	assert.Equal(t, []string{"deny Deployment/x-fireworks-app: op=UPDATE replicas=3 old=2 [constraint TestHistory/deployments]"},
+		messages(e.Evaluate(context.Background(), update())), "rendered from the old spec")
+
+	r := update()
+	r.Previous = []RenderedObject{}
+	assert.Equal(t, []string{"deny Deployment/x-fireworks-app: op=CREATE replicas=3 old=none [constraint TestHistory/deployments]"},
+		messages(e.Evaluate(context.Background(), r)), "not in the release before")
+
+	r = update()
+	r.OldObject = r.Object
+	assert.Equal(t, []string{"deny Deployment/x-fireworks-app: op=UPDATE replicas=3 old=3 [constraint TestHistory/deployments]"},
+		messages(e.Evaluate(context.Background(), r)), "the same spec: the same objects")
+}

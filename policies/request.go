@@ -55,6 +55,11 @@ type Request struct {
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.
 	Rendered []RenderedObject
+	// Previous are the objects of the composition's release before this write, when
+	// known (the install gate reads them from the release): Gatekeeper constraints see
+	// a rendered object that was there as an UPDATE with its old version, and a new
+	// one as a CREATE. nil on an UPDATE at admission: rendered from OldObject's spec.
+	Previous []RenderedObject
 	// Uninstall says that Rendered are the delete hooks of the composition's uninstall:
 	// Gatekeeper constraints judge what they create, not the composition that goes.
 	Uninstall bool

@@ -36,6 +36,20 @@ func NewLibrary(templates []*Template, constraints []*Constraint) *Library {
 	return l
 }
 
+// ReadsHistory reports whether a template of an enforced constraint may read the
+// operation or the old object (Template.ReadsHistory).
+func (l *Library) ReadsHistory() bool {
+	if l == nil {
+		return false
+	}
+	for _, c := range l.constraints {
+		if l.templates[c.Kind].ReadsHistory {
+			return true
+		}
+	}
+	return false
+}
+
 // Empty reports whether the library enforces no constraint.
 func (l *Library) Empty() bool { return l == nil || len(l.constraints) == 0 }
 

@@ -109,6 +109,10 @@ type Template struct {
 	HasCEL bool
 	// ParametersSchema is spec.crd.spec.validation.openAPIV3Schema, nil when absent.
 	ParametersSchema map[string]any
+	// ReadsHistory says that the template may read input.review.operation or
+	// input.review.oldObject (or input.review as a whole), so a reviewer must tell an
+	// object's creation from its update and give its old version.
+	ReadsHistory bool
 
 	query rego.PreparedEvalQuery
 }
@@ -203,6 +207,7 @@ func Compile(ctx context.Context, t *TemplateSource, opts Options) (*Template, e
 		if err := checkDataRefs(file, m, own, out); err != nil {
 			return nil, err
 		}
+		out.ReadsHistory = out.ReadsHistory || readsHistory(m)
 	}
 	if out.Referential && !opts.AnyInventory && t.Metadata.Annotations[AnnotationInventory] != "release" {
 		return nil, fmt.Errorf("%w: the template reads data.inventory (a referential constraint); Compositor holds no copy of the cluster, so it enforces such a template only with annotation %s: release, which makes data.inventory the objects of the composition's own release", ErrUnsupported, AnnotationInventory)
@@ -225,6 +230,31 @@ func Compile(ctx context.Context, t *TemplateSource, opts Options) (*Template, e
 }
 
 var libRoot = ast.MustParseRef("data.lib")
+
+var (
+	reviewRef     = ast.MustParseRef("input.review")
+	historyFields = []*ast.Term{ast.StringTerm("operation"), ast.StringTerm("oldObject")}
+)
+
+// readsHistory tells whether a module may read input.review.operation or
+// input.review.oldObject: a reference to either, to input.review or input as a whole,
+// or to an input.review field by a variable.
+func readsHistory(m *ast.Module) bool {
+	found := false
+	ast.WalkRefs(m, func(r ast.Ref) bool {
+		switch {
+		case found || !r.HasPrefix(ast.InputRootRef):
+		case len(r) <= len(reviewRef):
+			found = r.HasPrefix(reviewRef) || len(r) == 1
+		case r.HasPrefix(reviewRef):
+			field := r[len(reviewRef)]
+			_, isVar := field.Value.(ast.Var)
+			found = isVar || slices.ContainsFunc(historyFields, field.Equal)
+		}
+		return false
+	})
+	return found
+}
 
 // targetRego picks the Rego of a target: the code entry of engine Rego, else the
 // legacy rego and libs fields.

@@ -405,3 +405,21 @@ violation[{"msg": msg}] {
 		assert.Contains(t, err.Error(), "data is read as a whole: templates may read only data.lib and data.inventory")
 	}
 }
+
+// A template reads the history of a write when it may read input.review.operation or
+// input.review.oldObject: by name, through input.review as a whole, or by a variable.
+func TestCompileTemplateReadsHistory(t *testing.T) {
+	for rego, want := range map[string]bool{
+		"package p\nviolation[{\"msg\": \"m\"}] { input.review.object.spec.x }\n":                            false,
+		"package p\nviolation[{\"msg\": \"m\"}] { input.review.operation == \"UPDATE\" }\n":                  true,
+		"package p\nviolation[{\"msg\": \"m\"}] { input.review.oldObject.spec.x }\n":                         true,
+		"package p\nviolation[{\"msg\": \"m\"}] { r := input.review; r.operation == \"CREATE\" }\n":          true,
+		"package p\nviolation[{\"msg\": \"m\"}] { some k; input.review[k] == \"CREATE\" }\n":                 true,
+		"package p\nviolation[{\"msg\": \"m\"}] { x := input; x.review.object }\n":                           true,
+		"package p\nviolation[{\"msg\": \"m\"}] { input.parameters.x; input.review.kind.kind == \"Pod\" }\n": false,
+	} {
+		tmpl, err := compileObject(t, template("K8sHist", regoCode("", rego)), serverOptions())
+		require.NoError(t, err, rego)
+		assert.Equal(t, want, tmpl.ReadsHistory, rego)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // work is what a composition asks to be installed, wherever it goes.
@@ -229,6 +230,13 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
 	if err != nil {
 		return failed(ReasonInstallFailed, err), nil
+	}
+	if last != nil {
+		// What the release holds now: Gatekeeper constraints tell an object's update
+		// from its creation by it. A manifest that does not read leaves it unknown.
+		if previous, err := policies.ParseManifests(last.Manifest); err == nil {
+			request.Previous = previous
+		}
 	}
 	if err := r.validateValues(ctx, request); err != nil {
 		return r.refused(obj, s, err), nil
