@@ -3,7 +3,6 @@ package policies
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -290,26 +289,7 @@ func constraintID(c *gatekeeper.Constraint) string { return c.Kind + "/" + c.Nam
 // constraintFailure is the violation standing for a constraint that could not be
 // evaluated: it denies unless the engine fails open or the constraint only warns.
 func (e *Engine) constraintFailure(ctx context.Context, c *gatekeeper.Constraint, err error) Violation {
-	action := v1alpha1.EnforcementAction(c.Action)
-	if action == v1alpha1.EnforcementDeny && e.opts.FailOpen {
-		action = v1alpha1.EnforcementWarn
-	}
-	var msg string
-	switch {
-	case errors.Is(err, errNotReached):
-		msg = fmt.Sprintf("not evaluated: the request's evaluation deadline of %s passed", e.opts.Timeout)
-	case errors.Is(err, ErrRender):
-		msg = fmt.Sprintf("cannot evaluate: %v", err)
-	case ctx.Err() != nil:
-		msg = fmt.Sprintf("evaluation did not finish within %s and was stopped", e.opts.Timeout)
-	default:
-		msg = fmt.Sprintf("evaluation failed: %v", err)
-	}
-	if action == v1alpha1.EnforcementDeny {
-		msg += " (denied: policies fail closed)"
-	} else if c.Action == gatekeeper.ActionDeny {
-		msg += " (admitted: policies fail open)"
-	}
+	action, msg := e.failureOf(ctx, v1alpha1.EnforcementAction(c.Action), err)
 	id := constraintID(c)
 	logr.FromContextOrDiscard(ctx).Info("constraint evaluation failed", "constraint", id, "error", err.Error())
 	return Violation{Message: msg, Source: "constraint " + id, Policy: id, Action: action}

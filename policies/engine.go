@@ -312,7 +312,16 @@ var errNotReached = errors.New("deadline passed before the policy was evaluated"
 
 // failure is the violation standing for a policy that could not give an answer.
 func (e *Engine) failure(ctx context.Context, c *compiled, err error) Violation {
-	action := c.Action
+	action, msg := e.failureOf(ctx, c.Action, err)
+	logr.FromContextOrDiscard(ctx).Info("policy evaluation failed", "policy", c.Name, "origin", c.Origin, "error", err.Error())
+	return Violation{Message: msg, Source: "policy " + c.Name, Policy: c.Name, Action: action}
+}
+
+// failureOf is what an evaluation that failed with err does, for a policy or
+// constraint of the declared action: deny (or warn with FailOpen) for deny, its own
+// action otherwise; and the message saying why.
+func (e *Engine) failureOf(ctx context.Context, declared v1alpha1.EnforcementAction, err error) (v1alpha1.EnforcementAction, string) {
+	action := declared
 	if action == v1alpha1.EnforcementDeny && e.opts.FailOpen {
 		action = v1alpha1.EnforcementWarn
 	}
@@ -329,11 +338,10 @@ func (e *Engine) failure(ctx context.Context, c *compiled, err error) Violation 
 	}
 	if action == v1alpha1.EnforcementDeny {
 		msg += " (denied: policies fail closed)"
-	} else if c.Action == v1alpha1.EnforcementDeny {
+	} else if declared == v1alpha1.EnforcementDeny {
 		msg += " (admitted: policies fail open)"
 	}
-	logr.FromContextOrDiscard(ctx).Info("policy evaluation failed", "policy", c.Name, "origin", c.Origin, "error", err.Error())
-	return Violation{Message: msg, Source: "policy " + c.Name, Policy: c.Name, Action: action}
+	return action, msg
 }
 
 // eval runs the policy's prepared query once and turns its deny and warn sets into
