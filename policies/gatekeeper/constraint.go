@@ -36,7 +36,7 @@ type Constraint struct {
 	// Match is spec.match.
 	Match Match
 
-	params     map[string]any
+	params     *ast.Term
 	selector   labels.Selector
 	nsSelector labels.Selector
 }
@@ -143,14 +143,14 @@ func action(src constraintSource) (string, error) {
 func rank(a string) int { return slices.Index([]string{"", ActionDryRun, ActionWarn, ActionDeny}, a) }
 
 func (c *Constraint) prepare(params map[string]any) error {
-	if _, err := ast.InterfaceToValue(params); err != nil {
-		return fmt.Errorf("spec.parameters: %w", err)
-	}
 	if params == nil {
 		params = map[string]any{}
 	}
-	c.params = params
-	var err error
+	v, err := ast.InterfaceToValue(params)
+	if err != nil {
+		return fmt.Errorf("spec.parameters: %w", err)
+	}
+	c.params = ast.NewTerm(v)
 	switch c.Match.Scope {
 	case "", "*", "Cluster", "Namespaced":
 	default:

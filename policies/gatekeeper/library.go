@@ -106,7 +106,11 @@ func (l *Library) Review(ctx context.Context, s *Subject, req *Request) []Result
 		req = &Request{}
 	}
 	var out []Result
-	var input map[string]any
+	// The review is converted for Rego once, at the first constraint that matches, and
+	// shared by all: converting it lazily again for each would cost more than most
+	// templates' evaluation.
+	var review, inventory *ast.Term
+	var convErr error
 	for _, c := range l.constraints {
 		ok, err := c.Matches(s)
 		if err != nil {
@@ -116,11 +120,30 @@ func (l *Library) Review(ctx context.Context, s *Subject, req *Request) []Result
 		if !ok {
 			continue
 		}
-		if input == nil {
-			input = reviewInput(s, req)
+		if review == nil && convErr == nil {
+			var v ast.Value
+			if v, convErr = ast.InterfaceToValue(reviewInput(s, req)); convErr == nil {
+				review = ast.NewTerm(v)
+			}
+		}
+		if convErr != nil {
+			out = append(out, Result{Constraint: c, Err: fmt.Errorf("input.review: %w", convErr), Generated: s.Generated})
+			continue
 		}
 		t := l.templates[c.Kind]
-		rs, err := t.eval(ctx, input, c.params, req)
+		if t.Referential && inventory == nil {
+			inv := req.Inventory
+			if inv == nil {
+				inv = map[string]any{}
+			}
+			v, err := ast.InterfaceToValue(inv)
+			if err != nil {
+				out = append(out, Result{Constraint: c, Err: fmt.Errorf("data.inventory: %w", err), Generated: s.Generated})
+				continue
+			}
+			inventory = ast.NewTerm(v)
+		}
+		rs, err := t.eval(ctx, review, c.params, inventory)
 		if err != nil {
 			out = append(out, Result{Constraint: c, Err: err, Generated: s.Generated})
 			continue
@@ -181,20 +204,15 @@ func nilIfEmpty(m map[string]any) any {
 
 // eval runs the template for one constraint on one review. A value Rego cannot hold
 // panics in OPA's conversion; that is this evaluation's failure, not the process's.
-func (t *Template) eval(ctx context.Context, review map[string]any, params map[string]any, req *Request) (_ []Result, err error) {
+func (t *Template) eval(ctx context.Context, review, params, inventory *ast.Term) (_ []Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("evaluating the template failed: %v", p)
 		}
 	}()
-	doc := map[string]any{"review": review, "parameters": params}
-	var input ast.Value = ast.LazyObject(doc)
+	var input ast.Value = ast.NewObject(ast.Item(ast.InternedTerm("review"), review), ast.Item(ast.InternedTerm("parameters"), params))
 	if t.Referential {
-		inv := req.Inventory
-		if inv == nil {
-			inv = map[string]any{}
-		}
-		input = ast.LazyObject(map[string]any{"input": input, "inventory": inv})
+		input = ast.NewObject(ast.Item(ast.InternedTerm("input"), ast.NewTerm(input)), ast.Item(ast.InternedTerm("inventory"), inventory))
 	}
 	rs, err := t.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()))
 	if err != nil {
