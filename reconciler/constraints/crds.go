@@ -2,7 +2,9 @@ package constraints
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -79,6 +81,15 @@ func (c *Controller) applyConstraintCRD(ctx context.Context, u *unstructured.Uns
 	if err != nil {
 		return err
 	}
+	// The API server defaults what it stores, so the spec written is known by its
+	// hash, kept in an annotation: an unchanged template writes nothing.
+	raw, err := json.Marshal(want.Spec)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(raw)
+	hash := hex.EncodeToString(sum[:])
+	want.Annotations = map[string]string{annotationSpecHash: hash}
 	have := &apiextensionsv1.CustomResourceDefinition{}
 	err = c.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
@@ -88,19 +99,19 @@ func (c *Controller) applyConstraintCRD(ctx context.Context, u *unstructured.Uns
 		return err
 	case have.Labels[labelManagedBy] != managedBy:
 		return fmt.Errorf("CRD %s exists and is not Compositor's", want.Name)
-	}
-	if equalJSON(have.Spec, want.Spec) {
+	case have.Annotations[annotationSpecHash] == hash:
 		return nil
 	}
 	have.Spec = want.Spec
+	if have.Annotations == nil {
+		have.Annotations = map[string]string{}
+	}
+	have.Annotations[annotationSpecHash] = hash
 	return c.Client.Update(ctx, have)
 }
 
-func equalJSON(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
-}
+// annotationSpecHash keeps, on a constraint CRD, the hash of the spec Compositor wrote.
+const annotationSpecHash = "compositor.dev/spec-hash"
 
 func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSchema bool) (*apiextensionsv1.CustomResourceDefinition, error) {
 	params := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
