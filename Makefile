@@ -178,6 +178,15 @@ bench-rollout: control-plane build ## Measure a rollout's plan of 1,000 paused c
 	go run ./test/bench -rollout 1000 -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
 	  -json $(BIN)/bench-rollout.json -out BENCHMARKS.md $(ROLLOUT_ARGS)
 
+CONSTRAINTS_ARGS ?=
+
+.PHONY: bench-constraints
+bench-constraints: control-plane build ## Measure /validate before and after 50 Gatekeeper ConstraintTemplates with their constraints (issue #31), and the engine against Gatekeeper's on them; writes its section of BENCHMARKS.md (about 3 minutes)
+	mkdir -p $(BIN)/profiles; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(TOOLS)/gatekeeper && go run . -constraints ../../bench/constraints -cpuprofile $(BIN)/profiles/constraints-engine.pprof -json) > "$$tmp/peer.json"; \
+	go run ./test/bench -constraints test/bench/constraints -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
+	  -peer "$$tmp/peer.json" -profile-dir $(BIN)/profiles -json $(BIN)/bench-constraints.json -out BENCHMARKS.md $(CONSTRAINTS_ARGS)
+
 .PHONY: dev
 dev: control-plane build ## Run Compositor on a local control plane (Ctrl-C stops everything)
 	$(BIN)/compositor dev --control-plane-dir $(K8S) $(DEV_ARGS)

@@ -10,11 +10,13 @@
 // distinct generated charts and their compositions, in steps, to Ready and installed.
 // With -rollout N it measures a rollout's plan (rollout.go): N paused compositions,
 // the definition moved to a new chart version, the time to its plan and admission
-// meanwhile.
+// meanwhile. With -constraints DIR it measures composition /validate before and after a
+// library of Gatekeeper ConstraintTemplates and Constraints is applied (constraints.go).
 //
 //	make bench                      # builds, runs everything, writes BENCHMARKS.md
 //	make bench-scale                # the scale curve, into its section of BENCHMARKS.md
 //	make bench-rollout              # the rollout plan, into its section of BENCHMARKS.md
+//	make bench-constraints          # Gatekeeper constraints, into their section of BENCHMARKS.md
 //	go run ./test/bench -h          # the knobs
 package main
 
@@ -37,6 +39,7 @@ type options struct {
 	compositor      string
 	controlPlaneDir string
 	policyDir       string
+	constraintDir   string
 	out             string
 	jsonOut         string
 	profileDir      string
@@ -69,9 +72,11 @@ func main() {
 	flag.StringVar(&o.compositor, "compositor", "bin/compositor", "The compositor binary to measure")
 	flag.StringVar(&o.controlPlaneDir, "control-plane-dir", "bin/k8s", "Directory with etcd and kube-apiserver (make control-plane)")
 	flag.StringVar(&o.policyDir, "policies", "test/bench/policies", "Directory of the policy files applied as CompositionPolicies")
+	flag.StringVar(&o.constraintDir, "constraints", "", "Measure composition /validate before and after applying this directory's Gatekeeper ConstraintTemplates and Constraints (make bench-constraints) instead; -peer takes the peer run's -constraints JSON; -out gets only its marked section")
 	flag.StringVar(&o.out, "out", "", "Write the report (Markdown) here; empty prints it")
 	flag.StringVar(&o.jsonOut, "json", "", "Also write every figure as JSON here")
 	rerender := flag.String("scale-from-json", "", "Render the scale section again from this -scale run's -json output, into -out, without measuring")
+	constraintsFromJSON := flag.String("constraints-from-json", "", "Render the constraints section again from this -constraints run's -json output (and the profiles of -profile-dir), into -out, without measuring")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "Save a CPU profile of Compositor under load here")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "How long each load run is measured")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "Unmeasured load before each run")
@@ -116,6 +121,20 @@ func main() {
 	defer stop()
 	if *rerender != "" {
 		if err := rerenderScale(*rerender, o.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *constraintsFromJSON != "" {
+		if err := rerenderConstraints(*constraintsFromJSON, o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if o.constraintDir != "" {
+		if err := runConstraints(ctx, o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -214,12 +233,14 @@ func runBench(ctx context.Context, o options) error {
 		fmt.Print(text)
 		return nil
 	}
-	// The scale curve's and the rollout's sections (make bench-scale, bench-rollout) stay.
+	// The scale curve's, the rollout's and the constraints' sections (make bench-scale,
+	// bench-rollout, bench-constraints) stay.
 	old, err := os.ReadFile(o.out)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return os.WriteFile(o.out, []byte(carryRolloutSection(string(old), carryScaleSection(string(old), text))), 0o644)
+	text = carryRolloutSection(string(old), carryScaleSection(string(old), text))
+	return os.WriteFile(o.out, []byte(carryConstraintsSection(string(old), text)), 0o644)
 }
 
 func logf(format string, args ...any) {

@@ -94,12 +94,16 @@ func (g *gatekeeperSide) review(obj map[string]any) (*target.AugmentedReview, er
 // check is one review, with the options the webhook passes: its enforcement point,
 // no tracing, no stats, and the namespace object for input.review.namespaceObject.
 func (g *gatekeeperSide) check(ctx context.Context, r *target.AugmentedReview) (*types.Responses, error) {
-	return g.client.Review(ctx, r,
+	return g.client.Review(ctx, r, g.reviewOpts()...)
+}
+
+func (g *gatekeeperSide) reviewOpts() []reviews.ReviewOpt {
+	return []reviews.ReviewOpt{
 		reviews.EnforcementPoint(util.WebhookEnforcementPoint),
 		reviews.Tracing(false),
 		reviews.Stats(false),
 		reviews.Namespace(g.namespaceMap),
-	)
+	}
 }
 
 // verdict reads Gatekeeper's responses as the verdict check compares them. The

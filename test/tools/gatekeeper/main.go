@@ -12,6 +12,12 @@
 // Compositor's review is policies.Checker.Check: the chart's schema check, then every
 // matching policy (the five and the built-in ones). Gatekeeper's is Client.Review.
 //
+// With -constraints DIR both engines also carry a library of ConstraintTemplates and
+// Constraints (test/bench/constraints), and Gatekeeper reviews every request of the
+// composition's release, as its webhook would (constraints.go):
+//
+//	cd test/tools/gatekeeper && go run . -constraints ../../bench/constraints [-cpuprofile FILE] [-json]
+//
 // It is a module of its own so that Gatekeeper's dependencies never reach Compositor's
 // go.mod.
 package main
@@ -49,6 +55,11 @@ type config struct {
 	duration  time.Duration
 	parallel  int
 	json      bool
+	// constraintDir, when set, is a library of ConstraintTemplates and Constraints
+	// to compare the engines on (constraints.go).
+	constraintDir   string
+	cpuProfile      string
+	profileDuration time.Duration
 }
 
 func main() {
@@ -68,6 +79,9 @@ func parseFlags() config {
 	flag.DurationVar(&c.duration, "duration", 2*time.Second, "time each engine reviews in each round")
 	flag.IntVar(&c.parallel, "parallel", 1, "goroutines reviewing at once; above 1 the figures are aggregate throughput")
 	flag.BoolVar(&c.json, "json", false, "also print the results as one JSON object on stdout")
+	flag.StringVar(&c.constraintDir, "constraints", "", "compare the engines on this directory of ConstraintTemplates and Constraints, on top of the policies, over a composition's whole release (e.g. ../../bench/constraints)")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "-constraints: after the rounds, write a CPU profile of Compositor's review alone here")
+	flag.DurationVar(&c.profileDuration, "profile-duration", 5*time.Second, "-constraints: how long -cpuprofile profiles")
 	flag.Parse()
 	return c
 }
@@ -164,6 +178,9 @@ type report struct {
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.rounds < 1 || cfg.duration <= 0 {
 		return errors.New("-rounds and -duration must be positive")
+	}
+	if cfg.constraintDir != "" {
+		return runConstraints(ctx, cfg, stdout, stderr)
 	}
 	p, err := setup(ctx, cfg)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -140,3 +142,21 @@ func median(sorted []float64) float64 {
 }
 
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// profileEngine writes a CPU profile of e's review alone, reviewing for d.
+func profileEngine(ctx context.Context, e engine, path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	_, err = loop(ctx, e.review, time.Now().Add(d))
+	pprof.StopCPUProfile()
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	return f.Close()
+}
