@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/policies/gatekeeper"
@@ -137,7 +138,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	refs := make([]string, 0, len(objs))
 	for _, o := range objs {
 		s := gatekeeper.SubjectOf(o.Object)
-		if s.Namespace == "" && !clusterScoped[[2]string{s.Group, s.Kind}] {
+		if s.Namespace == "" && !r.clusterScoped(s) {
 			// Where Helm's kube client puts it, and as the template will see it.
 			s.Namespace = r.Namespace
 			s.Object = withNamespace(o.Object, r.Namespace)
@@ -217,7 +218,7 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject) 
 	out := make(map[objectID]map[string]any, len(prev))
 	for _, o := range prev {
 		s := gatekeeper.SubjectOf(o.Object)
-		if s.Namespace == "" && !clusterScoped[[2]string{s.Group, s.Kind}] {
+		if s.Namespace == "" && !r.clusterScoped(s) {
 			s.Namespace = r.Namespace
 			s.Object = withNamespace(o.Object, r.Namespace)
 		}
@@ -251,6 +252,12 @@ func withNamespace(obj map[string]any, namespace string) map[string]any {
 	md["namespace"] = namespace
 	out["metadata"] = md
 	return out
+}
+
+// clusterScoped tells a rendered object Helm creates without a namespace: one of a
+// built-in cluster-scoped kind or of a kind the definition allows cluster-wide.
+func (r *Request) clusterScoped(s *gatekeeper.Subject) bool {
+	return clusterScoped[[2]string{s.Group, s.Kind}] || r.ClusterScoped[schema.GroupKind{Group: s.Group, Kind: s.Kind}]
 }
 
 // clusterScoped are the built-in kinds with no namespace, which Helm creates without

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
@@ -27,7 +28,7 @@ spec:
     rego: |
       package testecho
       violation[{"msg": msg}] {
-        msg := sprintf("%v %v/%v op=%v user=%v", [input.review.kind.kind, input.review.object.metadata.namespace, input.review.name, input.review.operation, input.review.userInfo.username])
+        msg := sprintf("%v %v/%v op=%v user=%v", [input.review.kind.kind, object.get(input.review.object.metadata, "namespace", "-"), input.review.name, input.review.operation, input.review.userInfo.username])
       }
 `
 
@@ -216,4 +217,19 @@ func TestConstraintsTellUpdatesFromCreates(t *testing.T) {
 	r.OldObject = r.Object
 	assert.Equal(t, []string{"deny Deployment/x-fireworks-app: op=UPDATE replicas=3 old=3 [constraint TestHistory/deployments]"},
 		messages(e.Evaluate(context.Background(), r)), "the same spec: the same objects")
+}
+
+// A kind the definition allows cluster-wide is reviewed without a namespace, as Helm
+// creates it: a constraint limited to namespaces does not skip it, and scope Cluster
+// selects it.
+func TestConstraintsClusterScopedKindsOfTheDefinition(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestEcho", "cluster", "{match: {scope: Cluster, kinds: [{apiGroups: [cert-manager.io], kinds: [ClusterIssuer]}]}}")}))
+	r := compositionRequest(map[string]any{})
+	r.Rendered = []RenderedObject{{Object: map[string]any{"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer", "metadata": map[string]any{"name": "letsencrypt"}}}}
+	assert.Empty(t, messages(e.Evaluate(context.Background(), r)), "taken for namespaced without the definition's word")
+	r.ClusterScoped = map[schema.GroupKind]bool{{Group: "cert-manager.io", Kind: "ClusterIssuer"}: true}
+	assert.Equal(t, []string{"deny ClusterIssuer/letsencrypt: ClusterIssuer -/letsencrypt op=CREATE user= [constraint TestEcho/cluster]"},
+		messages(e.Evaluate(context.Background(), r)))
 }

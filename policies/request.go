@@ -2,6 +2,7 @@ package policies
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -60,6 +61,10 @@ type Request struct {
 	// a rendered object that was there as an UPDATE with its old version, and a new
 	// one as a CREATE. nil on an UPDATE at admission: rendered from OldObject's spec.
 	Previous []RenderedObject
+	// ClusterScoped are kinds the definition lets its compositions create cluster-wide
+	// (its compositor.dev/allow-cluster-scoped): a rendered object of one is reviewed
+	// without a namespace, as are the built-in cluster-scoped kinds.
+	ClusterScoped map[schema.GroupKind]bool
 	// Uninstall says that Rendered are the delete hooks of the composition's uninstall:
 	// Gatekeeper constraints judge what they create, not the composition that goes.
 	Uninstall bool
@@ -128,6 +133,14 @@ func (r *Request) Describe(def *corev1alpha1.CompositionDefinition, ch *chart.Ch
 	}
 	r.Definition = ChartRefOf(def)
 	r.Chart, r.ChartDigest = ch, digest
+	for _, entry := range strings.Split(def.Annotations[vocab.AnnotationAllowClusterScoped], ",") {
+		if gk := schema.ParseGroupKind(strings.TrimSpace(entry)); gk.Kind != "" {
+			if r.ClusterScoped == nil {
+				r.ClusterScoped = map[schema.GroupKind]bool{}
+			}
+			r.ClusterScoped[gk] = true
+		}
+	}
 }
 
 // Spec returns the object's spec: a composition's values.
