@@ -205,7 +205,9 @@ func (f *Follower) Start(ctx context.Context) error {
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    apply,
 			UpdateFunc: func(_, obj any) { apply(obj) },
-			DeleteFunc: func(any) { f.Engine.SetConstraints(policies.OriginObject, nil) },
+			// serve never deletes the mirror (no constraint is an empty one) and writes
+			// it again: until then, the constraints in force stay.
+			DeleteFunc: func(any) { log.Info("the constraints' ConfigMap was deleted; the constraints in force stay") },
 		},
 	})
 	inf.Run(ctx.Done())
