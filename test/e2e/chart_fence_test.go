@@ -140,6 +140,13 @@ rules: ` + rules + "\n"
 			"create too":     `[{apiGroups: [""], resources: [secrets], verbs: [get, create], resourceNames: [compositor-release-seal]}]`,
 			"a second rule": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
   {apiGroups: [""], resources: [secrets], verbs: [list]}]`,
+			// The constraints' ConfigMap, read by name, is the one second rule allowed
+			// (Compositor may get any ConfigMap, so the policy is what refuses these).
+			"every ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+  {apiGroups: [""], resources: [configmaps], verbs: [get]}]`,
+			"another ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+  {apiGroups: [""], resources: [configmaps], verbs: [get], resourceNames: [compositor-plan]}]`,
+			"the constraints alone": `[{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch], resourceNames: [compositor-constraints]}]`,
 		} {
 			t.Run(name, func(t *testing.T) { refused(t, onlyOne, sealRole("compositor-system", rules)) })
 		}

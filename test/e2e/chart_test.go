@@ -113,6 +113,12 @@ func TestDeploymentChartRenders(t *testing.T) {
 			assert.NotContains(t, rule.Verbs, "*")
 			assert.NotContains(t, rule.Verbs, "impersonate")
 			if slices.Contains(rule.Resources, "*") {
+				// The generated kinds; and, to read only, Gatekeeper's constraints, whose
+				// kinds come and go with their templates.
+				if slices.Equal(rule.APIGroups, []string{"constraints.gatekeeper.sh"}) {
+					assert.Equal(t, []string{"get", "list", "watch"}, rule.Verbs, "constraints are only read")
+					continue
+				}
 				assert.Equal(t, []string{"composition.krateo.io"}, rule.APIGroups, "a wildcard only on the generated kinds")
 			}
 		}
@@ -230,14 +236,16 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		}
 	}, 30*time.Second, 100*time.Millisecond)
 	// And the Role that lets it read the release seal, the Secret compositor serve made
-	// (as the chart's ServiceAccount) on start: that one Secret, owned alike.
+	// (as the chart's ServiceAccount) on start: that one Secret, owned alike; with the
+	// ConfigMap of the Gatekeeper constraints serve enforces, by name.
 	sealRole := types.NamespacedName{Namespace: "compositor-system", Name: rbac.NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").ReleaseSeal}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.ReleaseSealSecret}, &corev1.Secret{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		role := &rbacv1.Role{}
 		if assert.NoError(c, cp.Client.Get(ctx, sealRole, role)) {
 			assert.Equal(c, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
-				ResourceNames: []string{rbac.ReleaseSealSecret}}}, role.Rules)
+				ResourceNames: []string{rbac.ReleaseSealSecret}}, {APIGroups: []string{""}, Resources: []string{"configmaps"},
+				Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{rbac.ConstraintsConfigMap}}}, role.Rules)
 			if assert.Len(c, role.OwnerReferences, 1, "owned by Compositor's ServiceAccount") {
 				assert.Equal(c, "compositor", role.OwnerReferences[0].Name)
 			}

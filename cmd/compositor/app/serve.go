@@ -618,7 +618,9 @@ func releaseSealKey(ctx context.Context, live client.Client, namespace string) (
 // controllers' install gates.
 func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine, namespace string) error {
 	if err := constraints.EnsureTemplateCRD(ctx, live); err != nil {
-		return err
+		// Without the API no template can exist, so there is nothing to enforce: the
+		// controller waits for it to be served.
+		log.FromContext(ctx).Error(err, "The ConstraintTemplate API is not served, and Compositor cannot serve it")
 	}
 	dyn, err := dynamic.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
