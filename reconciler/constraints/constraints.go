@@ -65,6 +65,9 @@ type Controller struct {
 	// MirrorNamespace, when set, is Compositor's namespace, where the templates and
 	// constraints in force are written for the generated controllers (see Follower).
 	MirrorNamespace string
+	// MirrorOwner, when set, is the owner of the mirror ConfigMap (Compositor's
+	// ServiceAccount, so that it goes when Compositor is uninstalled); nil when unknown.
+	MirrorOwner func(context.Context) *metav1.OwnerReference
 
 	ready   atomic.Bool
 	kick    chan struct{}

@@ -141,6 +141,11 @@ func (c *Controller) writeMirror(ctx context.Context, doc mirrorDoc) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{labelManagedBy: managedBy}},
 			BinaryData: map[string][]byte{mirrorKey: data},
 		}
+		if c.MirrorOwner != nil {
+			if owner := c.MirrorOwner(ctx); owner != nil {
+				cm.OwnerReferences = []metav1.OwnerReference{*owner}
+			}
+		}
 		err = c.Client.Create(ctx, cm)
 	case err == nil && !bytes.Equal(cm.BinaryData[mirrorKey], data):
 		cm.BinaryData = map[string][]byte{mirrorKey: data}

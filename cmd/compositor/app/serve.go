@@ -251,7 +251,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := setupConstraints(ctx, mgr, live, engine, opts.Namespace); err != nil {
+	if err := setupConstraints(ctx, mgr, live, engine, opts.Namespace, charts.Store.OwnerReference); err != nil {
 		return nil, err
 	}
 	if opts.AuditInterval > 0 {
@@ -616,7 +616,7 @@ func releaseSealKey(ctx context.Context, live client.Client, namespace string) (
 // constraints current on every replica. A replica is not ready before it has read them.
 // What is in force is written to a ConfigMap of namespace for the generated
 // controllers' install gates.
-func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine, namespace string) error {
+func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Client, engine *policies.Engine, namespace string, owner func(context.Context) *metav1.OwnerReference) error {
 	if err := constraints.EnsureTemplateCRD(ctx, live); err != nil {
 		// Without the API no template can exist, so there is nothing to enforce: the
 		// controller waits for it to be served.
@@ -629,7 +629,7 @@ func setupConstraints(ctx context.Context, mgr manager.Manager, live client.Clie
 	// Nothing is judged or installed without them: writes of compositions are refused
 	// and controllers wait until they are read.
 	engine.ExpectConstraints(policies.OriginObject)
-	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor"), MirrorNamespace: namespace}
+	ctl := &constraints.Controller{Dynamic: dyn, Client: live, Engine: engine, Recorder: mgr.GetEventRecorder("compositor"), MirrorNamespace: namespace, MirrorOwner: owner}
 	if err := mgr.Add(ctl); err != nil {
 		return err
 	}
