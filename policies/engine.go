@@ -203,7 +203,9 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 		}
 	}
 	libs := e.constraintLibraries()
-	pending := e.hasPending.Load() && r.Object != nil && (r.Chart != nil || r.Rendered != nil)
+	// A write (not the audit's review of what exists) of a composition.
+	pending := e.hasPending.Load() && r.Object != nil && (r.Chart != nil || r.Rendered != nil) &&
+		(r.Operation == "CREATE" || r.Operation == "UPDATE")
 	if len(matched) == 0 && len(libs) == 0 && !pending {
 		return nil
 	}
@@ -250,7 +252,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			}
 		}
 	}
-	if pending && r.Operation != "DELETE" {
+	if pending {
 		out = append(out, e.pendingViolation())
 	}
 	for _, lib := range libs {
