@@ -686,30 +686,12 @@ func (run *constraintsRun) describeLibrary(lib *constraintLibrary, ch *chart.Cha
 	return nil
 }
 
-// replaceConstraintsSection puts section (markers included) in place of the
-// constraints section of old; without one, before its "How to reproduce", else at its
-// end.
+// replaceConstraintsSection puts section in place of the constraints section of old (replaceSection).
 func replaceConstraintsSection(old, section string) string {
-	section = strings.TrimSpace(section)
-	if cur := sectionOf(old, constraintsBegin, constraintsEnd); cur != "" {
-		return strings.Replace(old, cur, section, 1)
-	}
-	const anchor = "\n## How to reproduce"
-	if i := strings.Index(old, anchor); i >= 0 {
-		return old[:i] + "\n" + section + "\n" + old[i:]
-	}
-	if old == "" {
-		return section + "\n"
-	}
-	return strings.TrimRight(old, "\n") + "\n\n" + section + "\n"
+	return replaceSection(old, section, constraintsBegin, constraintsEnd)
 }
 
-// carryConstraintsSection puts the constraints section of old into fresh, a report
-// that has none (make bench rewrites the rest of the file).
+// carryConstraintsSection puts the constraints section of old into fresh (carrySection).
 func carryConstraintsSection(old, fresh string) string {
-	section := sectionOf(old, constraintsBegin, constraintsEnd)
-	if section == "" || sectionOf(fresh, constraintsBegin, constraintsEnd) != "" {
-		return fresh
-	}
-	return replaceConstraintsSection(fresh, section)
+	return carrySection(old, fresh, constraintsBegin, constraintsEnd)
 }

@@ -924,29 +924,12 @@ func (w rolloutWindow) cores() string {
 	return strings.Join([]string{num(w.CompositorCores, "%.2f"), num(w.ControlPlaneCores, "%.2f"), num(w.HarnessCores, "%.2f"), num(w.OtherCores, "%.2f")}, " | ")
 }
 
-// replaceRolloutSection puts section (markers included) in place of the rollout
-// section of old; without one, before its "How to reproduce", else at its end.
+// replaceRolloutSection puts section in place of the rollout section of old (replaceSection).
 func replaceRolloutSection(old, section string) string {
-	section = strings.TrimSpace(section)
-	if cur := sectionOf(old, rolloutBegin, rolloutEnd); cur != "" {
-		return strings.Replace(old, cur, section, 1)
-	}
-	const anchor = "\n## How to reproduce"
-	if i := strings.Index(old, anchor); i >= 0 {
-		return old[:i] + "\n" + section + "\n" + old[i:]
-	}
-	if old == "" {
-		return section + "\n"
-	}
-	return strings.TrimRight(old, "\n") + "\n\n" + section + "\n"
+	return replaceSection(old, section, rolloutBegin, rolloutEnd)
 }
 
-// carryRolloutSection puts the rollout section of old into fresh, a report that has
-// none (make bench rewrites the rest of the file).
+// carryRolloutSection puts the rollout section of old into fresh (carrySection).
 func carryRolloutSection(old, fresh string) string {
-	section := sectionOf(old, rolloutBegin, rolloutEnd)
-	if section == "" || sectionOf(fresh, rolloutBegin, rolloutEnd) != "" {
-		return fresh
-	}
-	return replaceRolloutSection(fresh, section)
+	return carrySection(old, fresh, rolloutBegin, rolloutEnd)
 }

@@ -28,6 +28,33 @@ func sectionOf(text, begin, end string) string {
 	return text[i : i+j+len(end)]
 }
 
+// replaceSection puts section (markers begin and end included) in place of that
+// section of old; without one, before its "How to reproduce", else at its end.
+func replaceSection(old, section, begin, end string) string {
+	section = strings.TrimSpace(section)
+	if cur := sectionOf(old, begin, end); cur != "" {
+		return strings.Replace(old, cur, section, 1)
+	}
+	const anchor = "\n## How to reproduce"
+	if i := strings.Index(old, anchor); i >= 0 {
+		return old[:i] + "\n" + section + "\n" + old[i:]
+	}
+	if old == "" {
+		return section + "\n"
+	}
+	return strings.TrimRight(old, "\n") + "\n\n" + section + "\n"
+}
+
+// carrySection puts the section of old between begin and end into fresh, a report
+// that has none (make bench rewrites the rest of the file).
+func carrySection(old, fresh, begin, end string) string {
+	section := sectionOf(old, begin, end)
+	if section == "" || sectionOf(fresh, begin, end) != "" {
+		return fresh
+	}
+	return replaceSection(fresh, section, begin, end)
+}
+
 // replaceScaleSection puts section (markers included) in place of the marked section of
 // old, or at its end when old has none.
 func replaceScaleSection(old, section string) string {
