@@ -77,9 +77,9 @@ type Controller struct {
 	// constraint informers started, by kind
 	informers map[string]cache.SharedIndexInformer
 	owned     bool // the ConstraintTemplate CRD is Compositor's
-	// refused is what was last reported of each constraint refused, by UID, so that
-	// each refusal is an event once.
-	refused map[types.UID]string
+	// parsed is each constraint as last read, by UID: a sync parses and checks again
+	// only the constraints that changed, or whose template did.
+	parsed map[types.UID]*parsedConstraint
 }
 
 type templateState struct {
@@ -88,6 +88,29 @@ type templateState struct {
 	good       *gatekeeper.Template
 	goodObj    map[string]any // the source of good, trimmed
 	err        error
+	// schemaRefused is the spec hash of the constraint CRD with good's parameters
+	// schema when the API server refused that CRD (ensureConstraintCRD).
+	schemaRefused string
+}
+
+// parsedConstraint is a constraint as read: parsed (which builds its parameters' Rego
+// value) and its parameters checked with its template's schema (which builds a schema
+// validator). Without it, every constraint was parsed and checked on every sync:
+// every resync period, and on every change of any template or constraint.
+type parsedConstraint struct {
+	// resourceVersion is that of the object parsed: any change of the constraint,
+	// annotations included (the mirror keeps them), is a new one.
+	resourceVersion string
+	// template is the compiled template the parameters were checked with: a template
+	// that compiles again is a new one, so its constraints are checked again. Held
+	// here, it is not collected, so no other template can have its address.
+	template *gatekeeper.Template
+	kind     string
+	con      *gatekeeper.Constraint // nil when refused
+	trimmed  map[string]any         // for the mirror
+	// refusal is why the constraint is not enforced, "" when it is; what was reported
+	// (each refusal is an event once).
+	refusal string
 }
 
 // NeedLeaderElection: every replica enforces.
@@ -112,7 +135,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.kick = make(chan struct{}, 1)
 	c.templates = map[string]*templateState{}
 	c.informers = map[string]cache.SharedIndexInformer{}
-	c.refused = map[types.UID]string{}
+	c.parsed = map[types.UID]*parsedConstraint{}
 	// Until templates are served (Gatekeeper's CRD, or the one serve creates), there
 	// is nothing to enforce.
 	for {
@@ -191,11 +214,12 @@ func (c *Controller) handler() cache.ResourceEventHandler {
 // gives the engine the whole library. It reports whether every kind's constraints
 // could be read.
 func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInformer) bool {
-	log := logr.FromContextOrDiscard(ctx)
 	seen := map[string]bool{}
 	var compiled []*gatekeeper.Template
 	var mirror mirrorDoc
 	complete := true
+	// kinds whose constraints are not read this time: their cache entries stay
+	unread := map[string]bool{}
 	for _, obj := range templates.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -208,6 +232,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 		if !c.watch(ctx, u, t) {
 			complete = false
+			unread[t.Kind] = true
 			continue
 		}
 		compiled = append(compiled, t)
@@ -219,6 +244,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 	}
 	var constraints []*gatekeeper.Constraint
+	read := map[types.UID]bool{}
 	for _, t := range compiled {
 		inf, ok := c.informers[t.Kind]
 		if !ok {
@@ -226,6 +252,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 		if !inf.HasSynced() {
 			complete = false
+			unread[t.Kind] = true
 			continue
 		}
 		for _, obj := range inf.GetStore().List() {
@@ -233,21 +260,19 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 			if !ok {
 				continue
 			}
-			con, err := gatekeeper.ParseConstraint(u.Object)
-			if err == nil {
-				err = t.CheckParameters(u.Object)
-			}
-			if err != nil {
-				if msg := fmt.Sprintf("not enforced by Compositor: %v", err); c.refused[u.GetUID()] != msg {
-					c.refused[u.GetUID()] = msg
-					c.event(u, corev1.EventTypeWarning, EventConstraintBad, msg)
-					log.Info("constraint refused", "kind", u.GetKind(), "name", u.GetName(), "error", err.Error())
-				}
+			read[u.GetUID()] = true
+			p := c.parse(ctx, u, t)
+			if p.con == nil {
 				continue
 			}
-			delete(c.refused, u.GetUID())
-			constraints = append(constraints, con)
-			mirror.Constraints = append(mirror.Constraints, trimmed(u.Object))
+			constraints = append(constraints, p.con)
+			mirror.Constraints = append(mirror.Constraints, p.trimmed)
+		}
+	}
+	// Constraints deleted, or of a template deleted, leave the cache.
+	for uid, p := range c.parsed {
+		if !read[uid] && !unread[p.kind] {
+			delete(c.parsed, uid)
 		}
 	}
 	c.Engine.SetConstraints(policies.OriginObject, gatekeeper.NewLibrary(compiled, constraints))
@@ -255,6 +280,31 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		c.writeMirror(ctx, mirror)
 	}
 	return complete
+}
+
+// parse returns constraint u parsed and checked with t, from the cache when neither
+// has changed since, and reports a new refusal.
+func (c *Controller) parse(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) *parsedConstraint {
+	last := c.parsed[u.GetUID()]
+	if last != nil && last.resourceVersion == u.GetResourceVersion() && last.template == t {
+		return last
+	}
+	p := &parsedConstraint{resourceVersion: u.GetResourceVersion(), template: t, kind: t.Kind}
+	con, err := gatekeeper.ParseConstraint(u.Object)
+	if err == nil {
+		err = t.CheckParameters(u.Object)
+	}
+	if err != nil {
+		p.refusal = fmt.Sprintf("not enforced by Compositor: %v", err)
+		if last == nil || last.refusal != p.refusal {
+			c.event(u, corev1.EventTypeWarning, EventConstraintBad, p.refusal)
+			logr.FromContextOrDiscard(ctx).Info("constraint refused", "kind", u.GetKind(), "name", u.GetName(), "error", err.Error())
+		}
+	} else {
+		p.con, p.trimmed = con, trimmed(u.Object)
+	}
+	c.parsed[u.GetUID()] = p
+	return p
 }
 
 // compile compiles a template when its generation changed, reports the outcome, and

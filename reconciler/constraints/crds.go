@@ -7,7 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,52 +71,151 @@ func TemplateCRDOwned(ctx context.Context, c client.Client) (bool, error) {
 // makes it: cluster-scoped, in constraints.gatekeeper.sh, served as v1beta1 (stored),
 // v1 and v1alpha1, with spec.parameters checked by the template's schema.
 func (c *Controller) ensureConstraintCRD(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) error {
-	err := c.applyConstraintCRD(ctx, u, t, true)
-	if apierrors.IsInvalid(err) && t.ParametersSchema != nil {
+	st := c.templates[u.GetName()]
+	want, err := constraintCRD(u, t, true)
+	if err != nil {
+		return err
+	}
+	// Unless the API server refused this very schema before: asking again would be a
+	// refused dry run on every sync.
+	if st == nil || st.schemaRefused != want.Annotations[annotationSpecHash] {
+		err = c.applyConstraintCRD(ctx, want)
+		if !apierrors.IsInvalid(err) || t.ParametersSchema == nil {
+			return err
+		}
 		// A schema the API server does not take (not structural): the parameters are
 		// checked by the engine instead (Template.CheckParameters), as constraints load.
-		err = c.applyConstraintCRD(ctx, u, t, false)
+		if st != nil {
+			st.schemaRefused = want.Annotations[annotationSpecHash]
+		}
 	}
-	return err
+	if want, err = constraintCRD(u, t, false); err != nil {
+		return err
+	}
+	return c.applyConstraintCRD(ctx, want)
 }
 
-func (c *Controller) applyConstraintCRD(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template, withSchema bool) error {
-	want, err := constraintCRD(u, t, withSchema)
-	if err != nil {
-		return err
-	}
-	// The API server defaults what it stores, so the spec written is known by its
-	// hash, kept in an annotation: an unchanged template writes nothing.
-	raw, err := json.Marshal(want.Spec)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(raw)
-	hash := hex.EncodeToString(sum[:])
-	want.Annotations = map[string]string{annotationSpecHash: hash}
+// The annotations by which a constraint CRD tells whether it is as Compositor wants it,
+// without comparing the spec wanted with the spec read: the API server defaults what
+// it stores (spec.conversion, for one), so those never compare equal, and a
+// comparison that knew the defaults would be as right as the API server version it
+// was written against.
+const (
+	// annotationSpecHash is the hash of the spec Compositor wrote (constraintCRD's):
+	// when it is the hash of the spec wanted now, what Compositor wants has not changed.
+	annotationSpecHash = "compositor.dev/spec-hash"
+	// annotationStoredSpecHash is the hash of the spec the API server stored from that
+	// write, defaults included (see writeConstraintCRD): when it is the hash of the
+	// spec read, nobody has changed the spec since.
+	annotationStoredSpecHash = "compositor.dev/stored-spec-hash"
+)
+
+// applyConstraintCRD writes want, a constraint CRD from constraintCRD, when the CRD
+// is not as Compositor wants it: when what Compositor wants changed (the spec hash),
+// when someone else changed the spec (the stored spec hash), or its labels or owner.
+// A CRD as wanted costs one read and no write.
+func (c *Controller) applyConstraintCRD(ctx context.Context, want *apiextensionsv1.CustomResourceDefinition) error {
 	have := &apiextensionsv1.CustomResourceDefinition{}
-	err = c.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
+	err := c.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
-		return c.Client.Create(ctx, want)
+		return c.writeConstraintCRD(ctx, want, true)
 	case err != nil:
 		return err
 	case have.Labels[labelManagedBy] != managedBy:
 		return fmt.Errorf("CRD %s exists and is not Compositor's", want.Name)
-	case have.Annotations[annotationSpecHash] == hash:
+	case constraintCRDCurrent(have, want):
 		return nil
 	}
+	// What is Compositor's is put back; others' labels, annotations and owners stay.
 	have.Spec = want.Spec
+	if have.Labels == nil {
+		have.Labels = map[string]string{}
+	}
+	maps.Copy(have.Labels, want.Labels)
 	if have.Annotations == nil {
 		have.Annotations = map[string]string{}
 	}
-	have.Annotations[annotationSpecHash] = hash
-	return c.Client.Update(ctx, have)
+	have.Annotations[annotationSpecHash] = want.Annotations[annotationSpecHash]
+	owner := want.OwnerReferences[0]
+	have.OwnerReferences = append([]metav1.OwnerReference{owner}, slices.DeleteFunc(have.OwnerReferences, func(r metav1.OwnerReference) bool {
+		// a template's of the same name deleted and created again: its GC would
+		// delete the CRD the new one needs
+		return r.Kind == owner.Kind && strings.HasPrefix(r.APIVersion, gatekeeper.TemplatesGroup+"/")
+	})...)
+	return c.writeConstraintCRD(ctx, have, false)
 }
 
-// annotationSpecHash keeps, on a constraint CRD, the hash of the spec Compositor wrote.
-const annotationSpecHash = "compositor.dev/spec-hash"
+// constraintCRDCurrent reports whether have, the constraint CRD read, is want: the
+// spec Compositor wants is the one it wrote, the spec has not changed since the API
+// server stored it, and the labels and owner Compositor sets are there.
+func constraintCRDCurrent(have, want *apiextensionsv1.CustomResourceDefinition) bool {
+	if have.Annotations[annotationSpecHash] != want.Annotations[annotationSpecHash] {
+		return false
+	}
+	stored, err := specHash(&have.Spec)
+	if err != nil || have.Annotations[annotationStoredSpecHash] != stored {
+		return false
+	}
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	return slices.ContainsFunc(have.OwnerReferences, func(r metav1.OwnerReference) bool {
+		return r.UID == want.OwnerReferences[0].UID
+	})
+}
 
+// writeConstraintCRD creates or updates crd, with the hash of the spec as the API
+// server will store it in annotationStoredSpecHash. That hash is known before the
+// write from a dry run of the same write, which returns the object as it would be
+// stored, defaults included; so it is written with the spec, in one write. Kept on
+// the CRD rather than in memory, it holds across restarts and for every replica, and
+// is not tied to what this Kubernetes version defaults. (Dry runs are refused only by
+// admission webhooks with side effects, which admissionregistration/v1 no longer
+// allows.)
+func (c *Controller) writeConstraintCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, create bool) error {
+	write := func(obj *apiextensionsv1.CustomResourceDefinition, dryRun []string) error {
+		if create {
+			return c.Client.Create(ctx, obj, &client.CreateOptions{DryRun: dryRun})
+		}
+		return c.Client.Update(ctx, obj, &client.UpdateOptions{DryRun: dryRun})
+	}
+	delete(crd.Annotations, annotationStoredSpecHash)
+	trial := crd.DeepCopy()
+	if err := write(trial, []string{metav1.DryRunAll}); err != nil {
+		return err
+	}
+	stored, err := specHash(&trial.Spec)
+	if err != nil {
+		return err
+	}
+	crd.Annotations[annotationStoredSpecHash] = stored
+	err = write(crd, nil)
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		// Written by another replica (or someone) since it was read: the next sync
+		// reads it again.
+		logr.FromContextOrDiscard(ctx).V(1).Info("a constraint CRD changed while it was written", "crd", crd.Name)
+		return nil
+	}
+	return err
+}
+
+// specHash is the hash of a CRD spec's JSON, which encoding/json writes the same for
+// the same spec (struct fields in order, map keys sorted).
+func specHash(spec *apiextensionsv1.CustomResourceDefinitionSpec) (string, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// constraintCRD is the CRD of t's constraints, owned by template u, with the hash of
+// its spec in annotationSpecHash; withSchema false leaves spec.parameters unchecked
+// by the API server.
 func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSchema bool) (*apiextensionsv1.CustomResourceDefinition, error) {
 	params := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
 	if t.ParametersSchema != nil && withSchema {
@@ -179,7 +282,7 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 		}
 	}
 	plural := constraintResource(t.Kind)
-	return &apiextensionsv1.CustomResourceDefinition{
+	crd := &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   plural + "." + gatekeeper.ConstraintsGroup,
 			Labels: map[string]string{labelManagedBy: managedBy, "gatekeeper.sh/constraint": "yes"},
@@ -198,5 +301,11 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 				version("v1beta1", true), version("v1", false), version("v1alpha1", false),
 			},
 		},
-	}, nil
+	}
+	hash, err := specHash(&crd.Spec)
+	if err != nil {
+		return nil, err
+	}
+	crd.Annotations = map[string]string{annotationSpecHash: hash}
+	return crd, nil
 }
