@@ -53,8 +53,35 @@ func (c *Source) memory() *lru.Cache {
 	return c.loaded
 }
 
-// Fetch fetches the definition's chart from its source.
+// Fetch fetches the definition's chart from its source: an imported chart from the
+// cluster, any other from its chart source.
 func (c *Source) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chartfetch.Result, error) {
+	var result *chartfetch.Result
+	if name, imported, err := ParseImportedURL(def.Spec.Chart.URL); imported {
+		if err != nil {
+			return nil, &condition.Error{Reason: ReasonChartFetchFailed, Terminal: true, Err: err}
+		}
+		if result, err = c.fetchImported(ctx, def, name); err != nil {
+			return nil, &condition.Error{Reason: ReasonChartFetchFailed, Err: err}
+		}
+	} else {
+		ref, err := c.ref(ctx, def)
+		if err != nil {
+			return nil, err
+		}
+		if result, err = c.Fetcher.Fetch(ctx, ref); err != nil {
+			return nil, &condition.Error{Reason: ReasonChartFetchFailed, Err: err}
+		}
+	}
+	c.remember(result.Digest, result.Chart)
+	if err := checkPinned(def, result.Digest); err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// ref is where the definition's chart is, with the credentials read from their Secret.
+func (c *Source) ref(ctx context.Context, def *corev1alpha1.CompositionDefinition) (chartfetch.Ref, error) {
 	spec := def.Spec.Chart
 	ref := chartfetch.Ref{
 		URL:                   spec.URL,
@@ -63,21 +90,34 @@ func (c *Source) Fetch(ctx context.Context, def *corev1alpha1.CompositionDefinit
 		InsecureSkipVerifyTLS: spec.InsecureSkipVerifyTLS,
 	}
 	if spec.Credentials != nil {
-		password, err := c.password(ctx, def)
+		password, err := c.secretKey(ctx, def, spec.Credentials.PasswordRef, "spec.chart.credentials.passwordRef", ReasonCredentialsNotAllowed, ReasonCredentialsNotFound)
 		if err != nil {
-			return nil, err
+			return ref, err
 		}
-		ref.Username, ref.Password = spec.Credentials.Username, password
+		ref.Username, ref.Password = spec.Credentials.Username, string(password)
 	}
-	result, err := c.Fetcher.Fetch(ctx, ref)
+	return ref, nil
+}
+
+// fetchImported reads the chart imported as name (imported://NAME) in the version the
+// spec names, checked and loaded as a downloaded archive is.
+func (c *Source) fetchImported(ctx context.Context, def *corev1alpha1.CompositionDefinition, name string) (*chartfetch.Result, error) {
+	version := def.Spec.Chart.Version
+	if version == "" {
+		return nil, fmt.Errorf("spec.chart.version is required for the imported chart %s", name)
+	}
+	if c.Store == nil {
+		return nil, fmt.Errorf("%w: this Compositor keeps no charts in the cluster", ErrNotImported)
+	}
+	im, err := c.Store.Imported(ctx, name, version)
 	if err != nil {
-		return nil, &condition.Error{Reason: ReasonChartFetchFailed, Err: err}
-	}
-	c.remember(result.Digest, result.Chart)
-	if err := checkPinned(def, result.Digest); err != nil {
 		return nil, err
 	}
-	return result, nil
+	ch, err := c.Fetcher.Load(chartfetch.Ref{Repo: name, Version: version}, im.Archive)
+	if err != nil {
+		return nil, fmt.Errorf("loading the imported chart %s %s: %w", name, version, err)
+	}
+	return &chartfetch.Result{Chart: ch, Digest: im.Digest, PackageURL: ImportedScheme + "://" + name + ":" + version, Archive: im.Archive}, nil
 }
 
 // ReasonChartChanged: the chart source serves other bytes for the version a
@@ -208,24 +248,24 @@ func (c *Source) remember(digest string, ch *chart.Chart) {
 	c.memory().Add(digest, ch)
 }
 
-// password reads the credentials' Secret. Only a Secret in the definition's own
-// namespace is read: a definition must not be a way to read another team's Secrets.
-func (c *Source) password(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
-	ref := def.Spec.Chart.Credentials.PasswordRef
+// secretKey reads one key of a Secret the definition names at field. Only a Secret in
+// the definition's own namespace is read: a definition must not be a way to read
+// another team's Secrets.
+func (c *Source) secretKey(ctx context.Context, def *corev1alpha1.CompositionDefinition, ref corev1alpha1.SecretKeySelector, field, notAllowed, notFound string) ([]byte, error) {
 	if ref.Namespace != def.Namespace {
-		return "", &condition.Error{Reason: ReasonCredentialsNotAllowed, Terminal: true, Err: fmt.Errorf(
-			"spec.chart.credentials.passwordRef.namespace is %q: the Secret must be in the definition's namespace %q", ref.Namespace, def.Namespace)}
+		return nil, &condition.Error{Reason: notAllowed, Terminal: true, Err: fmt.Errorf(
+			"%s.namespace is %q: the Secret must be in the definition's namespace %q", field, ref.Namespace, def.Namespace)}
 	}
 	secret := &corev1.Secret{}
 	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", &condition.Error{Reason: ReasonCredentialsNotFound, Err: fmt.Errorf("the Secret %s/%s of spec.chart.credentials.passwordRef does not exist", ref.Namespace, ref.Name)}
+			return nil, &condition.Error{Reason: notFound, Err: fmt.Errorf("the Secret %s/%s of %s does not exist", ref.Namespace, ref.Name, field)}
 		}
-		return "", fmt.Errorf("reading the Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("reading the Secret %s/%s of %s: %w", ref.Namespace, ref.Name, field, err)
 	}
-	password, ok := secret.Data[ref.Key]
+	value, ok := secret.Data[ref.Key]
 	if !ok {
-		return "", &condition.Error{Reason: ReasonCredentialsNotFound, Err: fmt.Errorf("the Secret %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)}
+		return nil, &condition.Error{Reason: notFound, Err: fmt.Errorf("the Secret %s/%s of %s has no key %q", ref.Namespace, ref.Name, field, ref.Key)}
 	}
-	return string(password), nil
+	return value, nil
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // BuiltinIDs lists the ids of the built-in policies, sorted: chart-url-scheme,
-// credentials-namespace, exact-chart-version, no-insecure-tls.
+// credentials-namespace, exact-chart-version, no-insecure-tls and the opt-in
+// require-chart-verification.
 func BuiltinIDs() []string {
 	ids, _ := builtinIDs()
 	return ids
@@ -31,9 +32,23 @@ func builtinIDs() ([]string, error) {
 	return ids, nil
 }
 
-// Builtins returns the built-in policies except the disabled ones. Naming an id that
-// does not exist is an error wrapping ErrUnknownBuiltin, so a mistyped flag is caught.
+// OptInBuiltinIDs lists the built-in policies that are off unless switched on
+// (Options.EnabledBuiltins, --enable-builtin-policy): rules a platform chooses, such as
+// require-chart-verification.
+func OptInBuiltinIDs() []string { return []string{"require-chart-verification"} }
+
+// Builtins returns the built-in policies except the disabled ones and the opt-in ones
+// (OptInBuiltinIDs). Naming an id that does not exist is an error wrapping
+// ErrUnknownBuiltin, so a mistyped flag is caught.
 func Builtins(disabled ...string) ([]Policy, error) {
+	return SelectBuiltins(nil, disabled)
+}
+
+// SelectBuiltins returns the built-in policies that are on: the default ones not in
+// disabled, and the opt-in ones in enabled (disabled wins). An unknown id in either
+// list, or an id in enabled that is on by default, is an error wrapping
+// ErrUnknownBuiltin.
+func SelectBuiltins(enabled, disabled []string) ([]Policy, error) {
 	ids, err := builtinIDs()
 	if err != nil {
 		return nil, err
@@ -43,9 +58,15 @@ func Builtins(disabled ...string) ([]Policy, error) {
 			return nil, fmt.Errorf("%w: %q (have %s)", ErrUnknownBuiltin, d, strings.Join(ids, ", "))
 		}
 	}
+	optIn := OptInBuiltinIDs()
+	for _, e := range enabled {
+		if !slices.Contains(optIn, e) {
+			return nil, fmt.Errorf("%w: %q is not a built-in policy to switch on (those off by default are %s)", ErrUnknownBuiltin, e, strings.Join(optIn, ", "))
+		}
+	}
 	var out []Policy
 	for _, id := range ids {
-		if slices.Contains(disabled, id) {
+		if slices.Contains(disabled, id) || (slices.Contains(optIn, id) && !slices.Contains(enabled, id)) {
 			continue
 		}
 		src, err := fs.ReadFile(builtin.FS, id+".rego")

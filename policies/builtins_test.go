@@ -32,8 +32,8 @@ func TestBuiltinRegoTests(t *testing.T) {
 
 func TestBuiltinsEachHaveATestAndMetadata(t *testing.T) {
 	ids := BuiltinIDs()
-	assert.Equal(t, []string{"chart-url-scheme", "credentials-namespace", "exact-chart-version", "no-insecure-tls"}, ids)
-	ps, err := Builtins()
+	assert.Equal(t, []string{"chart-url-scheme", "credentials-namespace", "exact-chart-version", "no-insecure-tls", "require-chart-verification"}, ids)
+	ps, err := SelectBuiltins(OptInBuiltinIDs(), nil)
 	require.NoError(t, err)
 	require.Len(t, ps, len(ids))
 	for _, p := range ps {
@@ -59,6 +59,44 @@ func TestBuiltinsSwitchOff(t *testing.T) {
 	assert.ErrorIs(t, err, ErrUnknownBuiltin)
 	_, err = NewEngine(context.Background(), Options{DisabledBuiltins: []string{"typo"}})
 	assert.ErrorIs(t, err, ErrUnknownBuiltin)
+}
+
+// require-chart-verification is off unless switched on; switching on a policy that is
+// on by default, or one that does not exist, is a mistake the flag reports.
+func TestBuiltinsSwitchOn(t *testing.T) {
+	names := func(ps []Policy) (out []string) {
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	ps, err := Builtins()
+	require.NoError(t, err)
+	assert.NotContains(t, names(ps), "require-chart-verification")
+
+	ps, err = SelectBuiltins([]string{"require-chart-verification"}, nil)
+	require.NoError(t, err)
+	assert.Contains(t, names(ps), "require-chart-verification")
+
+	ps, err = SelectBuiltins([]string{"require-chart-verification"}, []string{"require-chart-verification"})
+	require.NoError(t, err)
+	assert.NotContains(t, names(ps), "require-chart-verification", "disabled wins")
+
+	for _, bad := range []string{"no-insecure-tls", "typo"} {
+		_, err = SelectBuiltins([]string{bad}, nil)
+		assert.ErrorIs(t, err, ErrUnknownBuiltin, bad)
+	}
+
+	ctx := context.Background()
+	unverified := definitionRequest(map[string]any{"url": "oci://registry.example.com/charts/app", "version": "1.0.0"}, "team-a")
+	e, err := NewEngine(ctx, Options{})
+	require.NoError(t, err)
+	assert.Empty(t, e.Evaluate(ctx, unverified), "off by default")
+	e, err = NewEngine(ctx, Options{EnabledBuiltins: []string{"require-chart-verification"}})
+	require.NoError(t, err)
+	vs := e.Evaluate(ctx, unverified)
+	require.Len(t, vs, 1)
+	assert.Equal(t, "spec.chart.verify", vs[0].Path)
 }
 
 func definitionRequest(chart map[string]any, namespace string) *Request {
@@ -95,7 +133,7 @@ func TestBuiltinsThroughTheEngine(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Denied())
 	assert.Equal(t, strings.Join([]string{
-		`spec.chart.url: chart URL "http://charts.example.com" must use oci:// or https://; plain http:// is allowed only to a loopback address [policy chart-url-scheme]`,
+		`spec.chart.url: chart URL "http://charts.example.com" must use oci://, https:// or imported://; plain http:// is allowed only to a loopback address [policy chart-url-scheme]`,
 		`spec.chart.credentials.passwordRef.namespace: the password Secret must be in the definition's namespace "team-a", not in "kube-system" [policy credentials-namespace]`,
 		`spec.chart.version: chart version "^1.1" must be an exact version such as 1.2.3, not a range [policy exact-chart-version]`,
 		`spec.chart.insecureSkipVerifyTLS: skipping TLS verification of the chart server is not allowed; give the server a certificate the cluster trusts [policy no-insecure-tls]`,

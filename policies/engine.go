@@ -36,6 +36,9 @@ type Options struct {
 	FailOpen bool
 	// DisabledBuiltins are ids of built-in policies to switch off (see BuiltinIDs).
 	DisabledBuiltins []string
+	// EnabledBuiltins are ids of the built-in policies that are off by default to
+	// switch on (see OptInBuiltinIDs).
+	EnabledBuiltins []string
 }
 
 // Engine holds the compiled policies and evaluates them. Updates compile first and
@@ -88,7 +91,7 @@ func NewEngine(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts}
 	e.set.Store(newPolicySet(map[policyKey]*compiled{}))
-	builtins, err := Builtins(opts.DisabledBuiltins...)
+	builtins, err := SelectBuiltins(opts.EnabledBuiltins, opts.DisabledBuiltins)
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,10 @@ const (
 	AnnotationReleaseSeal = "compositor.dev/release-seal"
 	// AnnotationChartDigest holds the digest of the chart archive a Secret keeps.
 	AnnotationChartDigest = "compositor.dev/chart-digest"
+	// AnnotationChartName and AnnotationChartVersion name the chart an imported
+	// chart's Secret holds.
+	AnnotationChartName    = "compositor.dev/chart-name"
+	AnnotationChartVersion = "compositor.dev/chart-version"
 	// AnnotationKubeconfigRefused, on a target cluster's kubeconfig Secret, says why
 	// the kubeconfig is refused.
 	AnnotationKubeconfigRefused = "compositor.dev/kubeconfig-refused"
@@ -103,6 +107,9 @@ const (
 	LabelVersion             = "compositor.dev/version"
 	// LabelChartArchive marks the Secrets that keep chart archives.
 	LabelChartArchive = "compositor.dev/chart-archive"
+	// LabelImportedChart marks the Secrets that hold charts imported with compositor
+	// import (imported://NAME charts); they are never pruned.
+	LabelImportedChart = "compositor.dev/imported-chart"
 	// LabelCompositionUID, on a Helm release record or a CompositionRevision, names
 	// the composition whose release or revision it is.
 	LabelCompositionUID = "compositor.dev/composition-uid"

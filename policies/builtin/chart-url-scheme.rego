@@ -1,9 +1,10 @@
 # METADATA
-# title: Charts come over oci:// or https://
+# title: Charts come over oci:// or https://, or were imported
 # description: >-
 #   A chart fetched over plain HTTP can be replaced in transit. Plain http:// is
 #   accepted only to a loopback address (127.0.0.0/8, ::1, localhost), where there is
-#   no network to cross: local development and tests.
+#   no network to cross: local development and tests. imported://NAME names a chart
+#   imported into the cluster with compositor import, fetched from nowhere.
 # custom:
 #   match:
 #     kinds:
@@ -15,13 +16,13 @@ deny contains violation if {
 	url := input.review.object.spec.chart.url
 	not allowed(url)
 	violation := {
-		"msg": sprintf("chart URL %q must use oci:// or https://; plain http:// is allowed only to a loopback address", [url]),
+		"msg": sprintf("chart URL %q must use oci://, https:// or imported://; plain http:// is allowed only to a loopback address", [url]),
 		"path": "spec.chart.url",
 		"id": "chart-url-scheme",
 	}
 }
 
-allowed(url) if lower(parts(url).scheme) in {"oci", "https"}
+allowed(url) if lower(parts(url).scheme) in {"oci", "https", "imported"}
 
 allowed(url) if {
 	lower(parts(url).scheme) == "http"

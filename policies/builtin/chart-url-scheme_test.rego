@@ -20,6 +20,7 @@ test_allowed if {
 		"http://LOCALHOST./x",
 		"http://user:pw@127.0.0.1:1/x",
 		"http://[::1]:8080/charts",
+		"imported://fireworks-app",
 	] {
 		not denied(url)
 	}

@@ -32,3 +32,29 @@ test_namespace_from_object_when_request_has_none if {
 test_no_credentials_allowed if {
 	count(credentials_namespace.deny) == 0 with input as {"review": {"namespace": "team-a", "object": {"spec": {"chart": {"url": "oci://r/c"}}}}}
 }
+
+verifying(kind, secret_namespace) := object.union(definition("team-a"), {"spec": {"chart": {"verify": verify(kind, secret_namespace)}}})
+
+verify("provenance", ns) := {"provenance": {"keyringRef": {"name": "k", "namespace": ns, "key": "pubring.gpg"}}}
+
+verify("key", ns) := {"cosign": {"keyRef": {"name": "k", "namespace": ns, "key": "cosign.pub"}}}
+
+verify("keyless", ns) := {"cosign": {"keyless": {"issuer": "https://issuer", "subject": "me", "trustedRootRef": {"name": "k", "namespace": ns, "key": "trusted_root.json"}}}}
+
+test_verification_secrets_in_other_namespace_denied if {
+	every kind, path in {
+		"provenance": "spec.chart.verify.provenance.keyringRef.namespace",
+		"key": "spec.chart.verify.cosign.keyRef.namespace",
+		"keyless": "spec.chart.verify.cosign.keyless.trustedRootRef.namespace",
+	} {
+		some v in credentials_namespace.deny with input as {"review": {"namespace": "team-a", "object": verifying(kind, "kube-system")}}
+		v.path == path
+		contains(v.msg, `"kube-system"`)
+	}
+}
+
+test_verification_secrets_in_same_namespace_allowed if {
+	every kind in {"provenance", "key", "keyless"} {
+		count(credentials_namespace.deny) == 0 with input as {"review": {"namespace": "team-a", "object": verifying(kind, "team-a")}}
+	}
+}

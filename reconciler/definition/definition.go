@@ -32,6 +32,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/chartverify"
 	"github.com/compositor-dev/compositor/generators"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/internal/condition"
@@ -199,9 +200,18 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	}
 	chart, err := r.Charts.Fetch(ctx, def)
 	var outage error
-	if err != nil {
+	var verified *chartverify.Identity
+	if err == nil {
+		// Nothing of a chart is used before its signature checks.
+		if verified, err = r.Charts.Verify(ctx, def, chart); err != nil {
+			return r.fail(def, err)
+		}
+	} else {
 		if chart, outage = r.keptChart(ctx, def, err); chart == nil {
 			return r.fail(def, outage)
+		}
+		if err := keptVerified(def, chart); err != nil {
+			return r.fail(def, errors.Join(err, outage))
 		}
 	}
 	keepErr := r.Charts.Keep(ctx, chart)
@@ -224,6 +234,7 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err := r.publishStatus(ctx, def, chart, api, claimed); err != nil {
 		return r.fail(def, err)
 	}
+	recordVerification(def, verified)
 	next, err := r.advanceRollout(ctx, def, api, chart)
 	if err != nil {
 		return r.fail(def, err)

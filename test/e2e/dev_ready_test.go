@@ -131,7 +131,7 @@ func TestDevIsReadyOnlyOnceItsWebhooksJudge(t *testing.T) {
 			_, err := c.Resource(definitionsResource).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: plainHTTPDefinition}, metav1.CreateOptions{})
 			require.Error(t, err, "a definition written at once is judged, not stored")
 			assert.Contains(t, err.Error(), `admission webhook "validate.compositor.dev" denied the request`)
-			assert.Contains(t, err.Error(), `chart URL "http://charts.example.com" must use oci:// or https://`)
+			assert.Contains(t, err.Error(), `chart URL "http://charts.example.com" must use oci://, https:// or imported://`)
 			_, err = c.Resource(policiesResource).Create(ctx, &unstructured.Unstructured{Object: brokenRegoPolicy}, metav1.CreateOptions{})
 			require.Error(t, err, "a policy written at once is judged, not stored")
 			assert.Contains(t, err.Error(), `admission webhook "validate.compositor.dev" denied the request`)

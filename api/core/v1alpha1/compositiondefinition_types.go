@@ -34,6 +34,98 @@ type ChartInfo struct {
 	// Credentials for a private repository or registry.
 	// +optional
 	Credentials *Credentials `json:"credentials,omitempty"`
+
+	// Verify says how the chart's signature is checked before it becomes an API: a
+	// chart that fails the check is refused, and the definition says why. Without it
+	// the chart is not verified (unless the platform requires it, see the built-in
+	// policy require-chart-verification).
+	// +optional
+	Verify *ChartVerification `json:"verify,omitempty"`
+}
+
+// ChartVerification names one way to check a chart's signature.
+// +kubebuilder:validation:XValidation:rule="has(self.provenance) != has(self.cosign)",message="exactly one of provenance and cosign"
+type ChartVerification struct {
+	// Provenance checks the chart's Helm provenance file (.prov, written by helm
+	// package --sign beside the archive) against an OpenPGP keyring. For charts of a
+	// Helm repository, direct archive URLs and imported archives.
+	// +optional
+	Provenance *ProvenanceVerification `json:"provenance,omitempty"`
+
+	// Cosign checks a cosign signature of an OCI chart (a Sigstore bundle among the
+	// manifest's referrers, or the legacy sha256-<digest>.sig tag), or the Sigstore
+	// bundle of an imported archive.
+	// +optional
+	Cosign *CosignVerification `json:"cosign,omitempty"`
+}
+
+// ProvenanceVerification checks a .prov file against an OpenPGP keyring.
+type ProvenanceVerification struct {
+	// KeyringRef points at the key of a Secret, in the definition's namespace, holding
+	// the OpenPGP public keys (armored or binary) the chart may be signed with.
+	KeyringRef SecretKeySelector `json:"keyringRef"`
+}
+
+// CosignVerification checks a cosign signature with a public key or keyless.
+// +kubebuilder:validation:XValidation:rule="has(self.keyRef) != has(self.keyless)",message="exactly one of keyRef and keyless"
+type CosignVerification struct {
+	// KeyRef points at the key of a Secret, in the definition's namespace, holding the
+	// PEM public key the chart must be signed with.
+	// +optional
+	KeyRef *SecretKeySelector `json:"keyRef,omitempty"`
+
+	// Keyless accepts a signature whose certificate chains to a trusted root and names
+	// the expected issuer and subject.
+	// +optional
+	Keyless *CosignKeyless `json:"keyless,omitempty"`
+}
+
+// CosignKeyless is the identity a keyless signature's certificate must name.
+// +kubebuilder:validation:XValidation:rule="has(self.subject) != has(self.subjectRegExp)",message="exactly one of subject and subjectRegExp"
+type CosignKeyless struct {
+	// Issuer is the OIDC issuer the certificate names, exactly.
+	// +kubebuilder:validation:MinLength=1
+	Issuer string `json:"issuer"`
+
+	// Subject is the certificate's subject (its SAN: an email or URI), exactly.
+	// +optional
+	Subject string `json:"subject,omitempty"`
+
+	// SubjectRegExp is a regular expression the whole subject must match.
+	// +optional
+	SubjectRegExp string `json:"subjectRegExp,omitempty"`
+
+	// TrustedRootRef points at the key of a Secret, in the definition's namespace,
+	// holding the Sigstore trusted root (trusted_root.json: certificate authorities,
+	// transparency logs, timestamp authorities) the signature is checked against,
+	// offline.
+	TrustedRootRef SecretKeySelector `json:"trustedRootRef"`
+}
+
+// ChartVerificationStatus is what the check of the served chart's signature proved.
+type ChartVerificationStatus struct {
+	// Method is Provenance, CosignKey or CosignKeyless.
+	Method string `json:"method"`
+	// Digest of the chart archive the signature covers.
+	Digest string `json:"digest"`
+	// ManifestDigest is the OCI manifest a cosign signature names.
+	// +optional
+	ManifestDigest string `json:"manifestDigest,omitempty"`
+	// KeyFingerprint of the signing key: the OpenPGP fingerprint, or sha256 of a
+	// cosign public key.
+	// +optional
+	KeyFingerprint string `json:"keyFingerprint,omitempty"`
+	// Signer is the OpenPGP identity of the signing key.
+	// +optional
+	Signer string `json:"signer,omitempty"`
+	// Subject and Issuer of a keyless signature's certificate.
+	// +optional
+	Subject string `json:"subject,omitempty"`
+	// +optional
+	Issuer string `json:"issuer,omitempty"`
+	// SignedAt is when the signature was made, as far as it proves it.
+	// +optional
+	SignedAt *metav1.Time `json:"signedAt,omitempty"`
 }
 
 // Credentials authenticate to a chart repository or registry with basic auth.
@@ -152,6 +244,11 @@ type CompositionDefinitionStatus struct {
 	// Rollout is the last move of the compositions to a new chart version.
 	// +optional
 	Rollout *Rollout `json:"rollout,omitempty"`
+
+	// Verification is what the check of the chart's signature proved, when
+	// spec.chart.verify asks for one: it describes the chart of Digest.
+	// +optional
+	Verification *ChartVerificationStatus `json:"verification,omitempty"`
 }
 
 // CompositionDefinition turns a Helm chart into a Kubernetes API: a CRD generated from

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -237,6 +238,8 @@ type LintOptions struct {
 	Previous string
 	// PreviousVersion is the version of Previous to fetch when it is a chart URL.
 	PreviousVersion string
+	// Signature checks a local archive's signature, offline.
+	Signature SignatureOptions
 }
 
 func newLintCommand() *cobra.Command {
@@ -282,6 +285,7 @@ The exit code is non-zero when there is an error; warnings alone pass.`,
 	opts.Chart.AddFlags(fs)
 	fs.StringVar(&opts.Previous, "previous", opts.Previous, "An earlier version of the chart, a directory or archive or a chart URL: also check the conversion of its values to the chart's")
 	fs.StringVar(&opts.PreviousVersion, "previous-version", opts.PreviousVersion, "Exact chart version of --previous when it is a chart URL")
+	opts.Signature.AddFlags(fs)
 	return cmd
 }
 
@@ -342,6 +346,11 @@ func RunLint(ctx context.Context, out, _ io.Writer, opts *LintOptions) error {
 		}
 		fmt.Fprintf(out, "==> Linting %s %s, from %s\n", lc.Chart.Name(), lc.Chart.Metadata.Version, prev.Chart.Metadata.Version)
 	}
+	signature, err := lintSignature(source.Chart, &opts.Signature)
+	if err != nil {
+		return err
+	}
+	findings = append(findings, signature...)
 	counts := map[chartlint.Severity]int{}
 	for _, f := range findings {
 		counts[f.Severity]++
@@ -352,4 +361,48 @@ func RunLint(ctx context.Context, out, _ io.Writer, opts *LintOptions) error {
 		return fmt.Errorf("%w: %s %s: %d error(s)", ErrLint, lc.Chart.Name(), lc.Chart.Metadata.Version, counts[chartlint.SeverityError])
 	}
 	return nil
+}
+
+// lintSignature checks the signature of a local chart archive offline, when one is
+// beside it (ARCHIVE.prov) or given (--prov, --bundle), or when a key is given: an
+// unsigned archive is then an error too.
+func lintSignature(chartPath string, o *SignatureOptions) ([]chartlint.Finding, error) {
+	info, err := os.Stat(chartPath)
+	local := err == nil && !info.IsDir()
+	if !local {
+		if o.Prov != "" || o.Bundle != "" || o.hasKeys() {
+			return nil, usageErrorf("signatures are checked on a local chart archive (.tgz); %s is not one", chartPath)
+		}
+		return nil, nil
+	}
+	prov, bundle, err := o.material(chartPath)
+	if err != nil {
+		return nil, err
+	}
+	if len(prov) == 0 && len(bundle) == 0 && !o.hasKeys() {
+		return nil, nil
+	}
+	file := filepath.Base(chartPath)
+	if !o.hasKeys() {
+		return []chartlint.Finding{{Severity: chartlint.SeverityWarning, File: file,
+			Message: "a signature is given but no key to check it with (--keyring for a .prov; --key or the keyless flags for a bundle)"}}, nil
+	}
+	archive, err := readSmallArchive(chartPath)
+	if err != nil {
+		return nil, err
+	}
+	id, err := o.verify(archive, prov, bundle)
+	var usage usageError
+	switch {
+	case errors.As(err, &usage):
+		return nil, err
+	case err != nil:
+		return []chartlint.Finding{{Severity: chartlint.SeverityError, File: file, Message: err.Error()}}, nil
+	}
+	return []chartlint.Finding{{Severity: chartlint.SeverityInfo, File: file, Message: describeIdentity(id)}}, nil
+}
+
+func readSmallArchive(path string) ([]byte, error) {
+	archive, _, err := readArchive(path)
+	return archive, err
 }

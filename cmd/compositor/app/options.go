@@ -76,6 +76,9 @@ type ServeOptions struct {
 	PolicyDir string
 	// DisabledPolicies are ids of built-in policies switched off.
 	DisabledPolicies []string
+	// EnabledPolicies are ids of built-in policies that are off by default switched
+	// on, such as require-chart-verification.
+	EnabledPolicies []string
 	// PolicyTimeout bounds the evaluation of every policy for one request.
 	PolicyTimeout time.Duration
 	// ControllerImage is the image of the generated controller Deployments.
@@ -217,6 +220,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Directory of *.rego policies, reloaded when its files change")
 	fs.StringSliceVar(&o.DisabledPolicies, "disable-builtin-policy", o.DisabledPolicies, "Built-in policies to switch off, by id: "+strings.Join(policies.BuiltinIDs(), ", "))
+	fs.StringSliceVar(&o.EnabledPolicies, "enable-builtin-policy", o.EnabledPolicies, "Built-in policies that are off by default to switch on, by id: "+strings.Join(policies.OptInBuiltinIDs(), ", "))
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Deadline for evaluating the policies of one request; below --webhook-timeout")
 	fs.StringVar(&o.ControllerImage, "controller-image", o.ControllerImage, "Image of the controller Deployments generated for each definition version")
 	fs.BoolVar(&o.PolicyFailOpen, "policy-fail-open", o.PolicyFailOpen, "Admit, with a warning, a request whose policies could not be evaluated (default: deny)")
@@ -295,6 +299,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if unknown := slices.DeleteFunc(slices.Clone(o.DisabledPolicies), func(id string) bool { return slices.Contains(policies.BuiltinIDs(), id) }); len(unknown) > 0 {
 		errs = append(errs, fmt.Errorf("--disable-builtin-policy: unknown ids %s; the built-in policies are %s", strings.Join(unknown, ", "), strings.Join(policies.BuiltinIDs(), ", ")))
+	}
+	if unknown := slices.DeleteFunc(slices.Clone(o.EnabledPolicies), func(id string) bool { return slices.Contains(policies.OptInBuiltinIDs(), id) }); len(unknown) > 0 {
+		errs = append(errs, fmt.Errorf("--enable-builtin-policy: unknown ids %s; the built-in policies off by default are %s", strings.Join(unknown, ", "), strings.Join(policies.OptInBuiltinIDs(), ", ")))
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))

@@ -39,6 +39,7 @@ type PlanOptions struct {
 	// moved compositions are judged by, as for `compositor validate`.
 	PolicyDir        string
 	DisabledBuiltins []string
+	EnabledBuiltins  []string
 	PolicyTimeout    time.Duration
 	FailOpen         bool
 	// Kubeconfig is the cluster of `compositor plan DEFINITION` ("" as kubectl finds
@@ -119,6 +120,7 @@ version, --from-version or --to-version.`,
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", opts.Kubeconfig, "With DEFINITION: kubeconfig of the cluster (default as kubectl finds it)")
 	fs.StringVar(&opts.PolicyDir, "policy-dir", opts.PolicyDir, "Directory of *.rego policies, as the server's --policy-dir")
 	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin-policy", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable), as the server's flag: "+joinIDs())
+	fs.StringSliceVar(&opts.EnabledBuiltins, "enable-builtin-policy", opts.EnabledBuiltins, "Built-in policy off by default to switch on (repeatable), as the server's flag: "+strings.Join(policies.OptInBuiltinIDs(), ", "))
 	fs.DurationVar(&opts.PolicyTimeout, "policy-timeout", opts.PolicyTimeout, "Deadline of the policy evaluation of one composition")
 	fs.BoolVar(&opts.FailOpen, "policy-fail-open", opts.FailOpen, "Admit, with a warning, a composition whose deny policy cannot be evaluated")
 	// The chart access flags are those of crd and lint, but each chart has its own
@@ -200,7 +202,8 @@ func RunPlan(ctx context.Context, out, _ io.Writer, opts *PlanOptions) error {
 		compositions = append(compositions, o.Object)
 	}
 	checker, err := newChecker(ctx, &ValidateOptions{
-		PolicyDir: opts.PolicyDir, DisabledBuiltins: opts.DisabledBuiltins, PolicyTimeout: opts.PolicyTimeout, FailOpen: opts.FailOpen,
+		PolicyDir: opts.PolicyDir, DisabledBuiltins: opts.DisabledBuiltins, EnabledBuiltins: opts.EnabledBuiltins,
+		PolicyTimeout: opts.PolicyTimeout, FailOpen: opts.FailOpen,
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,6 @@ controller that installs one Helm release per composition, and guards every writ
 mutating, validating and conversion webhooks.`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newServeCommand(), newControllerCommand(), newDevCommand(), newPolicyCommand(), newValidateCommand(), newCRDCommand(), newLintCommand(), newConvertCommand(), newPlanCommand(), newRollbackCommand(), newSandboxWorkerCommand())
+	root.AddCommand(newServeCommand(), newControllerCommand(), newDevCommand(), newPolicyCommand(), newValidateCommand(), newCRDCommand(), newLintCommand(), newConvertCommand(), newPlanCommand(), newRollbackCommand(), newImportCommand(), newSandboxWorkerCommand())
 	return root
 }

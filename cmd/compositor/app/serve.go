@@ -209,7 +209,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, live client.Client, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
 	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
-	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies})
+	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies, EnabledBuiltins: opts.EnabledPolicies})
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,8 @@ type ValidateOptions struct {
 	PolicyDir string
 	// DisabledBuiltins are ids of built-in policies to switch off.
 	DisabledBuiltins []string
+	// EnabledBuiltins are ids of built-in policies off by default to switch on.
+	EnabledBuiltins []string
 	// Namespace is the namespace of objects that name none.
 	Namespace string
 	// NamespaceLabels are the labels of the objects' namespace, for namespaceSelector;
@@ -138,6 +140,7 @@ with --version, a direct https:// .tgz URL, or a Helm repository URL with --repo
 	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin-policy", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable), as the server's flag: "+joinIDs())
 	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable)")
 	_ = fs.MarkDeprecated("disable-builtin", "use --disable-builtin-policy, as the server does")
+	fs.StringSliceVar(&opts.EnabledBuiltins, "enable-builtin-policy", opts.EnabledBuiltins, "Built-in policy off by default to switch on (repeatable), as the server's flag: "+strings.Join(policies.OptInBuiltinIDs(), ", "))
 	fs.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "Namespace of the objects that name none")
 	fs.StringToStringVar(&opts.NamespaceLabels, "namespace-labels", opts.NamespaceLabels, "Labels of the objects' namespace, for namespaceSelector (k=v,...)")
 	fs.DurationVar(&opts.PolicyTimeout, "policy-timeout", opts.PolicyTimeout, "Deadline of the policy evaluation of one object")
@@ -285,10 +288,12 @@ func readObjects(file string, stdin io.Reader) ([]*unstructured.Unstructured, er
 // newChecker builds the checker the webhook uses: schemas, then the built-in
 // policies not switched off and those of the policy directory.
 func newChecker(ctx context.Context, opts *ValidateOptions) (*policies.Checker, error) {
-	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.FailOpen, DisabledBuiltins: opts.DisabledBuiltins})
+	engine, err := policies.NewEngine(ctx, policies.Options{
+		Timeout: opts.PolicyTimeout, FailOpen: opts.FailOpen, DisabledBuiltins: opts.DisabledBuiltins, EnabledBuiltins: opts.EnabledBuiltins,
+	})
 	if err != nil {
 		if errors.Is(err, policies.ErrUnknownBuiltin) {
-			return nil, usageError{fmt.Errorf("--disable-builtin-policy: %w", err)}
+			return nil, usageError{fmt.Errorf("--disable-builtin-policy or --enable-builtin-policy: %w", err)}
 		}
 		return nil, err
 	}

@@ -242,7 +242,7 @@ func TestValidateDefinitions(t *testing.T) {
 	assert.Equal(t, "CompositionDefinition/good is valid\n", stdout)
 	assert.Equal(t, strings.Join([]string{
 		"CompositionDefinition/bad is denied (Forbidden):",
-		`spec.chart.url: chart URL "http://charts.example.com" must use oci:// or https://; plain http:// is allowed only to a loopback address [policy chart-url-scheme]`,
+		`spec.chart.url: chart URL "http://charts.example.com" must use oci://, https:// or imported://; plain http:// is allowed only to a loopback address [policy chart-url-scheme]`,
 		`spec.chart.version: chart version "^1.1" must be an exact version such as 1.2.3, not a range [policy exact-chart-version]`,
 		"spec.chart.insecureSkipVerifyTLS: skipping TLS verification of the chart server is not allowed; give the server a certificate the cluster trusts [policy no-insecure-tls]",
 		"Error: 1 of 2 objects denied",
