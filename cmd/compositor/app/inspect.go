@@ -22,6 +22,7 @@ import (
 
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/chartlint"
+	"github.com/compositor-dev/compositor/chartverify"
 	"github.com/compositor-dev/compositor/generators/crd"
 )
 
@@ -387,22 +388,17 @@ func lintSignature(chartPath string, o *SignatureOptions) ([]chartlint.Finding, 
 		return []chartlint.Finding{{Severity: chartlint.SeverityWarning, File: file,
 			Message: "a signature is given but no key to check it with (--keyring for a .prov; --key or the keyless flags for a bundle)"}}, nil
 	}
-	archive, err := readSmallArchive(chartPath)
+	archive, _, err := readArchive(chartPath)
 	if err != nil {
 		return nil, err
 	}
 	id, err := o.verify(archive, prov, bundle)
-	var usage usageError
+	var refusal *chartverify.Error
 	switch {
-	case errors.As(err, &usage):
-		return nil, err
-	case err != nil:
+	case errors.As(err, &refusal):
 		return []chartlint.Finding{{Severity: chartlint.SeverityError, File: file, Message: err.Error()}}, nil
+	case err != nil:
+		return nil, err // a flag or file mistake, not a verdict on the signature
 	}
 	return []chartlint.Finding{{Severity: chartlint.SeverityInfo, File: file, Message: describeIdentity(id)}}, nil
-}
-
-func readSmallArchive(path string) ([]byte, error) {
-	archive, _, err := readArchive(path)
-	return archive, err
 }
