@@ -177,6 +177,16 @@ func TestSignedChartsAndAirGappedImport(t *testing.T) {
 	tamperedDir := t.TempDir()
 	tamper(t, tamperedDir, prov)
 	tampered := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: tamperedDir})
+	// Signed a day after its key expired.
+	lapsed, err := signing.NewPGPKey("Lapsed Team", "lapsed@example.com", signing.PGPKeyOptions{
+		Created: time.Now().Add(-72 * time.Hour), Lifetime: 24 * time.Hour})
+	require.NoError(t, err)
+	expiredDir := t.TempDir()
+	require.NoError(t, samplecharts.Package(expiredDir))
+	lateProv, err := lapsed.SignProvenanceWith(archive, signing.SignOptions{Time: time.Now().Add(-24 * time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(expiredDir, "fireworks-app-1.1.5.tgz.prov"), lateProv, 0o644))
+	expired := chartserver.NewRepository(t, chartserver.RepositoryOptions{Dir: expiredDir})
 
 	t.Run("a repository chart whose .prov checks", func(t *testing.T) {
 		keySecret(t, cp, "signed", "pubring.gpg", team.PublicKeyring()) // binary this time
@@ -194,10 +204,12 @@ func TestSignedChartsAndAirGappedImport(t *testing.T) {
 		keySecret(t, cp, "wrong-key", "pubring.gpg", stranger.ArmoredPublicKeyring())
 		keySecret(t, cp, "unsigned", "pubring.gpg", team.ArmoredPublicKeyring())
 		keySecret(t, cp, "tampered", "pubring.gpg", team.ArmoredPublicKeyring())
+		keySecret(t, cp, "expired", "pubring.gpg", lapsed.ArmoredPublicKeyring())
 		for _, m := range []string{
 			signedDefinition("wrong-key", good.URL, "fireworks-app", provenanceVerify("wrong-key")),
 			signedDefinition("unsigned", unsigned.URL, "fireworks-app", provenanceVerify("unsigned")),
 			signedDefinition("tampered", tampered.URL, "fireworks-app", provenanceVerify("tampered")),
+			signedDefinition("expired", expired.URL, "fireworks-app", provenanceVerify("expired")),
 		} {
 			res := cp.Kubectl(ctx, m, "apply", "-f", "-")
 			require.NoError(t, res.Err, res.Stderr)
@@ -205,6 +217,7 @@ func TestSignedChartsAndAirGappedImport(t *testing.T) {
 		requireRefused(t, cp, "wrong-key", "ChartSignedByUnknownKey", "which the keyring does not hold")
 		requireRefused(t, cp, "unsigned", "ChartUnsigned", "no .prov file")
 		requireRefused(t, cp, "tampered", "ChartTampered", "is not the")
+		requireRefused(t, cp, "expired", "ChartSignatureExpired", "expired on")
 
 		// A keyring in another namespace is refused at apply, before any read.
 		res := cp.Kubectl(ctx, signedDefinition("wrong-key", good.URL, "fireworks-app", provenanceVerify("signed")), "apply", "-f", "-")
