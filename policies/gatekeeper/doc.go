@@ -8,7 +8,10 @@
 // object at a time (Library.Review): every constraint whose match selects the object
 // (Constraint.Matches, Gatekeeper's rules) runs its template with the input Gatekeeper
 // builds, input.review (the AdmissionRequest's kind, name, namespace, operation,
-// userInfo, object, oldObject, and namespaceObject) and input.parameters.
+// userInfo, object, oldObject, and namespaceObject) and input.parameters. The
+// constraints that select an object are evaluated together, in one evaluation of the
+// library's batch, each template in a place of its own (batch.go), with the verdicts
+// each constraint's own query would give.
 //
 // Compositor reviews what a composition will render: Expand gives the Pod a workload's
 // pod template implies (as Gatekeeper's ExpansionTemplates do), and a template that

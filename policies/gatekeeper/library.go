@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -15,11 +16,16 @@ import (
 type Library struct {
 	templates   map[string]*Template // by kind
 	constraints []*Constraint        // by kind, then name
+	// batch evaluates the constraints that match an object together (batch.go); nil
+	// when fewer than two of them can be.
+	batch *batch
 }
 
 // NewLibrary returns the library of templates and constraints. A constraint whose kind
 // no template defines is left out, and so is one that is not enforced here (a scoped
-// action naming other enforcement points).
+// action naming other enforcement points). With two constraints or more, it compiles
+// them into one batch (batch.go), or takes the batch of a recent library with the same
+// templates and constraints.
 func NewLibrary(templates []*Template, constraints []*Constraint) *Library {
 	l := &Library{templates: make(map[string]*Template, len(templates))}
 	for _, t := range templates {
@@ -33,6 +39,9 @@ func NewLibrary(templates []*Template, constraints []*Constraint) *Library {
 	slices.SortFunc(l.constraints, func(a, b *Constraint) int {
 		return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name)
 	})
+	if len(l.constraints) >= 2 {
+		l.batch = batchOf(l.templates, l.constraints)
+	}
 	return l
 }
 
@@ -98,52 +107,115 @@ type Result struct {
 // Review evaluates every constraint that matches s and returns its violations, in the
 // order of the constraints. A constraint whose match cannot be decided or whose
 // evaluation fails yields one Result with Err set; the caller decides what that does.
+//
+// The constraints that match are evaluated together, in one evaluation (batch.go),
+// when there are two or more of them; when that evaluation fails, each is evaluated on
+// its own, so that a failure is its constraint's alone.
 func (l *Library) Review(ctx context.Context, s *Subject, req *Request) []Result {
+	if l.Empty() {
+		return nil
+	}
+	return l.review(ctx, s, req, l.batch)
+}
+
+// batchFailures counts the batches whose evaluation failed, so that each of their
+// constraints was evaluated on its own.
+var batchFailures atomic.Uint64
+
+// reviewEach is Review with every constraint evaluated on its own.
+func (l *Library) reviewEach(ctx context.Context, s *Subject, req *Request) []Result {
+	return l.review(ctx, s, req, nil)
+}
+
+// Outcomes of a constraint's match in a review.
+const (
+	unmatched = iota
+	matched
+	matchFailed
+	batched // matched, and evaluated in the batch
+)
+
+func (l *Library) review(ctx context.Context, s *Subject, req *Request, b *batch) []Result {
 	if l.Empty() {
 		return nil
 	}
 	if req == nil {
 		req = &Request{}
 	}
-	var out []Result
-	// The review is converted for Rego once, at the first constraint that matches, and
-	// shared by all: converting it lazily again for each would cost more than most
-	// templates' evaluation.
-	var review, inventory *ast.Term
-	var convErr error
-	for _, c := range l.constraints {
+	state := make([]uint8, len(l.constraints))
+	var matchErrs []error
+	var count, referential int
+	for i, c := range l.constraints {
 		ok, err := c.Matches(s)
-		if err != nil {
-			out = append(out, Result{Constraint: c, Err: err, Generated: s.Generated})
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if review == nil && convErr == nil {
-			var v ast.Value
-			if v, convErr = ast.InterfaceToValue(reviewInput(s, req)); convErr == nil {
-				review = ast.NewTerm(v)
+		switch {
+		case err != nil:
+			state[i] = matchFailed
+			matchErrs = append(matchErrs, err)
+		case ok:
+			state[i] = matched
+			count++
+			if l.templates[c.Kind].Referential {
+				referential++
 			}
 		}
-		if convErr != nil {
-			out = append(out, Result{Constraint: c, Err: fmt.Errorf("input.review: %w", convErr), Generated: s.Generated})
-			continue
+	}
+	// The review is converted for Rego once, and shared by all the constraints: converting
+	// it again for each would cost more than most templates' evaluation.
+	var review, inventory *ast.Term
+	var convErr, invErr error
+	if count > 0 {
+		var v ast.Value
+		if v, convErr = ast.InterfaceToValue(reviewInput(s, req)); convErr == nil {
+			review = ast.NewTerm(v)
 		}
-		t := l.templates[c.Kind]
-		if t.Referential && inventory == nil {
-			inv := req.Inventory
-			if inv == nil {
-				inv = map[string]any{}
-			}
-			v, err := ast.InterfaceToValue(inv)
-			if err != nil {
-				out = append(out, Result{Constraint: c, Err: fmt.Errorf("data.inventory: %w", err), Generated: s.Generated})
-				continue
-			}
+	}
+	if referential > 0 && convErr == nil {
+		inv := req.Inventory
+		if inv == nil {
+			inv = map[string]any{}
+		}
+		var v ast.Value
+		if v, invErr = ast.InterfaceToValue(inv); invErr == nil {
 			inventory = ast.NewTerm(v)
+		} else {
+			invErr = fmt.Errorf("data.inventory: %w", invErr)
 		}
-		rs, err := t.eval(ctx, review, c.params, inventory)
+	}
+	var results *[2]ast.Object
+	if b != nil && count >= 2 && convErr == nil {
+		results = l.evalBatch(ctx, b, state, review, inventory)
+	}
+	var out []Result
+	for i, c := range l.constraints {
+		var rs []Result
+		var err error
+		switch state[i] {
+		case unmatched:
+			continue
+		case matchFailed:
+			err, matchErrs = matchErrs[0], matchErrs[1:]
+		case batched:
+			if results != nil {
+				set := results[0]
+				if b.slots[i].mode != direct {
+					set = results[1]
+				}
+				rs, err = batchViolations(set.Get(b.slots[i].name))
+				break
+			}
+			// The batch failed: this constraint is evaluated on its own.
+			fallthrough
+		case matched:
+			t := l.templates[c.Kind]
+			switch {
+			case convErr != nil:
+				err = fmt.Errorf("input.review: %w", convErr)
+			case t.Referential && invErr != nil:
+				err = invErr
+			default:
+				rs, err = t.eval(ctx, review, c.params, inventory)
+			}
+		}
 		if err != nil {
 			out = append(out, Result{Constraint: c, Err: err, Generated: s.Generated})
 			continue
@@ -154,6 +226,46 @@ func (l *Library) Review(ctx context.Context, s *Subject, req *Request) []Result
 		}
 	}
 	return out
+}
+
+// evalBatch evaluates in b the matched constraints it holds, marking them batched in
+// state; it returns their violations by name, nil when there are fewer than two of
+// them or the evaluation fails.
+func (l *Library) evalBatch(ctx context.Context, b *batch, state []uint8, review, inventory *ast.Term) *[2]ast.Object {
+	var lists [wrappedReferential + 1][]*ast.Term
+	n := 0
+	for i, c := range l.constraints {
+		slot := b.slots[i]
+		if state[i] != matched || slot.mode == notBatched || (l.templates[c.Kind].Referential && inventory == nil) {
+			continue
+		}
+		lists[slot.mode] = append(lists[slot.mode], slot.name)
+		n++
+	}
+	if n < 2 {
+		return nil
+	}
+	items := make([][2]*ast.Term, 0, 6)
+	items = append(items,
+		ast.Item(ast.InternedTerm("review"), review),
+		ast.Item(ast.InternedTerm("params"), b.params),
+		ast.Item(ast.InternedTerm("direct"), ast.ArrayTerm(lists[direct]...)),
+		ast.Item(ast.InternedTerm("wrapped"), ast.ArrayTerm(lists[wrapped]...)),
+		ast.Item(ast.InternedTerm("wrappedReferential"), ast.ArrayTerm(lists[wrappedReferential]...)))
+	if inventory != nil {
+		items = append(items, ast.Item(ast.InternedTerm("inventory"), inventory))
+	}
+	for i, c := range l.constraints {
+		if state[i] == matched && b.slots[i].mode != notBatched && (!l.templates[c.Kind].Referential || inventory != nil) {
+			state[i] = batched
+		}
+	}
+	results, err := b.eval(ctx, ast.NewObject(items...), len(lists[wrapped])+len(lists[wrappedReferential]) > 0)
+	if err != nil {
+		batchFailures.Add(1)
+		return nil
+	}
+	return &results
 }
 
 // Matching lists the constraints whose match selects s.
@@ -221,7 +333,41 @@ func (t *Template) eval(ctx context.Context, review, params, inventory *ast.Term
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	set, _ := rs[0].Bindings["violation"].([]any)
+	return violations(rs[0].Bindings["violation"])
+}
+
+// batchViolations are the Results of a template's violation as a batch gives it: as
+// Rego holds it, nil when undefined.
+func batchViolations(t *ast.Term) ([]Result, error) {
+	if t == nil {
+		return nil, nil
+	}
+	switch v := t.Value.(type) {
+	case ast.Set:
+		if v.Len() == 0 {
+			return nil, nil
+		}
+	case *ast.Array:
+		if v.Len() == 0 {
+			return nil, nil
+		}
+	default:
+		// Not a collection: no violations, as violations finds.
+		return nil, nil
+	}
+	v, err := ast.JSON(t.Value)
+	if err != nil {
+		return nil, err
+	}
+	return violations(v)
+}
+
+// violations are the Results of a template's violation, as Rego gives it to Go.
+func violations(v any) ([]Result, error) {
+	set, _ := v.([]any)
+	if len(set) == 0 {
+		return nil, nil
+	}
 	out := make([]Result, 0, len(set))
 	for _, v := range set {
 		m, ok := v.(map[string]any)

@@ -113,22 +113,9 @@ func Verify(ctx context.Context, path string, opts Options) SuiteResult {
 		res.Err = err
 		return res
 	}
-	// YAML 1.2, as gator reads suites: "violations: yes" is the string yes.
-	var doc any
-	var s Suite
-	err = goyaml3.Unmarshal(data, &doc)
-	if err == nil {
-		var raw []byte
-		if raw, err = json.Marshal(doc); err == nil {
-			err = json.Unmarshal(raw, &s)
-		}
-	}
+	s, err := readSuite(data)
 	if err != nil {
-		res.Err = fmt.Errorf("reading the suite: %w", err)
-		return res
-	}
-	if s.Kind != "Suite" || !strings.HasPrefix(s.APIVersion, "test.gatekeeper.sh/") {
-		res.Err = fmt.Errorf("not a Suite of test.gatekeeper.sh (apiVersion %q, kind %q)", s.APIVersion, s.Kind)
+		res.Err = err
 		return res
 	}
 	dir := filepath.Dir(path)
@@ -137,6 +124,27 @@ func Verify(ctx context.Context, path string, opts Options) SuiteResult {
 		res.Cases = append(res.Cases, runTest(ctx, dir, &t, s.Skip, opts)...)
 	}
 	return res
+}
+
+// readSuite reads a Suite file.
+func readSuite(data []byte) (Suite, error) {
+	// YAML 1.2, as gator reads suites: "violations: yes" is the string yes.
+	var doc any
+	var s Suite
+	err := goyaml3.Unmarshal(data, &doc)
+	if err == nil {
+		var raw []byte
+		if raw, err = json.Marshal(doc); err == nil {
+			err = json.Unmarshal(raw, &s)
+		}
+	}
+	if err != nil {
+		return s, fmt.Errorf("reading the suite: %w", err)
+	}
+	if s.Kind != "Suite" || !strings.HasPrefix(s.APIVersion, "test.gatekeeper.sh/") {
+		return s, fmt.Errorf("not a Suite of test.gatekeeper.sh (apiVersion %q, kind %q)", s.APIVersion, s.Kind)
+	}
+	return s, nil
 }
 
 func runTest(ctx context.Context, dir string, t *SuiteTest, skip bool, opts Options) []CaseResult {
@@ -233,36 +241,10 @@ func runCase(ctx context.Context, dir string, lib *Library, c *SuiteCase) error 
 	if len(c.Assertions) == 0 {
 		return errors.New("the case has no assertions")
 	}
-	objs, err := readObjects(filepath.Join(dir, c.Object))
+	s, req, err := loadCase(dir, c)
 	if err != nil {
 		return err
 	}
-	if len(objs) != 1 {
-		return fmt.Errorf("object %s: the file holds %d objects, want 1", c.Object, len(objs))
-	}
-	var inventory []*Subject
-	namespaces := map[string]map[string]any{}
-	for _, p := range c.Inventory {
-		inv, err := readObjects(filepath.Join(dir, p))
-		if err != nil {
-			return err
-		}
-		for _, o := range inv {
-			s := SubjectOf(o)
-			inventory = append(inventory, s)
-			if s.isNamespace() {
-				namespaces[s.name()] = o
-			}
-		}
-	}
-	s, req, err := caseSubject(objs[0])
-	if err != nil {
-		return err
-	}
-	if s.NamespaceObject == nil && s.Namespace != "" {
-		s.NamespaceObject = namespaces[s.Namespace]
-	}
-	req.Inventory = Inventory(inventory)
 	results := lib.Review(ctx, s, req)
 	for _, r := range results {
 		if r.Err != nil {
@@ -275,6 +257,41 @@ func runCase(ctx context.Context, dir string, lib *Library, c *SuiteCase) error 
 		}
 	}
 	return nil
+}
+
+// loadCase reads a case's object and inventory: what to review, and how.
+func loadCase(dir string, c *SuiteCase) (*Subject, *Request, error) {
+	objs, err := readObjects(filepath.Join(dir, c.Object))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(objs) != 1 {
+		return nil, nil, fmt.Errorf("object %s: the file holds %d objects, want 1", c.Object, len(objs))
+	}
+	var inventory []*Subject
+	namespaces := map[string]map[string]any{}
+	for _, p := range c.Inventory {
+		inv, err := readObjects(filepath.Join(dir, p))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range inv {
+			s := SubjectOf(o)
+			inventory = append(inventory, s)
+			if s.isNamespace() {
+				namespaces[s.name()] = o
+			}
+		}
+	}
+	s, req, err := caseSubject(objs[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.NamespaceObject == nil && s.Namespace != "" {
+		s.NamespaceObject = namespaces[s.Namespace]
+	}
+	req.Inventory = Inventory(inventory)
+	return s, req, nil
 }
 
 // caseSubject is the subject of a case's object: the object itself, or the request

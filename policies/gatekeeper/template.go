@@ -115,6 +115,17 @@ type Template struct {
 	ReadsHistory bool
 
 	query rego.PreparedEvalQuery
+	// What a Library needs to compile the template together with others (batch.go):
+	// its modules as parsed and checked (never modified), its package, the
+	// capabilities it compiled with, an identity for the cache of such compilations,
+	// whether it may be relocated, and whether it reads of input only input.review and
+	// input.parameters.
+	modules     map[string]*ast.Module
+	own         ast.Ref
+	caps        *ast.Capabilities
+	id          uint64
+	relocatable bool
+	plainInput  bool
 }
 
 // Options are how templates compile.
@@ -226,6 +237,8 @@ func Compile(ctx context.Context, t *TemplateSource, opts Options) (*Template, e
 		return nil, fmt.Errorf("rego: %w", err)
 	}
 	out.query = pq
+	out.modules, out.own, out.caps, out.id = modules, own, caps, templateIDs.Add(1)
+	out.relocatable, out.plainInput = relocatable(own, modules), readsInputPlainly(modules)
 	return out, nil
 }
 
