@@ -167,9 +167,13 @@ func pinnedChart(def *corev1alpha1.CompositionDefinition) (corev1alpha1.ServedCh
 }
 
 // Chart returns the chart the definition serves, the content of its status digest and
-// nothing else: from memory when it was loaded before, else from the archive kept in
+// nothing else, and only under a record of its check when spec.chart.verify asks for one
+// (ErrNotVerified): from memory when it was loaded before, else from the archive kept in
 // the cluster, else from its chart source.
 func (c *Source) Chart(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*chart.Chart, string, error) {
+	if err := checkVerified(def); err != nil {
+		return nil, "", err
+	}
 	var storeErr error
 	if digest := def.Status.Digest; digest != "" {
 		if ch, ok := c.memory().Get(digest); ok {

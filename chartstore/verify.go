@@ -2,6 +2,7 @@ package chartstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -67,6 +68,25 @@ func (c *Source) Verify(ctx context.Context, def *corev1alpha1.CompositionDefini
 		return nil, refused(chartverify.Refuse(chartverify.ReasonInvalid, "spec.chart.verify names neither provenance nor cosign"))
 	}
 	return &id, nil
+}
+
+// ErrNotVerified means the definition asks for its chart to be verified and its status
+// records no check of the chart it serves: not yet, or the last check failed.
+var ErrNotVerified = errors.New("the chart's signature is not verified")
+
+// checkVerified refuses the chart def serves (or a view of a version it retains,
+// ownership.At) when spec.chart.verify asks for a check and none of that very archive is
+// on record: every user of a definition's chart (admission, the controllers, the audit)
+// gets it through Chart, so a chart whose check fails serves no one.
+func checkVerified(def *corev1alpha1.CompositionDefinition) error {
+	if def.Spec.Chart.Verify == nil {
+		return nil
+	}
+	if v := def.Status.Verification; v != nil && v.Digest != "" && v.Digest == def.Status.Digest {
+		return nil
+	}
+	return fmt.Errorf("%w: CompositionDefinition %s/%s asks for it (spec.chart.verify) and records no check of %s; see its Synced condition",
+		ErrNotVerified, def.Namespace, def.Name, def.Status.Digest)
 }
 
 // material is the signature that came with a chart.

@@ -83,6 +83,7 @@ func At(def *corev1alpha1.CompositionDefinition, gvk schema.GroupVersionKind) *c
 		view := *def // the copy's slices and maps are shared: it is only read
 		view.Spec.Chart.Version = r.Chart
 		view.Status.APIVersion, view.Status.Digest, view.Status.PackageURL = r.APIVersion, r.Digest, r.PackageURL
+		view.Status.Verification = r.Verification
 		return &view
 	}
 	return nil

@@ -90,9 +90,10 @@ type Reconciler struct {
 // finds its definitions without listing (and copying) all of them: a thousand
 // definitions and the Secrets of ten thousand Helm releases make that the hot path.
 const (
-	// credentialsIndex is "<namespace>/<name>" of the Secret a definition's chart
-	// credentials name.
-	credentialsIndex = "spec.chart.credentials.passwordRef"
+	// credentialsIndex is "<namespace>/<name>" of the Secrets a definition's chart
+	// credentials and verification name (secretRefs): a password changed, or a key
+	// taken out of a keyring, is acted on at once.
+	credentialsIndex = "spec.chart.secretRefs"
 	// crdIndex is the name of the CRD a definition generates.
 	crdIndex = "status.crd"
 )
@@ -100,10 +101,11 @@ const (
 // indexDefinitions adds credentialsIndex and crdIndex to a cache of definitions.
 func indexDefinitions(ctx context.Context, indexer client.FieldIndexer) error {
 	err := indexer.IndexField(ctx, &corev1alpha1.CompositionDefinition{}, credentialsIndex, func(obj client.Object) []string {
-		if c := obj.(*corev1alpha1.CompositionDefinition).Spec.Chart.Credentials; c != nil {
-			return []string{c.PasswordRef.Namespace + "/" + c.PasswordRef.Name}
+		var out []string
+		for _, ref := range secretRefs(obj.(*corev1alpha1.CompositionDefinition)) {
+			out = append(out, ref.Namespace+"/"+ref.Name)
 		}
-		return nil
+		return out
 	})
 	if err != nil {
 		return err
@@ -204,7 +206,7 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err == nil {
 		// Nothing of a chart is used before its signature checks.
 		if verified, err = r.Charts.Verify(ctx, def, chart); err != nil {
-			return r.fail(def, err)
+			return r.refuseUnverified(def, chart.Digest, err)
 		}
 	} else {
 		if chart, outage = r.keptChart(ctx, def, err); chart == nil {
@@ -231,10 +233,9 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 		return r.fail(def, err)
 	}
 	previous, previousResource := previousVersion(def), def.Status.Resource
-	if err := r.publishStatus(ctx, def, chart, api, claimed); err != nil {
+	if err := r.publishStatus(ctx, def, chart, api, claimed, verified); err != nil {
 		return r.fail(def, err)
 	}
-	recordVerification(def, verified)
 	next, err := r.advanceRollout(ctx, def, api, chart)
 	if err != nil {
 		return r.fail(def, err)
@@ -303,10 +304,13 @@ func (r *Reconciler) claimAPI(ctx context.Context, def *corev1alpha1.Composition
 // at once when it names a new version or chart, before any composition is moved there:
 // the webhooks find a composition's chart through the status, and refuse a write
 // through a version no status names.
-func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI, claimed map[string]bool) error {
+func (r *Reconciler) publishStatus(ctx context.Context, def *corev1alpha1.CompositionDefinition, fetched *chartfetch.Result, api *generatedAPI, claimed map[string]bool, verified *chartverify.Identity) error {
 	before := def.DeepCopy()
 	beginRollout(def, api, fetched, claimed)
 	r.recordStatus(def, fetched, api)
+	// With the digest, never after it: the chart store serves a chart that must be
+	// verified only under a record of its check.
+	recordVerification(def, verified)
 	if before.Status.APIVersion == def.Status.APIVersion && before.Status.Digest == def.Status.Digest {
 		return nil // written with the other changes at the end of the reconciliation
 	}

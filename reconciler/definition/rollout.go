@@ -115,6 +115,9 @@ func servedChart(def *corev1alpha1.CompositionDefinition) (corev1alpha1.ServedCh
 		return corev1alpha1.ServedChart{}, false
 	}
 	out := corev1alpha1.ServedChart{APIVersion: gvk.GroupVersion().String(), Digest: def.Status.Digest, PackageURL: def.Status.PackageURL}
+	if v := def.Status.Verification; v != nil && v.Digest == def.Status.Digest {
+		out.Verification = v.DeepCopy()
+	}
 	for _, v := range def.Status.Managed.VersionInfo {
 		if v.Version == gvk.Version {
 			out.Chart = v.Chart

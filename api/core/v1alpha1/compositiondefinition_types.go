@@ -85,13 +85,16 @@ type CosignVerification struct {
 type CosignKeyless struct {
 	// Issuer is the OIDC issuer the certificate names, exactly.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
 	Issuer string `json:"issuer"`
 
 	// Subject is the certificate's subject (its SAN: an email or URI), exactly.
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Subject string `json:"subject,omitempty"`
 
-	// SubjectRegExp is a regular expression the whole subject must match.
+	// SubjectRegExp is a regular expression (Go syntax) the whole subject must match.
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	SubjectRegExp string `json:"subjectRegExp,omitempty"`
 

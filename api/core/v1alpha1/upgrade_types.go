@@ -89,6 +89,10 @@ type ServedChart struct {
 	// PackageURL is the URL the archive was downloaded from.
 	// +optional
 	PackageURL string `json:"packageUrl,omitempty"`
+	// Verification is what the check of this chart's signature proved, when the
+	// definition asks for one.
+	// +optional
+	Verification *ChartVerificationStatus `json:"verification,omitempty"`
 }
 
 // PlanSummary is what moving the compositions to the new chart version would do (the
