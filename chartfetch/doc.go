@@ -2,7 +2,9 @@
 // (docs/architecture.md#chart-sources, docs/tenancy.md#chart-sources-and-the-network):
 // from a Helm repository (index.yaml), from an OCI registry through Helm's registry
 // client, or from a direct .tgz URL. Archives land in a content-addressed on-disk cache
-// keyed by their sha256 digest, so a resync does not download them again.
+// keyed by their sha256 digest, so a resync of the same source with the same
+// credentials does not download them again (see "Cache and credentials" for who else
+// the cache answers, and for restarts).
 //
 // A chart URL comes from a user's manifest, so everything here treats it as hostile.
 //
@@ -47,9 +49,34 @@
 //
 // # Cache and credentials
 //
-// A Helm repository's index and an OCI manifest are fetched on every Fetch with the
-// caller's credentials, so a cached archive is only served to a caller that could read
-// its source. A direct URL has nothing to check first: its URL→digest memo is kept on
-// disk for anonymous URLs and only in memory (keyed by an HMAC with a per-process key)
-// when credentials are involved, so credentials never reach the disk.
+// A digest opens nothing. A repository's index and a registry's answer to a tag name
+// whatever digest their owner likes (a registry's Docker-Content-Digest header on a
+// HEAD cannot even be checked), and digests are not secret: definitions' status and
+// events show them. So the cache never serves an archive because a source names its
+// digest. It serves one only when a memo records that this very source, asked the
+// same way by a caller with the same credentials, served those bytes before:
+//
+//   - Helm repository: the index is read on every Fetch with the caller's
+//     credentials. The memo is keyed by the repository URL, the chart, the version
+//     and the resolved archive URL the index names, and holds the digest that
+//     download had; it answers only when that digest equals the one the index states
+//     now (when it states one). Otherwise the archive is downloaded from that URL and
+//     checked against the index's digest, even when the cache already holds those
+//     bytes: another repository whose index names a private archive's digest, or its
+//     URL, gets a download that the archive's origin refuses or that does not match.
+//   - OCI: the manifest is resolved on every Fetch with the caller's credentials (or,
+//     without them, Helm's registry config file, which every such caller shares). The
+//     memo is keyed by the repository (host:port/path/name), the version and the
+//     manifest digest; without it the archive is pulled by manifest digest from that
+//     repository.
+//   - Direct URL: there is nothing to check first. The memo is keyed by the URL and
+//     the version, and a hit does not contact the URL at all, so access revoked there
+//     shows only when the memo is gone.
+//
+// Memos of anonymous fetches are kept on disk (refs/, beside the archives) and
+// survive a restart. Memos of fetches with credentials are kept only in memory, keyed
+// by an HMAC (with a per-process key) of the memo key, the username and the password:
+// credentials never reach the disk, a caller with other credentials or none never
+// finds the entry, and after a restart the first fetch with credentials downloads
+// again. A memo of anonymous fetches answers only anonymous callers.
 package chartfetch

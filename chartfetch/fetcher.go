@@ -24,8 +24,9 @@ type Fetcher struct {
 	opts  Options
 	cache *diskCache // nil: no disk cache
 
-	// Memo for direct URLs fetched with credentials: kept in memory only, keyed by
-	// an HMAC so the map never holds a password.
+	// Memo of what sources fetched with credentials served (direct URLs, repository
+	// archive URLs, OCI manifests): kept in memory only, keyed by an HMAC so the map
+	// never holds a password.
 	memoKey []byte
 	mu      sync.Mutex
 	memo    map[string]string
@@ -113,10 +114,8 @@ func (f *Fetcher) fetch(ctx context.Context, ref Ref) (*Result, error) {
 // a URL→digest memo stands in: on disk for anonymous URLs, in memory otherwise.
 func (f *Fetcher) fetchDirect(ctx context.Context, ref Ref, u *url.URL) (*Result, error) {
 	memoKey := memoKey("url", u.String(), "", ref.Version, "")
-	if digest, ok := f.lookupMemo(memoKey, ref); ok {
-		if res, ok := f.fromCache(ref, digest, u.String()); ok {
-			return res, nil
-		}
+	if res, ok := f.cachedFor(memoKey, ref, "", u.String()); ok {
+		return res, nil
 	}
 	s, err := f.newSession(ctx, ref, f.opts.Limits.MaxArchiveBytes)
 	if err != nil {
@@ -135,7 +134,23 @@ func (f *Fetcher) fetchDirect(ctx context.Context, ref Ref, u *url.URL) (*Result
 	return res, nil
 }
 
-// fromCache loads the cached archive with this digest, if there is one.
+// cachedFor returns the cached archive that the source named by key served before to
+// a caller with ref's credentials: the memo under key, looked up with those
+// credentials, names its digest, which must equal wantDigest when the source states
+// one now. The archive is loaded against ref. A digest alone never opens the cache: a
+// repository's index or a registry can name any digest, and digests are not secret
+// (definitions' status and events show them), so answering from it would hand
+// another tenant's private archive to whoever names its digest.
+func (f *Fetcher) cachedFor(key string, ref Ref, wantDigest, packageURL string) (*Result, bool) {
+	digest, ok := f.lookupMemo(key, ref)
+	if !ok || !validDigest(digest) || wantDigest != "" && digest != wantDigest {
+		return nil, false
+	}
+	return f.fromCache(ref, digest, packageURL)
+}
+
+// fromCache loads the cached archive with this digest, if there is one. Callers go
+// through cachedFor, which decides whether this caller may have it.
 func (f *Fetcher) fromCache(ref Ref, digest, packageURL string) (*Result, bool) {
 	data, ok := f.cache.blob(digest, f.opts.Limits.MaxArchiveBytes)
 	if !ok {

@@ -12,7 +12,6 @@ import (
 	"path"
 	"strings"
 
-	"github.com/go-logr/logr"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"helm.sh/helm/v4/pkg/registry"
 	"oras.land/oras-go/v2/errdef"
@@ -22,8 +21,9 @@ import (
 
 // fetchOCI pulls oci://host/path/name at ref.Version through Helm's registry client.
 // The manifest is resolved on every call, with the caller's credentials; the archive
-// is pulled (by manifest digest, so a moving tag cannot race us) only when the cache
-// does not hold it.
+// is pulled (by manifest digest, so a moving tag cannot race us) unless this
+// repository served that manifest's archive to a caller with the same credentials
+// before and the cache still holds it.
 func (f *Fetcher) fetchOCI(ctx context.Context, ref Ref, u *url.URL) (*Result, error) {
 	repository, err := ociRepository(u, ref.Version, f.opts.DialGuard)
 	if err != nil {
@@ -34,7 +34,7 @@ func (f *Fetcher) fetchOCI(ctx context.Context, ref Ref, u *url.URL) (*Result, e
 	taggedRef := repository + ":" + strings.ReplaceAll(ref.Version, "+", "_")
 	packageURL := "oci://" + repository + ":" + ref.Version
 	// The chart inside must be named like the repository's last path element (Helm
-	// refuses to push it otherwise).
+	// refuses to push it otherwise). want keeps ref's credentials.
 	want := ref
 	want.Repo = path.Base(repository)
 
@@ -51,10 +51,16 @@ func (f *Fetcher) fetchOCI(ctx context.Context, ref Ref, u *url.URL) (*Result, e
 	}
 	defer s.close()
 
+	// Resolving a tag is a HEAD request whose Docker-Content-Digest header the client
+	// cannot check, so the manifest digest is whatever the registry says, and another
+	// registry can name this one's. The memo records what this repository, asked for
+	// this manifest by a caller with these credentials, served (on disk when anonymous,
+	// in memory otherwise); another registry or repository, or a caller with other
+	// credentials, pulls, and the registry decides.
 	manifestDigest := desc.Digest.String()
-	memoKey := "oci-manifest\x00" + manifestDigest
-	if d, ok := f.cache.memo(memoKey); ok && validDigest(manifestDigest) {
-		if res, ok := f.fromCache(want, d, packageURL); ok {
+	memoKey := memoKey("oci", repository, want.Repo, ref.Version, manifestDigest)
+	if validDigest(manifestDigest) {
+		if res, ok := f.cachedFor(memoKey, want, "", packageURL); ok {
 			return res, nil
 		}
 	}
@@ -68,9 +74,7 @@ func (f *Fetcher) fetchOCI(ctx context.Context, ref Ref, u *url.URL) (*Result, e
 		return nil, err
 	}
 	if validDigest(manifestDigest) {
-		if err := f.cache.putMemo(memoKey, res.Digest); err != nil {
-			logr.FromContextOrDiscard(ctx).Error(err, "cannot write chart cache memo")
-		}
+		f.storeMemo(ctx, memoKey, ref, res.Digest)
 	}
 	return res, nil
 }

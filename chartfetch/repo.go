@@ -14,9 +14,12 @@ import (
 )
 
 // fetchRepo resolves ref.Repo@ref.Version in a Helm repository's index.yaml and
-// downloads the archive unless the cache already holds the digest the index names.
-// The index is read on every call, with the caller's credentials, so a cache hit never
-// skips the repository's access check.
+// downloads the archive the index names. The index is read on every call, with the
+// caller's credentials. The digest the index states is no reason to skip the download
+// on its own: the index is whatever its repository says, and digests are not secret.
+// The cache answers only when this repository's index already named this archive URL
+// to a caller with the same credentials and the download gave the bytes the index
+// now names (see cachedFor).
 func (f *Fetcher) fetchRepo(ctx context.Context, ref Ref, repoURL *url.URL) (*Result, error) {
 	if ref.Version == "" {
 		return nil, fmt.Errorf("%w: a Helm repository needs an exact chart version", ErrInvalidRef)
@@ -67,32 +70,26 @@ func (f *Fetcher) fetchRepo(ctx context.Context, ref Ref, repoURL *url.URL) (*Re
 	}
 	packageURL := archiveURL.String()
 
-	// The index's digest is the cache key when it gives one; otherwise a memo stands
-	// in, keyed by the repository, chart, version and archive URL and, through
-	// lookupMemo, by the credentials: it never answers a direct fetch of the archive URL,
-	// nor a caller with other credentials.
-	digest := normalizeDigest(cv.Digest)
+	// The memo records what this repository's archive URL served, for this chart and
+	// version, to a caller with these credentials (on disk when anonymous, in memory
+	// otherwise). It never answers a direct fetch of the archive URL, another
+	// repository whose index names the same URL or digest, nor a caller with other
+	// credentials: they download, and the archive's origin decides.
+	indexDigest := normalizeDigest(cv.Digest)
 	memoKey := memoKey("repo", repoURL.String(), ref.Repo, ref.Version, packageURL)
-	if digest == "" {
-		digest, _ = f.lookupMemo(memoKey, ref)
-	}
-	if digest != "" {
-		if res, ok := f.fromCache(ref, digest, packageURL); ok {
-			return res, nil
-		}
+	if res, ok := f.cachedFor(memoKey, ref, indexDigest, packageURL); ok {
+		return res, nil
 	}
 
 	data, err := s.get(archiveURL, repoURL, ref, lim.MaxArchiveBytes, ErrArchiveTooLarge)
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.store(ctx, ref, data, normalizeDigest(cv.Digest), packageURL)
+	res, err := f.store(ctx, ref, data, indexDigest, packageURL)
 	if err != nil {
 		return nil, err
 	}
-	if normalizeDigest(cv.Digest) == "" {
-		f.storeMemo(ctx, memoKey, ref, res.Digest)
-	}
+	f.storeMemo(ctx, memoKey, ref, res.Digest)
 	return res, nil
 }
 
