@@ -81,7 +81,8 @@ func (f *Fetcher) Fetch(ctx context.Context, ref Ref) (*Result, error) {
 	return res, nil
 }
 
-func (f *Fetcher) fetch(ctx context.Context, ref Ref) (*Result, error) {
+// parseRefURL parses ref's URL; an error never quotes it.
+func parseRefURL(ref Ref) (*url.URL, error) {
 	if ref.URL == "" {
 		return nil, fmt.Errorf("%w: no URL", ErrInvalidRef)
 	}
@@ -93,6 +94,14 @@ func (f *Fetcher) fetch(ctx context.Context, ref Ref) (*Result, error) {
 			err = uerr.Err
 		}
 		return nil, fmt.Errorf("%w: unparsable URL: %w", ErrUnsupportedURL, err)
+	}
+	return u, nil
+}
+
+func (f *Fetcher) fetch(ctx context.Context, ref Ref) (*Result, error) {
+	u, err := parseRefURL(ref)
+	if err != nil {
+		return nil, err
 	}
 	if strings.EqualFold(u.Scheme, "oci") {
 		return f.fetchOCI(ctx, ref, u)

@@ -116,16 +116,9 @@ func (f *Fetcher) FetchSignatures(ctx context.Context, ref Ref, res *Result) (*S
 }
 
 func (f *Fetcher) fetchSignatures(ctx context.Context, ref Ref, res *Result) (*Signatures, error) {
-	if ref.URL == "" {
-		return nil, fmt.Errorf("%w: no URL", ErrInvalidRef)
-	}
-	u, err := url.Parse(ref.URL)
+	u, err := parseRefURL(ref)
 	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("%w: unparsable URL: %w", ErrUnsupportedURL, err)
+		return nil, err
 	}
 	if strings.EqualFold(u.Scheme, "oci") {
 		return f.fetchOCISignatures(ctx, ref, u)
