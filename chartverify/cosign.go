@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"time"
@@ -93,7 +95,16 @@ func VerifyOCI(archiveDigest string, sigs *chartfetch.Signatures, p CosignPolicy
 
 	manifest := cosignArtifact{data: sigs.Manifest, digest: sigs.ManifestDigest}
 	var failures []cosignFailure
-	for i, raw := range sigs.Bundles {
+	bundles, legacy := sigs.Bundles, sigs.Legacy
+	if n := len(bundles) - chartfetch.MaxSignatureArtifacts; n > 0 {
+		bundles = bundles[:chartfetch.MaxSignatureArtifacts]
+		failures = append(failures, notExamined(n, "bundles"))
+	}
+	if n := len(legacy) - chartfetch.MaxSignatureArtifacts; n > 0 {
+		legacy = legacy[:chartfetch.MaxSignatureArtifacts]
+		failures = append(failures, notExamined(n, "sha256-<digest>.sig signatures"))
+	}
+	for i, raw := range bundles {
 		id, err := check.verifyBundle(raw, manifest)
 		if err == nil {
 			id.Digest, id.ManifestDigest = archiveDigest, sigs.ManifestDigest
@@ -101,7 +112,7 @@ func VerifyOCI(archiveDigest string, sigs *chartfetch.Signatures, p CosignPolicy
 		}
 		failures = append(failures, cosignFailure{what: fmt.Sprintf("bundle %d", i+1), err: cosignRefusal(err)})
 	}
-	for i, l := range sigs.Legacy {
+	for i, l := range legacy {
 		id, err := check.verifyLegacy(l, sigs.ManifestDigest)
 		if err == nil {
 			id.Digest, id.ManifestDigest = archiveDigest, sigs.ManifestDigest
@@ -110,6 +121,16 @@ func VerifyOCI(archiveDigest string, sigs *chartfetch.Signatures, p CosignPolicy
 		failures = append(failures, cosignFailure{what: fmt.Sprintf("sha256-<digest>.sig signature %d", i+1), err: cosignRefusal(err)})
 	}
 	return Identity{}, refuseCosign("manifest "+sigs.ManifestDigest, failures)
+}
+
+// notExamined is the failure of the signatures beyond the first
+// chartfetch.MaxSignatureArtifacts, which VerifyOCI does not look at: whoever may push
+// to the repository may attach any number, and each costs a verification.
+func notExamined(n int, what string) cosignFailure {
+	return cosignFailure{
+		what: fmt.Sprintf("%d more %s", n, what),
+		err:  &Error{Reason: ReasonInvalid, Err: fmt.Errorf("not examined: at most %d are", chartfetch.MaxSignatureArtifacts)},
+	}
 }
 
 // VerifyBlobBundle checks a Sigstore bundle of a chart archive, what `cosign sign-blob
@@ -164,7 +185,7 @@ func (p CosignPolicy) compile() (*cosignCheck, error) {
 }
 
 func compileCosignKey(pemKey []byte) (*cosignCheck, error) {
-	pub, err := cryptoutils.UnmarshalPEMToPublicKey(pemKey)
+	pub, err := readCosignPublicKey(pemKey)
 	if err != nil {
 		return nil, Refuse(ReasonInvalid, "cannot read the cosign public key: %v", err)
 	}
@@ -179,16 +200,61 @@ func compileCosignKey(pemKey []byte) (*cosignCheck, error) {
 	return &cosignCheck{keyVerifier: v, keyFingerprint: cosignDigestOf(der)}, nil
 }
 
+// readCosignPublicKey reads a PEM public key as cosign writes it (a
+// SubjectPublicKeyInfo, or PKCS #1 for RSA). The key is a Secret's value, and a
+// refusal is shown to whoever may read the definition: a PEM block's type is named
+// only when it is a known one, and x509's errors quote no key bytes.
+func readCosignPublicKey(pemKey []byte) (crypto.PublicKey, error) {
+	block, _ := pem.Decode(pemKey)
+	if block == nil {
+		return nil, errors.New("not PEM: no -----BEGIN PUBLIC KEY----- block")
+	}
+	switch block.Type {
+	case "PUBLIC KEY":
+		return x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		return x509.ParsePKCS1PublicKey(block.Bytes)
+	case "CERTIFICATE":
+		return nil, errors.New("a CERTIFICATE, not a PUBLIC KEY")
+	case "PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY", "ENCRYPTED PRIVATE KEY",
+		"ENCRYPTED COSIGN PRIVATE KEY", "ENCRYPTED SIGSTORE PRIVATE KEY":
+		return nil, fmt.Errorf("a %s, not the PUBLIC KEY (cosign.pub): a verifier needs no private key", block.Type)
+	}
+	return nil, errors.New("its PEM block is not a PUBLIC KEY")
+}
+
+const (
+	// maxIdentityLength bounds a keyless issuer, subject and subject expression: an
+	// OIDC issuer URL or a certificate SAN is far shorter.
+	maxIdentityLength = 512
+	// maxSubjectRegExpInsts bounds the compiled subject expression, compiled on every
+	// verification: a few bytes of counted repetition (a{1000}) compile to thousands
+	// of instructions, and an unbounded expression to hundreds of MiB.
+	maxSubjectRegExpInsts = 10000
+)
+
 func compileCosignKeyless(k *Keyless) (*cosignCheck, error) {
 	if k.Issuer == "" || (k.Subject == "" && k.SubjectRegExp == "") {
 		return nil, Refuse(ReasonInvalid, "keyless verification needs a certificate issuer and a subject (or subject regular expression)")
 	}
+	for _, f := range []struct{ name, value string }{{"issuer", k.Issuer}, {"subject", k.Subject}, {"subjectRegExp", k.SubjectRegExp}} {
+		if len(f.value) > maxIdentityLength {
+			return nil, Refuse(ReasonInvalid, "keyless %s is %d bytes, more than the %d accepted", f.name, len(f.value), maxIdentityLength)
+		}
+	}
 	if len(k.TrustedRoot) == 0 {
 		return nil, Refuse(ReasonInvalid, "keyless verification needs a trusted root (trusted_root.json)")
 	}
-	tr, err := root.NewTrustedRootFromJSON(k.TrustedRoot)
+	re := ""
+	if k.SubjectRegExp != "" {
+		re = "^(?:" + k.SubjectRegExp + ")$"
+		if err := checkSubjectRegExp(re); err != nil {
+			return nil, Refuse(ReasonInvalid, "invalid subjectRegExp %q: %v", k.SubjectRegExp, err)
+		}
+	}
+	tr, err := readTrustedRoot(k.TrustedRoot)
 	if err != nil {
-		return nil, Refuse(ReasonInvalid, "cannot read the trusted root: %v", err)
+		return nil, Refuse(ReasonInvalid, "%v", err)
 	}
 	if len(tr.FulcioCertificateAuthorities()) == 0 {
 		return nil, Refuse(ReasonInvalid, "the trusted root holds no certificate authority; keyless signatures cannot chain to it")
@@ -196,13 +262,9 @@ func compileCosignKeyless(k *Keyless) (*cosignCheck, error) {
 	if len(tr.RekorLogs()) == 0 && len(tr.TimestampingAuthorities()) == 0 {
 		return nil, Refuse(ReasonInvalid, "the trusted root holds neither a transparency log nor a timestamp authority; nothing could prove when a keyless signature was made")
 	}
-	re := ""
-	if k.SubjectRegExp != "" {
-		re = "^(?:" + k.SubjectRegExp + ")$"
-	}
 	san, err := verify.NewSANMatcher(k.Subject, re)
 	if err != nil {
-		return nil, Refuse(ReasonInvalid, "invalid subject regular expression %q: %v", k.SubjectRegExp, err)
+		return nil, Refuse(ReasonInvalid, "invalid subjectRegExp %q: %v", k.SubjectRegExp, err)
 	}
 	issuer, err := verify.NewIssuerMatcher(k.Issuer, "")
 	if err != nil {
@@ -214,6 +276,66 @@ func compileCosignKeyless(k *Keyless) (*cosignCheck, error) {
 	}
 	return &cosignCheck{keyless: k, root: tr, identity: id}, nil
 }
+
+// checkSubjectRegExp refuses an expression whose program is larger than
+// maxSubjectRegExpInsts, before regexp.Compile builds it: the size regexp/syntax
+// allows lets 21 KB of a{1000} take 865 MiB. Within maxIdentityLength bytes, parsing
+// and compiling it here costs milliseconds.
+func checkSubjectRegExp(re string) error {
+	parsed, err := syntax.Parse(re, syntax.Perl) // regexp.Compile's flags
+	if err != nil {
+		return err
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return err
+	}
+	if n := len(prog.Inst); n > maxSubjectRegExpInsts {
+		return fmt.Errorf("it compiles to %d instructions, more than the %d accepted (spell out fewer counted repetitions)", n, maxSubjectRegExpInsts)
+	}
+	return nil
+}
+
+// readTrustedRoot reads a Sigstore trusted_root.json. It is a Secret's value, and
+// the libraries' errors quote what they could not read (protojson the token it
+// choked on, sigstore-go a media type or URI), so a refusal says what is wrong and
+// where, never with the content.
+func readTrustedRoot(raw []byte) (*root.TrustedRoot, error) {
+	const notRoot = "the trusted root is not a Sigstore trusted_root.json"
+	if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil {
+		var syntaxErr *json.SyntaxError
+		if errors.As(err, &syntaxErr) {
+			return nil, fmt.Errorf("%s: not JSON (syntax error at byte %d)", notRoot, syntaxErr.Offset)
+		}
+		return nil, fmt.Errorf("%s: not JSON", notRoot)
+	}
+	pb, err := root.NewTrustedRootProtobuf(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: a field is unknown or holds a value of the wrong type%s", notRoot, protojsonPosition(err))
+	}
+	if pb.GetMediaType() != root.TrustedRootMediaType01 {
+		return nil, fmt.Errorf("%s: its mediaType is not %q", notRoot, root.TrustedRootMediaType01)
+	}
+	tr, err := root.NewTrustedRootFromProtobuf(pb)
+	if err != nil {
+		what := "a certificate authority or timestamp authority"
+		if strings.Contains(err.Error(), "tlog") {
+			what = "a transparency log or CT log"
+		}
+		return nil, fmt.Errorf("the trusted root cannot be used: %s in it is incomplete, or its key or certificates cannot be read", what)
+	}
+	return tr, nil
+}
+
+// protojsonPosition is the " (line L:C)" a protojson error names, or "".
+func protojsonPosition(err error) string {
+	if m := protojsonLine.FindStringSubmatch(err.Error()); m != nil {
+		return " (at line " + m[1] + ")"
+	}
+	return ""
+}
+
+var protojsonLine = regexp.MustCompile(`\(line (\d+:\d+)\)`)
 
 // verifyBundle verifies a Sigstore bundle (a DSSE in-toto statement naming art, or a
 // message signature over it) and, when it fails, says why in a Reason.
@@ -228,13 +350,43 @@ func (c *cosignCheck) verifyBundle(raw []byte, art cosignArtifact) (Identity, er
 	return c.verifyEntity(&b, art)
 }
 
+// cosignSignPredicate is the predicate type of the in-toto statement `cosign sign`
+// signs since cosign v3. `cosign attest` attaches attestations (an SBOM, a
+// vulnerability scan, build provenance) the same way, by the same key or identity,
+// with other predicate types: those say something about the artifact, they do not
+// sign it.
+const cosignSignPredicate = "https://sigstore.dev/cosign/sign/v1"
+
 // verifyEntity runs sigstore-go's verification of e for art under the policy.
 func (c *cosignCheck) verifyEntity(e verify.SignedEntity, art cosignArtifact) (Identity, error) {
 	res, err := c.run(e, verify.WithArtifact(bytes.NewReader(art.data)))
 	if err != nil {
 		return Identity{}, c.diagnose(e, art, err)
 	}
+	if err := checkSignedStatement(e, res); err != nil {
+		return Identity{}, err
+	}
 	return c.identityOf(res), nil
+}
+
+// checkSignedStatement refuses a verified DSSE envelope whose in-toto statement is
+// not a cosign signature. A message signature (cosign sign-blob, a legacy
+// signature) has no statement and is a signature.
+func checkSignedStatement(e verify.SignedEntity, res *verify.VerificationResult) error {
+	sc, err := e.SignatureContent()
+	if err != nil {
+		return Refuse(ReasonInvalid, "unreadable signature: %v", err)
+	}
+	if sc.EnvelopeContent() == nil {
+		return nil
+	}
+	if res.Statement == nil {
+		return Refuse(ReasonInvalid, "its DSSE envelope holds no in-toto statement")
+	}
+	if pt := res.Statement.GetPredicateType(); pt != cosignSignPredicate {
+		return Refuse(ReasonUnsigned, "an attestation (in-toto predicate type %.100q), not a cosign signature (predicate type %q)", pt, cosignSignPredicate)
+	}
+	return nil
 }
 
 // run verifies e with the verifier options the policy and e call for, and the
@@ -246,7 +398,7 @@ func (c *cosignCheck) run(e verify.SignedEntity, artifact verify.ArtifactPolicyO
 		material := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
 			return root.NewExpiringKey(c.keyVerifier, time.Time{}, time.Time{}), nil
 		})
-		v, err := verify.NewVerifier(material, verify.WithNoObserverTimestamps())
+		v, err := verify.NewVerifier(material, verify.WithNoObserverTimestamps(), verify.WithoutStatementPredicate())
 		if err != nil {
 			return nil, err
 		}
@@ -301,8 +453,8 @@ func (c *cosignCheck) diagnose(e verify.SignedEntity, art cosignArtifact, failed
 		if vc.Certificate() != nil {
 			return Refuse(ReasonWrongKey, "signed keyless with a certificate, not with the public key %s", c.keyFingerprint)
 		}
-		if other, ok := c.validForOther(e, sc, art); ok {
-			return Refuse(ReasonTampered, "signed with the key, but for %s, not %s", other, art.digest)
+		if err := c.signedOther(e, sc, art, "signed with the key"); err != nil {
+			return err
 		}
 		return Refuse(ReasonWrongKey, "does not verify with the public key %s: %v", c.keyFingerprint, failed)
 	}
@@ -331,8 +483,8 @@ func (c *cosignCheck) diagnose(e verify.SignedEntity, art cosignArtifact, failed
 				leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339))
 		}
 	}
-	if other, ok := c.validForOther(e, sc, art); ok {
-		return Refuse(ReasonTampered, "signed by the identity, but for %s, not %s", other, art.digest)
+	if err := c.signedOther(e, sc, art, "signed by the identity"); err != nil {
+		return err
 	}
 	if err := verify.VerifySignatureWithArtifacts(sc, vc, c.root, []io.Reader{bytes.NewReader(art.data)}); err != nil {
 		return Refuse(ReasonTampered, "the signature does not verify over %s with its certificate's key: %v", art.digest, err)
@@ -340,22 +492,54 @@ func (c *cosignCheck) diagnose(e verify.SignedEntity, art cosignArtifact, failed
 	return Refuse(ReasonWrongIdentity, "not vouched for by the trusted root (timestamp, transparency log or certificate transparency): %v", failed)
 }
 
-// validForOther reports whether the signature verifies under the policy for a digest
-// it names that is not art's: a genuine signature of something else.
-func (c *cosignCheck) validForOther(e verify.SignedEntity, sc verify.SignatureContent, art cosignArtifact) (string, bool) {
-	for _, d := range cosignClaimedDigests(sc) {
+// signedOther explains a signature that is genuine under the policy but not one of
+// art: a signature of something else (ReasonTampered), or an attestation
+// (ReasonUnsigned). It is nil when the signature is not genuine. The signature is
+// verified once, without art, before anything it claims is read: an unverified
+// statement can name any number of subjects, and trying each would cost a
+// verification apiece.
+func (c *cosignCheck) signedOther(e verify.SignedEntity, sc verify.SignatureContent, art cosignArtifact, signed string) error {
+	if m := sc.MessageSignatureContent(); m != nil {
+		if m.DigestAlgorithm() != protocommon.HashAlgorithm_SHA2_256.String() {
+			return nil
+		}
+		other := "sha256:" + hex.EncodeToString(m.Digest())
+		if other == art.digest {
+			return nil
+		}
+		if _, err := c.run(e, verify.WithArtifactDigest("sha256", m.Digest())); err != nil {
+			return nil
+		}
+		return Refuse(ReasonTampered, "%s, but for %s, not %s", signed, other, art.digest)
+	}
+	if sc.EnvelopeContent() == nil {
+		return nil
+	}
+	res, err := c.run(e, verify.WithoutArtifactUnsafe())
+	if err != nil {
+		return nil
+	}
+	if err := checkSignedStatement(e, res); err != nil {
+		return err
+	}
+	var other string
+	for _, s := range res.Statement.GetSubject() {
+		d := s.GetDigest()["sha256"]
+		if d == "" {
+			continue
+		}
+		d = "sha256:" + strings.ToLower(d)
 		if d == art.digest {
-			continue
+			return nil // it names art: it failed for another reason
 		}
-		raw, err := hex.DecodeString(strings.TrimPrefix(d, "sha256:"))
-		if err != nil {
-			continue
-		}
-		if _, err := c.run(e, verify.WithArtifactDigest("sha256", raw)); err == nil {
-			return d, true
+		if other == "" && isCosignDigest(d) {
+			other = d
 		}
 	}
-	return "", false
+	if other == "" {
+		return nil
+	}
+	return Refuse(ReasonTampered, "%s, but for %s, not %s", signed, other, art.digest)
 }
 
 func (c *cosignCheck) wantSubject() string {
@@ -363,32 +547,6 @@ func (c *cosignCheck) wantSubject() string {
 		return fmt.Sprintf("subject %q", c.keyless.Subject)
 	}
 	return fmt.Sprintf("a subject matching %q", c.keyless.SubjectRegExp)
-}
-
-// cosignClaimedDigests are the sha256 digests a signature says it covers: a message
-// signature's digest, or the subjects of a DSSE in-toto statement. Unverified.
-func cosignClaimedDigests(sc verify.SignatureContent) []string {
-	if m := sc.MessageSignatureContent(); m != nil {
-		if m.DigestAlgorithm() == protocommon.HashAlgorithm_SHA2_256.String() {
-			return []string{"sha256:" + hex.EncodeToString(m.Digest())}
-		}
-		return nil
-	}
-	env := sc.EnvelopeContent()
-	if env == nil {
-		return nil
-	}
-	st, err := env.Statement()
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, s := range st.GetSubject() {
-		if d := s.GetDigest()["sha256"]; d != "" {
-			out = append(out, "sha256:"+strings.ToLower(d))
-		}
-	}
-	return out
 }
 
 // cosignClaimedTimes are the times a signature's timestamps and log entries state, unverified.
@@ -609,6 +767,7 @@ var cosignSpecificity = map[Reason]int{
 	ReasonWrongIdentity: 3,
 	ReasonWrongKey:      2,
 	ReasonInvalid:       1,
+	ReasonUnsigned:      0, // an attestation: no signature at all
 }
 
 // refuseCosign reports the most specific of failures, naming the others.

@@ -15,4 +15,10 @@
 //
 // Every check fails closed: a signature that cannot be found, read or checked refuses
 // the chart, and the refusal says which of the Reasons it is.
+//
+// What is checked comes from tenants (keyrings, keys, trusted roots, identities in
+// Secrets and definitions) and from registries (signatures anyone who may push can
+// attach), and the libraries that read it neither bound their work nor can be
+// cancelled: so its size is bounded before they see it (keyring.go, the keyless
+// identity, the bundles examined), and a refusal quotes none of a Secret's content.
 package chartverify

@@ -34,6 +34,11 @@ const (
 	futureSkew = 5 * time.Minute
 	// maxListedKeys caps how many keyring fingerprints a refusal names.
 	maxListedKeys = 5
+	// maxProvenanceSignatures bounds the signatures in a .prov's signature block:
+	// Helm writes one, and a refusal names each. Checking one costs what the
+	// keyring's key allows (keyringScan bounds it); the signature's own numbers are
+	// length-checked against the key before any arithmetic.
+	maxProvenanceSignatures = 8
 )
 
 // VerifyProvenance checks that prov, a Helm provenance file (what `helm package --sign`
@@ -207,6 +212,9 @@ func readSignaturePackets(block *armor.Block) (raw []byte, sigs []*packet.Signat
 		if !ok {
 			return nil, nil, fmt.Errorf("signature block holds a %T packet, not only signatures", p)
 		}
+		if len(sigs) == maxProvenanceSignatures {
+			return nil, nil, fmt.Errorf("signature block holds more than %d signatures", maxProvenanceSignatures)
+		}
 		sigs = append(sigs, sig)
 	}
 	if len(sigs) == 0 {
@@ -241,10 +249,10 @@ func classifyVerifyError(err error, sigs []*packet.Signature) error {
 	case errors.Is(err, pgperrors.ErrUnknownIssuer):
 		return Refuse(ReasonWrongKey, "provenance signed by %s, which the keyring does not hold", describeIssuers(sigs))
 	case errors.As(err, &structural), errors.As(err, &unsupported), errors.As(err, &weak), errors.As(err, &invalidArg):
-		return Refuse(ReasonInvalid, "provenance signature by %s cannot be checked: %v", describeIssuers(sigs), err)
+		return Refuse(ReasonInvalid, "provenance signature by %s cannot be checked: %s", describeIssuers(sigs), pgpErrorText(err))
 	default:
-		return Refuse(ReasonWrongKey, "provenance signature by %s does not verify with the keyring's key of that ID (the signed text was changed after signing, or another key made it): %v",
-			describeIssuers(sigs), err)
+		return Refuse(ReasonWrongKey, "provenance signature by %s does not verify with the keyring's key of that ID (the signed text was changed after signing, or another key made it): %s",
+			describeIssuers(sigs), pgpErrorText(err))
 	}
 }
 
@@ -470,7 +478,9 @@ func signedFile(files map[string]string, name, version string) (file, digest str
 	return "", "", Refuse(ReasonTampered, "provenance files: names %s and the archive has no readable Chart.yaml to choose by", strings.Join(names, ", "))
 }
 
-// readKeyring reads an armored or binary OpenPGP keyring.
+// readKeyring reads an armored or binary OpenPGP keyring. Its packets are vetted
+// (keyringScan) before go-crypto reads them, and its refusals quote none of the
+// keyring's bytes: it is a Secret's value.
 func readKeyring(data []byte) (openpgp.EntityList, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("empty")
@@ -484,12 +494,20 @@ func readKeyring(data []byte) (openpgp.EntityList, error) {
 
 	var ring openpgp.EntityList
 	err := guard(func() (err error) {
+		scan := new(keyringScan)
 		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("-----BEGIN PGP")) {
-			ring, err = readArmoredKeyring(data)
+			ring, err = readArmoredKeyring(data, scan)
 			return err
 		}
-		if ring, err = openpgp.ReadKeyRing(bytes.NewReader(data)); err != nil {
+		vetted, err := scan.vet(bytes.NewReader(data))
+		if err != nil && scan.packets == 0 {
 			return fmt.Errorf("not an armored keyring and not a binary one: %w", err)
+		}
+		if err != nil {
+			return err
+		}
+		if ring, err = openpgp.ReadKeyRing(bytes.NewReader(vetted)); err != nil {
+			return fmt.Errorf("not an armored keyring and not a binary one: %s", pgpErrorText(err))
 		}
 		return nil
 	})
@@ -509,20 +527,31 @@ func isKeybox(data []byte) bool {
 
 // readArmoredKeyring reads every armored key block in data, which is how several
 // exports concatenated into one Secret value read. Each block is decoded on its own
-// because the armor decoder reads ahead of the block it returns.
-func readArmoredKeyring(data []byte) (openpgp.EntityList, error) {
+// because the armor decoder reads ahead of the block it returns; scan vets them all.
+func readArmoredKeyring(data []byte, scan *keyringScan) (openpgp.EntityList, error) {
 	var ring openpgp.EntityList
 	for i, chunk := range armoredChunks(data) {
 		block, err := armor.Decode(bytes.NewReader(chunk))
 		if err != nil {
-			return nil, fmt.Errorf("armored block %d: %w", i+1, err)
+			return nil, fmt.Errorf("armored block %d: %s", i+1, pgpErrorText(err))
 		}
-		if block.Type != openpgp.PublicKeyType && block.Type != openpgp.PrivateKeyType {
+		switch block.Type {
+		case openpgp.PublicKeyType:
+		case openpgp.PrivateKeyType:
+			return nil, fmt.Errorf("armored block %d is %q: a verification keyring holds public keys only (export them with `gpg --export --armor`)", i+1, block.Type)
+		case openpgp.SignatureType, "PGP MESSAGE", "PGP SIGNED MESSAGE":
 			return nil, fmt.Errorf("armored block %d is %q, not %q", i+1, block.Type, openpgp.PublicKeyType)
+		default:
+			// Another type is not named: it is text of a Secret's value.
+			return nil, fmt.Errorf("armored block %d is not %q", i+1, openpgp.PublicKeyType)
 		}
-		keys, err := openpgp.ReadKeyRing(block.Body)
+		vetted, err := scan.vet(block.Body)
 		if err != nil {
 			return nil, fmt.Errorf("armored block %d: %w", i+1, err)
+		}
+		keys, err := openpgp.ReadKeyRing(bytes.NewReader(vetted))
+		if err != nil {
+			return nil, fmt.Errorf("armored block %d: %s", i+1, pgpErrorText(err))
 		}
 		ring = append(ring, keys...)
 	}
