@@ -70,12 +70,14 @@ func (m constraintsMeasure) cpuPerRequest() float64 {
 	return (m.Compositor.CPUSeconds + m.WorkerCPUSeconds) * 1000 / float64(m.Compositor.Requests)
 }
 
-// constraintsRow is a workload at a concurrency, before and after the library.
+// constraintsRow is a workload at a concurrency, before and after the library, and
+// with the rendered rewrites of the five policies when they were measured.
 type constraintsRow struct {
-	Workload    string             `json:"workload"`
-	Concurrency int                `json:"concurrency"`
-	Before      constraintsMeasure `json:"before"`
-	After       constraintsMeasure `json:"after"`
+	Workload    string              `json:"workload"`
+	Concurrency int                 `json:"concurrency"`
+	Before      constraintsMeasure  `json:"before"`
+	Rendered    *constraintsMeasure `json:"rendered,omitempty"`
+	After       constraintsMeasure  `json:"after"`
 }
 
 // constraintsRun is everything one -constraints run measured.
@@ -107,7 +109,10 @@ type constraintsRun struct {
 	WarmupSeconds    float64          `json:"warmupSeconds"`
 	DurationSeconds  float64          `json:"durationSeconds"`
 	Rows             []constraintsRow `json:"rows"`
-	Peer             *constraintsPeer `json:"peer,omitempty"`
+	// RenderedDir holds the five policies rewritten with target rendered; empty when
+	// that phase was not measured.
+	RenderedDir string           `json:"renderedDir,omitempty"`
+	Peer        *constraintsPeer `json:"peer,omitempty"`
 
 	profileDir string
 	compositor string
@@ -157,7 +162,7 @@ func runConstraints(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	run := &constraintsRun{Started: time.Now(), Dir: o.constraintDir, WarmupSeconds: o.warmup.Seconds(),
+	run := &constraintsRun{Started: time.Now(), Dir: o.constraintDir, RenderedDir: o.renderedDir, WarmupSeconds: o.warmup.Seconds(),
 		DurationSeconds: o.duration.Seconds(), profileDir: o.profileDir, compositor: o.compositor}
 	if err := run.describeLibrary(lib, local.chart, spec); err != nil {
 		return err
@@ -263,6 +268,12 @@ func (run *constraintsRun) measure(ctx context.Context, o options, fl *floor, d 
 	if err != nil {
 		return err
 	}
+	var rendered []constraintsMeasure
+	if run.RenderedDir != "" {
+		if rendered, err = run.measureRendered(ctx, o, fl, d, workloads, probe, w.spec); err != nil {
+			return err
+		}
+	}
 	if err := run.apply(ctx, d, lib, probe, compositionCreates(benchNamespace, 1, w.spec)[0]); err != nil {
 		return err
 	}
@@ -271,10 +282,103 @@ func (run *constraintsRun) measure(ctx context.Context, o options, fl *floor, d 
 		return err
 	}
 	for i := range before {
-		run.Rows = append(run.Rows, constraintsRow{Workload: before[i].Compositor.Workload, Concurrency: before[i].Compositor.Concurrency,
-			Before: before[i], After: after[i]})
+		row := constraintsRow{Workload: before[i].Compositor.Workload, Concurrency: before[i].Compositor.Concurrency,
+			Before: before[i], After: after[i]}
+		if rendered != nil {
+			row.Rendered = &rendered[i]
+		}
+		run.Rows = append(run.Rows, row)
 	}
 	return nil
+}
+
+// measureRendered adds the rendered rewrites of the five policies, waits until they
+// are in force, measures, and deletes them again, waiting until they no longer judge.
+func (run *constraintsRun) measureRendered(ctx context.Context, o options, fl *floor, d *dev, workloads []workload, probe call, spec map[string]any) ([]constraintsMeasure, error) {
+	objects, err := d.applyPolicies(ctx, run.RenderedDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, obj := range objects {
+		names = append(names, obj["metadata"].(map[string]any)["name"].(string))
+	}
+	// In force once the probe is refused by the rewrites that deny it and a composition
+	// the load sends is admitted.
+	deny := probe
+	deny.check = expectPolicies(names, "rendered-allowed-registries", "rendered-max-replicas", "rendered-no-latest")
+	if err := sendUntil(ctx, d.endpoint, "the rendered policies are not in force", deny, compositionCreates(benchNamespace, 1, spec)[0]); err != nil {
+		return nil, err
+	}
+	measured, err := measureConstraintsPhase(ctx, o, fl, d, workloads, "rendered")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if err := d.client.Delete(ctx, &v1alpha1.CompositionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			return nil, fmt.Errorf("deleting CompositionPolicy %s: %w", name, err)
+		}
+	}
+	gone := probe
+	gone.check = expectPolicies(names)
+	if err := sendUntil(ctx, d.endpoint, "the rendered policies still judge", gone); err != nil {
+		return nil, err
+	}
+	return measured, nil
+}
+
+// expectPolicies checks that the answer is a refusal naming, of the policies among,
+// exactly those of want.
+func expectPolicies(among []string, want ...string) func([]byte) error {
+	return func(body []byte) error {
+		if err := expectAdmission(false)(body); err != nil {
+			return err
+		}
+		msg := refusalMessage(body)
+		for _, name := range among {
+			named := strings.Contains(msg, "[policy "+name+"]")
+			if wanted := slices.Contains(want, name); named != wanted {
+				return fmt.Errorf("policy %s named: %v, want %v", name, named, wanted)
+			}
+		}
+		return nil
+	}
+}
+
+// refusalMessage is the status message of an AdmissionReview answer.
+func refusalMessage(body []byte) string {
+	var review struct {
+		Response struct {
+			Status struct {
+				Message string `json:"message"`
+			} `json:"status"`
+		} `json:"response"`
+	}
+	_ = json.Unmarshal(body, &review)
+	return review.Response.Status.Message
+}
+
+// sendUntil sends calls, in order, until every answer passes its check, for at most
+// applyWait; the error says what and why when they never do.
+func sendUntil(ctx context.Context, e *endpoint, what string, calls ...call) error {
+	deadline := time.Now().Add(applyWait)
+	for {
+		var err error
+		for _, c := range calls {
+			if err = send(ctx, e, c); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s after %s: %w", what, applyWait, err)
+		}
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // measureConstraintsPhase runs each workload at each concurrency against the floor,
@@ -472,21 +576,8 @@ func (run *constraintsRun) apply(ctx context.Context, d *dev, lib *constraintLib
 		}
 	}
 	probe.check = expectDeniedBy(run.Probed)
-	deadline := time.Now().Add(applyWait)
-	for {
-		err := send(ctx, d.endpoint, probe)
-		if err == nil {
-			err = send(ctx, d.endpoint, admitted)
-		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the constraints are not in force after %s: %w", applyWait, err)
-		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return ctx.Err()
-		}
+	if err := sendUntil(ctx, d.endpoint, "the constraints are not in force", probe, admitted); err != nil {
+		return err
 	}
 	run.EnforcedSeconds = time.Since(start).Seconds()
 	logf("the library is in force after %.1f s", run.EnforcedSeconds)
@@ -556,19 +647,10 @@ func expectDeniedBy(ids []string) func([]byte) error {
 		if err := expectAdmission(false)(body); err != nil {
 			return err
 		}
-		var review struct {
-			Response struct {
-				Status struct {
-					Message string `json:"message"`
-				} `json:"status"`
-			} `json:"response"`
-		}
-		if err := json.Unmarshal(body, &review); err != nil {
-			return err
-		}
+		msg := refusalMessage(body)
 		var missing []string
 		for _, id := range ids {
-			if !strings.Contains(review.Response.Status.Message, "[constraint "+id+"]") {
+			if !strings.Contains(msg, "[constraint "+id+"]") {
 				missing = append(missing, id)
 			}
 		}

@@ -227,6 +227,7 @@ func (d *dev) applyPolicies(ctx context.Context, dir string) ([]map[string]any, 
 		objects = append(objects, map[string]any{
 			"apiVersion": policyv1alpha1.GroupVersion.String(),
 			"kind":       "CompositionPolicy",
+			"metadata":   map[string]any{"name": p.Name},
 			"spec":       mustMap(obj.Spec),
 		})
 	}

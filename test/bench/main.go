@@ -40,6 +40,7 @@ type options struct {
 	controlPlaneDir string
 	policyDir       string
 	constraintDir   string
+	renderedDir     string
 	out             string
 	jsonOut         string
 	profileDir      string
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.compositor, "compositor", "bin/compositor", "The compositor binary to measure")
 	flag.StringVar(&o.controlPlaneDir, "control-plane-dir", "bin/k8s", "Directory with etcd and kube-apiserver (make control-plane)")
 	flag.StringVar(&o.policyDir, "policies", "test/bench/policies", "Directory of the policy files applied as CompositionPolicies")
+	flag.StringVar(&o.renderedDir, "rendered-policies", "test/bench/renderedpolicies", "With -constraints, also measure with this directory's CompositionPolicies of target rendered (the five policies rewritten over the rendered objects) added to -policies, the baseline a library that judges rendered objects is compared with too; empty skips it")
 	flag.StringVar(&o.constraintDir, "constraints", "", "Measure composition /validate before and after applying this directory's Gatekeeper ConstraintTemplates and Constraints (make bench-constraints) instead; -peer takes the peer run's -constraints JSON; -out gets only its marked section")
 	flag.StringVar(&o.out, "out", "", "Write the report (Markdown) here; empty prints it")
 	flag.StringVar(&o.jsonOut, "json", "", "Also write every figure as JSON here")
