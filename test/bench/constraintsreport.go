@@ -23,33 +23,47 @@ type constraintsTargetRow struct {
 func (run *constraintsRun) targets() []constraintsTargetRow {
 	var out []constraintsTargetRow
 	for _, r := range run.Rows {
-		b, a := r.Before.Compositor, r.After.Compositor
-		where := fmt.Sprintf("%s, c %d", r.Workload, r.Concurrency)
-		p50, p99, tput := ratio(a.P50, b.P50), ratio(a.P99, b.P99), ratio(a.Throughput, b.Throughput)
-		out = append(out,
-			constraintsTargetRow{where + ": p50 ≤ 2× the five-policy p50", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P50, a.P50, p50), p50 <= constraintsTarget},
-			constraintsTargetRow{where + ": p99 ≤ 2× the five-policy p99", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P99, a.P99, p99), p99 <= constraintsTarget},
-			constraintsTargetRow{where + ": throughput ≥ 0.5× the five-policy throughput", fmt.Sprintf("%.0f/s → %.0f/s = %.2f×", b.Throughput, a.Throughput, tput), tput >= 1/constraintsTarget},
-		)
+		out = append(out, boundRows(r, "the five-policy", r.Before)...)
 	}
 	for _, r := range run.Rows {
-		if r.Rendered == nil {
-			continue
+		if r.Rendered != nil {
+			out = append(out, boundRows(r, "the rendered rewrites'", *r.Rendered)...)
 		}
-		b, a := r.Rendered.Compositor, r.After.Compositor
-		where := fmt.Sprintf("%s, c %d", r.Workload, r.Concurrency)
-		p50, p99, tput := ratio(a.P50, b.P50), ratio(a.P99, b.P99), ratio(a.Throughput, b.Throughput)
-		out = append(out,
-			constraintsTargetRow{where + ": p50 ≤ 2× the rendered rewrites' p50", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P50, a.P50, p50), p50 <= constraintsTarget},
-			constraintsTargetRow{where + ": p99 ≤ 2× the rendered rewrites' p99", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P99, a.P99, p99), p99 <= constraintsTarget},
-			constraintsTargetRow{where + ": throughput ≥ 0.5× the rendered rewrites' throughput", fmt.Sprintf("%.0f/s → %.0f/s = %.2f×", b.Throughput, a.Throughput, tput), tput >= 1/constraintsTarget},
-		)
 	}
 	if p := run.Peer; p != nil {
 		out = append(out, constraintsTargetRow{"engine on the library (render included) beats Gatekeeper's on the release's requests",
 			fmt.Sprintf("%.0f/s vs %.0f/s = %.2f×", p.Compositor.ReviewsPerSecond, p.Gatekeeper.ReviewsPerSecond, p.Ratio), p.Ratio > 1})
 	}
 	return out
+}
+
+// boundRows are the three bounds of row r's after against baseline, named by whose
+// figures baseline holds.
+func boundRows(r constraintsRow, whose string, baseline constraintsMeasure) []constraintsTargetRow {
+	b, a := baseline.Compositor, r.After.Compositor
+	where := fmt.Sprintf("%s, c %d", r.Workload, r.Concurrency)
+	p50, p99, tput := ratio(a.P50, b.P50), ratio(a.P99, b.P99), ratio(a.Throughput, b.Throughput)
+	return []constraintsTargetRow{
+		{where + ": p50 ≤ 2× " + whose + " p50", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P50, a.P50, p50), p50 <= constraintsTarget},
+		{where + ": p99 ≤ 2× " + whose + " p99", fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P99, a.P99, p99), p99 <= constraintsTarget},
+		{where + ": throughput ≥ 0.5× " + whose + " throughput", fmt.Sprintf("%.0f/s → %.0f/s = %.2f×", b.Throughput, a.Throughput, tput), tput >= 1/constraintsTarget},
+	}
+}
+
+// comparedCells are the table cells of a row from baseline to after: throughput, p50
+// and p99 each with their ratio, then CPU per request.
+func comparedCells(baseline, after constraintsMeasure) string {
+	b, a := baseline.Compositor, after.Compositor
+	return fmt.Sprintf("%.0f → %.0f | %.2f× | %.2f → %.2f | %.2f× | %.2f → %.2f | %.2f× | %.3f → %.3f",
+		b.Throughput, a.Throughput, ratio(a.Throughput, b.Throughput),
+		b.P50, a.P50, ratio(a.P50, b.P50), b.P99, a.P99, ratio(a.P99, b.P99),
+		baseline.cpuPerRequest(), after.cpuPerRequest())
+}
+
+// phaseMeasure is one phase's measure of a row, named.
+type phaseMeasure struct {
+	phase string
+	m     constraintsMeasure
 }
 
 func (run *constraintsRun) markdown() string {
@@ -89,11 +103,7 @@ func (run *constraintsRun) markdown() string {
 	p("| workload | c | req/s before → after | | p50 ms before → after | | p99 ms before → after | | CPU ms/req before → after | floor req/s, p50, p99 before; after |")
 	p("|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range run.Rows {
-		b4, af := r.Before.Compositor, r.After.Compositor
-		p("| %s | %d | %.0f → %.0f | %.2f× | %.2f → %.2f | %.2f× | %.2f → %.2f | %.2f× | %.3f → %.3f | %.0f, %.2f, %.2f; %.0f, %.2f, %.2f |",
-			r.Workload, r.Concurrency, b4.Throughput, af.Throughput, ratio(af.Throughput, b4.Throughput),
-			b4.P50, af.P50, ratio(af.P50, b4.P50), b4.P99, af.P99, ratio(af.P99, b4.P99),
-			r.Before.cpuPerRequest(), r.After.cpuPerRequest(),
+		p("| %s | %d | %s | %.0f, %.2f, %.2f; %.0f, %.2f, %.2f |", r.Workload, r.Concurrency, comparedCells(r.Before, r.After),
 			r.Before.Floor.Throughput, r.Before.Floor.P50, r.Before.Floor.P99, r.After.Floor.Throughput, r.After.Floor.P50, r.After.Floor.P99)
 	}
 	for _, r := range run.Rows {
@@ -110,11 +120,7 @@ func (run *constraintsRun) markdown() string {
 		p("| workload | c | req/s rendered → after | | p50 ms rendered → after | | p99 ms rendered → after | | CPU ms/req rendered → after | floor req/s, p50, p99 rendered |")
 		p("|---|---|---|---|---|---|---|---|---|---|")
 		for _, r := range run.Rows {
-			rd, af := r.Rendered.Compositor, r.After.Compositor
-			p("| %s | %d | %.0f → %.0f | %.2f× | %.2f → %.2f | %.2f× | %.2f → %.2f | %.2f× | %.3f → %.3f | %.0f, %.2f, %.2f |",
-				r.Workload, r.Concurrency, rd.Throughput, af.Throughput, ratio(af.Throughput, rd.Throughput),
-				rd.P50, af.P50, ratio(af.P50, rd.P50), rd.P99, af.P99, ratio(af.P99, rd.P99),
-				r.Rendered.cpuPerRequest(), r.After.cpuPerRequest(),
+			p("| %s | %d | %s | %.0f, %.2f, %.2f |", r.Workload, r.Concurrency, comparedCells(*r.Rendered, r.After),
 				r.Rendered.Floor.Throughput, r.Rendered.Floor.P50, r.Rendered.Floor.P99)
 		}
 		for _, r := range run.Rows {
@@ -124,15 +130,9 @@ func (run *constraintsRun) markdown() string {
 	p("")
 	p("CPU is Compositor's process and its sandbox workers (which render the chart) per request.")
 	for _, r := range run.Rows {
-		phases := []struct {
-			phase string
-			m     constraintsMeasure
-		}{{"before", r.Before}, {"after", r.After}}
+		phases := []phaseMeasure{{"before", r.Before}, {"after", r.After}}
 		if r.Rendered != nil {
-			phases = append(phases, struct {
-				phase string
-				m     constraintsMeasure
-			}{"rendered", *r.Rendered})
+			phases = append(phases, phaseMeasure{"rendered", *r.Rendered})
 		}
 		for _, x := range phases {
 			if busiest := max(x.m.OtherCores, x.m.FloorOtherCores); busiest > 0.2 {
