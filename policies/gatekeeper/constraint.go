@@ -3,6 +3,7 @@ package gatekeeper
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -189,12 +190,19 @@ func (c *Constraint) prepare(params map[string]any) error {
 	return nil
 }
 
-// checkGlob accepts what Gatekeeper's wildcards are: a name with a "*" at its start,
-// its end, or both ("*-system", "kube-*", "*tenant*"), and nowhere else.
+// WildcardPattern is what Gatekeeper's CRDs allow in spec.match.namespaces,
+// excludedNamespaces and name (its wildcard type's validation): a lower-case name with
+// a "*" or "*-" before it, a "*" or "-*" after it, or both ("*-system", "kube-*",
+// "*tenant*"). The constraint CRDs Compositor makes carry it too, so that the API
+// server refuses what the engine would.
+const WildcardPattern = `^(\*|\*-)?[a-z0-9]([-:a-z0-9]*[a-z0-9])?(\*|-\*)?$`
+
+var wildcard = regexp.MustCompile(WildcardPattern)
+
+// checkGlob accepts what Gatekeeper's wildcards are (WildcardPattern).
 func checkGlob(p string) error {
-	inner := strings.TrimSuffix(strings.TrimPrefix(p, "*"), "*")
-	if strings.Contains(inner, "*") {
-		return fmt.Errorf("%q: a wildcard \"*\" may only start or end a name", p)
+	if !wildcard.MatchString(p) {
+		return fmt.Errorf("%q: must be a lower-case name with an optional \"*\" or \"*-\" before it and \"*\" or \"-*\" after it (%s)", p, WildcardPattern)
 	}
 	return nil
 }

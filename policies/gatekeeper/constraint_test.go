@@ -130,6 +130,22 @@ scopedEnforcementActions:
 			errContains: []string{"spec.match.name", `"w*b"`},
 		},
 		{
+			// Gatekeeper's CRDs refuse these (its wildcard pattern), so the engine does too.
+			name:        "a lone wildcard as the name",
+			obj:         constraintObject(t, "K8sTeam", "c", `match: {name: "*"}`),
+			errContains: []string{"spec.match.name", `"*"`},
+		},
+		{
+			name:        "an upper-case namespace",
+			obj:         constraintObject(t, "K8sTeam", "c", `match: {namespaces: ["Shop"]}`),
+			errContains: []string{"spec.match.namespaces", `"Shop"`, "lower-case"},
+		},
+		{
+			name:        "a namespace with a dot",
+			obj:         constraintObject(t, "K8sTeam", "c", `match: {excludedNamespaces: ["kube.system"]}`),
+			errContains: []string{"spec.match.excludedNamespaces", `"kube.system"`},
+		},
+		{
 			name:        "a bad label selector",
 			obj:         constraintObject(t, "K8sTeam", "c", `match: {labelSelector: {matchExpressions: [{key: team, operator: Near}]}}`),
 			errContains: []string{"spec.match.labelSelector"},
@@ -414,10 +430,10 @@ func TestConstraintMatches(t *testing.T) {
 			},
 		},
 		{
-			name:  "any name",
-			match: `name: "*"`,
+			name:  "name by prefix and suffix",
+			match: `name: "*eb-ru*"`,
 			subjects: map[string]judged{
-				"pod web": {webPod, true}, "generated name": {generateRun, true},
+				"pod web": {webPod, false}, "generated name web-run-": {generateRun, true},
 			},
 		},
 		{

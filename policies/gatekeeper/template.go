@@ -10,6 +10,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -93,6 +94,19 @@ func TemplateFromObject(obj map[string]any) (*TemplateSource, error) {
 	return ParseTemplate(raw)
 }
 
+// checkKind refuses a constraint kind no CRD can have: its constraints could never be
+// served, so the template is refused where its author sees it, in its status, rather
+// than when its CRD is written. The API server wants the lower case of the kind, and
+// of its list kind, to be DNS-1035 labels (the CRD's plural is the former).
+func checkKind(kind string) error {
+	for _, k := range []string{kind, kind + "List"} {
+		if errs := validation.IsDNS1035Label(strings.ToLower(k)); len(errs) > 0 {
+			return fmt.Errorf("spec.crd.spec.names.kind %q cannot name a CRD: in lower case, %q %s", kind, strings.ToLower(k), strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
 // Template is a compiled ConstraintTemplate, ready to review objects for its
 // Constraints. It is immutable and safe for concurrent use.
 type Template struct {
@@ -151,6 +165,9 @@ func Compile(ctx context.Context, t *TemplateSource, opts Options) (*Template, e
 		return nil, errors.New("spec.crd.spec.names.kind is required")
 	case t.Metadata.Name != strings.ToLower(kind):
 		return nil, fmt.Errorf("metadata.name %q must be the lower case of spec.crd.spec.names.kind %q, as Gatekeeper requires", t.Metadata.Name, kind)
+	}
+	if err := checkKind(kind); err != nil {
+		return nil, err
 	}
 	out := &Template{Name: t.Metadata.Name, Kind: kind}
 	if v := t.Spec.CRD.Spec.Validation; v != nil {

@@ -3,6 +3,7 @@ package gatekeeper_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -165,6 +166,23 @@ func TestCompileTemplate(t *testing.T) {
 			name:        "a name other than the lower-case kind",
 			obj:         withName(template("K8sTeam", regoCode("", teamV0)), "k8s-team"),
 			errContains: []string{"metadata.name", `"k8s-team"`, "spec.crd.spec.names.kind", `"K8sTeam"`},
+		},
+		{
+			// Its constraint CRD would be refused: lower-cased, the kind must be a
+			// DNS-1035 label, and so must its list kind.
+			name:        "a kind with a dot",
+			obj:         withName(template("K8s.Bad", regoCode("", teamV0)), "k8s.bad"),
+			errContains: []string{"spec.crd.spec.names.kind", `"K8s.Bad"`, "cannot name a CRD"},
+		},
+		{
+			name:        "a kind starting with a digit",
+			obj:         withName(template("9Team", regoCode("", teamV0)), "9team"),
+			errContains: []string{"spec.crd.spec.names.kind", `"9Team"`},
+		},
+		{
+			name:        "a kind whose list kind is too long",
+			obj:         withName(template("K"+strings.Repeat("a", 61), regoCode("", teamV0)), "k"+strings.Repeat("a", 61)),
+			errContains: []string{"spec.crd.spec.names.kind", "list"},
 		},
 		{
 			name:        "no kind",

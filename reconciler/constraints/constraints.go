@@ -69,9 +69,14 @@ type Controller struct {
 	// ServiceAccount, so that it goes when Compositor is uninstalled); nil when unknown.
 	MirrorOwner func(context.Context) *metav1.OwnerReference
 
-	ready   atomic.Bool
-	kick    chan struct{}
-	factory dynamicinformer.DynamicSharedInformerFactory
+	ready atomic.Bool
+	kick  chan struct{}
+	// restored is the mirror's templates as this process found them, by name: a
+	// template that does not compile when the process starts is enforced in the last
+	// version that did, as it would have been had the process not restarted. An entry
+	// goes once its template has compiled or been looked up.
+	restored map[string]map[string]any
+	factory  dynamicinformer.DynamicSharedInformerFactory
 	// per template name: what was compiled last, and the last good version
 	templates map[string]*templateState
 	// constraint informers started, by kind
@@ -83,11 +88,21 @@ type Controller struct {
 }
 
 type templateState struct {
+	// generation and inventory (its AnnotationInventory, which Compile reads) are
+	// those of the version compiled last: a change of either compiles it again.
 	generation int64
+	inventory  string
 	uid        types.UID
 	good       *gatekeeper.Template
-	goodObj    map[string]any // the source of good, trimmed
-	err        error
+	goodObj    map[string]any // the source of good, trimmed, with uid and generation
+	// goodGeneration is the generation good was compiled from; goodRestored says it
+	// was read from the mirror, the last version that compiled before a restart.
+	goodGeneration int64
+	goodRestored   bool
+	err            error
+	// serveErr is why the constraints of good's kind cannot be served (its CRD was
+	// refused): the template enforces nothing until that changes.
+	serveErr error
 	// schemaRefused is the spec hash of the constraint CRD with good's parameters
 	// schema when the API server refused that CRD (ensureConstraintCRD).
 	schemaRefused string
@@ -163,6 +178,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 		c.owned = owned
 	}
+	c.restored = c.readMirrorTemplates(ctx)
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(c.Dynamic, 0)
 	templates := c.factory.ForResource(TemplatesGVR).Informer()
 	if _, err := templates.AddEventHandler(c.handler()); err != nil {
@@ -227,16 +243,23 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 		seen[u.GetName()] = true
 		t := c.compile(ctx, u)
-		if t == nil {
-			continue
+		st := c.templates[u.GetName()]
+		st.serveErr = nil
+		if t != nil {
+			switch served, err := c.watch(ctx, u, t); {
+			case err != nil:
+				// Refused for good (until the template or the cluster changes): this
+				// template enforces nothing, and says so; the others go on.
+				st.serveErr = err
+			case !served:
+				complete = false
+				unread[t.Kind] = true
+			default:
+				compiled = append(compiled, t)
+				mirror.Templates = append(mirror.Templates, st.goodObj)
+			}
 		}
-		if !c.watch(ctx, u, t) {
-			complete = false
-			unread[t.Kind] = true
-			continue
-		}
-		compiled = append(compiled, t)
-		mirror.Templates = append(mirror.Templates, c.templates[u.GetName()].goodObj)
+		c.writeStatus(ctx, u, st)
 	}
 	for name := range c.templates {
 		if !seen[name] {
@@ -276,6 +299,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 	}
 	c.Engine.SetConstraints(policies.OriginObject, gatekeeper.NewLibrary(compiled, constraints))
+	c.restored = nil // every template there was has been compiled once
 	if complete {
 		c.writeMirror(ctx, mirror)
 	}
@@ -304,69 +328,136 @@ func (c *Controller) parse(ctx context.Context, u *unstructured.Unstructured, t 
 		p.con, p.trimmed = con, trimmed(u.Object)
 	}
 	c.parsed[u.GetUID()] = p
+	c.writeConstraintStatus(ctx, u, p.refusal)
 	return p
 }
 
-// compile compiles a template when its generation changed, reports the outcome, and
-// returns the version to enforce: the last good one when the new one fails.
+// compile compiles a template when its generation or its inventory annotation
+// changed, reports the outcome, and returns the version to enforce: the last good one
+// when the new one fails.
 func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) *gatekeeper.Template {
 	st := c.templates[u.GetName()]
-	if st != nil && st.uid == u.GetUID() && st.generation == u.GetGeneration() {
+	inventory := u.GetAnnotations()[gatekeeper.AnnotationInventory]
+	if st != nil && st.uid == u.GetUID() && st.generation == u.GetGeneration() && st.inventory == inventory {
 		return st.good
 	}
 	if st == nil || st.uid != u.GetUID() {
 		st = &templateState{uid: u.GetUID()}
 		c.templates[u.GetName()] = st
 	}
-	st.generation = u.GetGeneration()
-	src, err := gatekeeper.TemplateFromObject(u.Object)
-	var t *gatekeeper.Template
-	if err == nil {
-		t, err = policies.CompileTemplate(ctx, src)
-	}
+	st.generation, st.inventory = u.GetGeneration(), inventory
+	t, err := compileObject(ctx, u.Object)
 	st.err = err
-	if err != nil {
-		msg := fmt.Sprintf("not enforced by Compositor: %v", err)
-		if st.good != nil {
-			msg += " (the last version that compiled stays in force)"
-		}
-		c.event(u, corev1.EventTypeWarning, EventTemplateRefused, msg)
-	} else {
-		st.good, st.goodObj = t, trimmed(u.Object)
+	if err == nil {
+		st.good, st.goodObj, st.goodGeneration, st.goodRestored = t, goodObject(u.Object), u.GetGeneration(), false
+		delete(c.restored, u.GetName())
 		note := fmt.Sprintf("enforced on compositions and what they render (Rego %s)", t.RegoVersion)
 		if t.HasCEL {
 			note += "; its K8sNativeValidation (CEL) code is not run by Compositor, its Rego is"
 		}
 		c.event(u, corev1.EventTypeNormal, EventTemplateEnforced, note)
+		return st.good
 	}
-	c.writeStatus(ctx, u, err)
+	if st.good == nil {
+		c.restore(ctx, u, st)
+	}
+	c.event(u, corev1.EventTypeWarning, EventTemplateRefused, "not enforced by Compositor: "+err.Error()+st.inForce())
 	return st.good
 }
 
+// compileObject compiles a ConstraintTemplate held as an unstructured object.
+func compileObject(ctx context.Context, obj map[string]any) (*gatekeeper.Template, error) {
+	src, err := gatekeeper.TemplateFromObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	return policies.CompileTemplate(ctx, src)
+}
+
+// goodObject is what the mirror keeps of a template that compiled: what compiling it
+// reads, and its uid and generation, by which a process that starts again knows it
+// for the last version of that very template that compiled (restore).
+func goodObject(obj map[string]any) map[string]any {
+	out := trimmed(obj)
+	md := out["metadata"].(map[string]any)
+	src, _ := obj["metadata"].(map[string]any)
+	md["uid"], md["generation"] = src["uid"], src["generation"]
+	return out
+}
+
+// restore makes the mirror's version of template u, when the mirror has one of the
+// same uid and it compiles, the version st enforces: u does not compile now, and
+// that version was in force when the process stopped.
+func (c *Controller) restore(ctx context.Context, u *unstructured.Unstructured, st *templateState) {
+	obj, ok := c.restored[u.GetName()]
+	delete(c.restored, u.GetName())
+	if !ok {
+		return
+	}
+	md, _ := obj["metadata"].(map[string]any)
+	if uid, _ := md["uid"].(string); uid == "" || types.UID(uid) != u.GetUID() {
+		return
+	}
+	t, err := compileObject(ctx, obj)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("the mirror's version of a template does not compile", "template", u.GetName(), "error", err.Error())
+		return
+	}
+	generation, _ := md["generation"].(float64)
+	st.good, st.goodObj, st.goodGeneration, st.goodRestored = t, obj, int64(generation), true
+}
+
+// inForce says, after why a template's version is refused, which version is enforced
+// instead, if any.
+func (st *templateState) inForce() string {
+	switch {
+	case st.good == nil:
+		return ""
+	case st.goodRestored:
+		return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force, as kept in Compositor's mirror of the constraints)", st.goodGeneration)
+	default:
+		return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force)", st.goodGeneration)
+	}
+}
+
 // watch makes sure the constraints of t's kind are watched: with Compositor's CRD for
-// them when the template CRD is Compositor's. It reports false while they cannot be
-// read; a kind not served yet (Gatekeeper has not made its CRD) has no constraints.
-func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) bool {
+// them when the template CRD is Compositor's. It reports served false while they
+// cannot be read yet (the API server did not answer: a later sync tries again); a
+// kind not served yet (Gatekeeper has not made its CRD) has no constraints. An error
+// says that the API server refused the kind's CRD, which no retry changes: that
+// template's constraints cannot exist, and the other templates' must not wait for it.
+func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) (served bool, refused error) {
 	if c.owned {
 		if err := c.ensureConstraintCRD(ctx, u, t); err != nil {
-			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, fmt.Sprintf("cannot serve its constraints: %v", err))
-			return false
+			msg := fmt.Sprintf("cannot serve its constraints: %v", err)
+			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, msg)
+			if crdRefused(err) {
+				return false, errors.New(msg)
+			}
+			return false, nil
 		}
 	}
 	if _, ok := c.informers[t.Kind]; ok {
-		return true
+		return true, nil
 	}
 	gvr := schema.GroupVersionResource{Group: gatekeeper.ConstraintsGroup, Version: constraintVersion, Resource: constraintResource(t.Kind)}
 	if _, err := c.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		return apierrors.IsNotFound(err)
+		return apierrors.IsNotFound(err), nil
 	}
 	inf := c.factory.ForResource(gvr).Informer()
 	if _, err := inf.AddEventHandler(c.handler()); err != nil {
-		return false
+		return false, nil
 	}
 	c.informers[t.Kind] = inf
 	c.factory.Start(ctx.Done())
-	return true
+	return true, nil
+}
+
+// crdRefused tells a constraint CRD the API server refused, or one Compositor may not
+// write, from a failure to reach it.
+func crdRefused(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
+		apierrors.IsMethodNotSupported(err) || errors.Is(err, errNotCompositors)
 }
 
 // constraintResource is the plural of a constraint kind, as Gatekeeper names it.
@@ -382,10 +473,13 @@ func (c *Controller) event(u *unstructured.Unstructured, eventType, reason, msg 
 	c.Recorder.Eventf(u, nil, eventType, reason, "Load", "%s", msg)
 }
 
-// writeStatus records the outcome in the template's status, when the CRD is
-// Compositor's (Gatekeeper's status controller owns it otherwise).
-func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructured, compileErr error) {
-	if !c.owned {
+// writeStatus records in the template's status, as Gatekeeper's does, whether it is
+// enforced, and why not: the version does not compile (with the version enforced
+// instead, if any), or its constraints cannot be served. Only when the CRD is
+// Compositor's (Gatekeeper's status controller owns it otherwise), and only when the
+// status read differs.
+func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructured, st *templateState) {
+	if !c.owned || c.ReadOnly {
 		return
 	}
 	pod := map[string]any{
@@ -394,14 +488,47 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 		"operations":         []any{"webhook"},
 		"templateUID":        string(u.GetUID()),
 	}
-	if compileErr != nil {
+	var errs []any
+	if st.err != nil {
 		code := "compile_error"
-		if errors.Is(compileErr, gatekeeper.ErrUnsupported) {
+		if errors.Is(st.err, gatekeeper.ErrUnsupported) {
 			code = "unsupported"
 		}
-		pod["errors"] = []any{map[string]any{"code": code, "message": compileErr.Error()}}
+		errs = append(errs, map[string]any{"code": code, "message": st.err.Error() + st.inForce()})
 	}
-	status := map[string]any{"created": compileErr == nil, "byPod": []any{pod}}
+	if st.serveErr != nil {
+		errs = append(errs, map[string]any{"code": "create_error", "message": st.serveErr.Error()})
+	}
+	if errs != nil {
+		pod["errors"] = errs
+	}
+	status := map[string]any{"created": errs == nil, "byPod": []any{pod}}
+	c.patchStatus(ctx, TemplatesGVR, u, status, "ConstraintTemplate")
+}
+
+// writeConstraintStatus records in a constraint's status whether Compositor enforces
+// it, as Gatekeeper's does, and why not (refusal), when the CRDs are Compositor's: the
+// refusal is then not only in an event, which expires.
+func (c *Controller) writeConstraintStatus(ctx context.Context, u *unstructured.Unstructured, refusal string) {
+	if !c.owned || c.ReadOnly {
+		return
+	}
+	pod := map[string]any{
+		"id":                 "compositor",
+		"constraintUID":      string(u.GetUID()),
+		"enforced":           refusal == "",
+		"observedGeneration": u.GetGeneration(),
+		"operations":         []any{"webhook"},
+	}
+	if refusal != "" {
+		pod["errors"] = []any{map[string]any{"code": "invalid_constraint", "message": refusal}}
+	}
+	gvr := schema.GroupVersionResource{Group: gatekeeper.ConstraintsGroup, Version: constraintVersion, Resource: constraintResource(u.GetKind())}
+	c.patchStatus(ctx, gvr, u, map[string]any{"byPod": []any{pod}}, u.GetKind())
+}
+
+// patchStatus makes u's status the one given, unless it is already.
+func (c *Controller) patchStatus(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, status map[string]any, what string) {
 	if old, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status"); fmt.Sprint(old) == fmt.Sprint(status) {
 		return
 	}
@@ -411,9 +538,9 @@ func (c *Controller) writeStatus(ctx context.Context, u *unstructured.Unstructur
 	}}
 	raw, err := patch.MarshalJSON()
 	if err == nil {
-		_, err = c.Dynamic.Resource(TemplatesGVR).Patch(ctx, u.GetName(), types.MergePatchType, raw, metav1.PatchOptions{}, "status")
+		_, err = c.Dynamic.Resource(gvr).Patch(ctx, u.GetName(), types.MergePatchType, raw, metav1.PatchOptions{}, "status")
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		logr.FromContextOrDiscard(ctx).Info("writing a ConstraintTemplate's status", "template", u.GetName(), "error", err.Error())
+		logr.FromContextOrDiscard(ctx).Info("writing a status", "kind", what, "name", u.GetName(), "error", err.Error())
 	}
 }

@@ -177,12 +177,15 @@ type running struct {
 	stop   func() // stops the controller and waits for Start to return
 }
 
-func startController(t *testing.T, cp *controlplane.ControlPlane, engine *policies.Engine) *running {
+func startController(t *testing.T, cp *controlplane.ControlPlane, engine *policies.Engine, opts ...func(*Controller)) *running {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	require.NoError(t, err)
 	writes := &crdWrites{Client: cp.Client}
 	c := &Controller{Dynamic: dyn, Client: writes, Engine: engine, Resync: 100 * time.Millisecond}
+	for _, opt := range opts {
+		opt(c)
+	}
 	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), testr.New(t)))
 	done := make(chan error, 1)
 	go func() { done <- c.Start(ctx) }()

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -110,6 +111,9 @@ const (
 	annotationStoredSpecHash = "compositor.dev/stored-spec-hash"
 )
 
+// errNotCompositors is a constraint CRD of the name wanted that someone else made.
+var errNotCompositors = errors.New("exists and is not Compositor's")
+
 // applyConstraintCRD writes want, a constraint CRD from constraintCRD, when the CRD
 // is not as Compositor wants it: when what Compositor wants changed (the spec hash),
 // when someone else changed the spec (the stored spec hash), or its labels or owner.
@@ -123,7 +127,7 @@ func (c *Controller) applyConstraintCRD(ctx context.Context, want *apiextensions
 	case err != nil:
 		return err
 	case have.Labels[labelManagedBy] != managedBy:
-		return fmt.Errorf("CRD %s exists and is not Compositor's", want.Name)
+		return fmt.Errorf("CRD %s %w", want.Name, errNotCompositors)
 	case constraintCRDCurrent(have, want):
 		return nil
 	}
@@ -236,6 +240,8 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 	preserve := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}
 	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
 	strs := apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &str}}
+	glob := apiextensionsv1.JSONSchemaProps{Type: "string", Pattern: gatekeeper.WildcardPattern}
+	globs := apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &glob}}
 	enum := func(values ...string) apiextensionsv1.JSONSchemaProps {
 		p := apiextensionsv1.JSONSchemaProps{Type: "string"}
 		for _, v := range values {
@@ -249,11 +255,11 @@ func constraintCRD(u *unstructured.Unstructured, t *gatekeeper.Template, withSch
 	match := apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
 		"kinds":              {Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &kind}},
 		"scope":              enum("*", "Cluster", "Namespaced"),
-		"namespaces":         strs,
-		"excludedNamespaces": strs,
+		"namespaces":         globs,
+		"excludedNamespaces": globs,
 		"labelSelector":      preserve,
 		"namespaceSelector":  preserve,
-		"name":               str,
+		"name":               glob,
 		"source":             enum("All", "Original", "Generated"),
 	}}
 	schema := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{

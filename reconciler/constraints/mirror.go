@@ -82,6 +82,31 @@ func encodeMirror(doc mirrorDoc) ([]byte, error) {
 // does not compile here, or a constraint that does not parse, is an error: the
 // controller then keeps the constraints it had.
 func DecodeMirror(cm *corev1.ConfigMap) (*gatekeeper.Library, error) {
+	doc, err := decodeMirror(cm)
+	if err != nil {
+		return nil, err
+	}
+	var templates []*gatekeeper.Template
+	for _, obj := range doc.Templates {
+		t, err := compileObject(context.Background(), obj)
+		if err != nil {
+			return nil, fmt.Errorf("ConfigMap %s/%s: template %v: %w", cm.Namespace, cm.Name, trimmed(obj)["metadata"], err)
+		}
+		templates = append(templates, t)
+	}
+	var cons []*gatekeeper.Constraint
+	for _, obj := range doc.Constraints {
+		c, err := gatekeeper.ParseConstraint(obj)
+		if err != nil {
+			return nil, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+		cons = append(cons, c)
+	}
+	return gatekeeper.NewLibrary(templates, cons), nil
+}
+
+// decodeMirror reads what a mirror ConfigMap holds.
+func decodeMirror(cm *corev1.ConfigMap) (*mirrorDoc, error) {
 	data, ok := cm.BinaryData[mirrorKey]
 	if !ok {
 		return nil, fmt.Errorf("ConfigMap %s/%s has no key %s", cm.Namespace, cm.Name, mirrorKey)
@@ -98,27 +123,37 @@ func DecodeMirror(cm *corev1.ConfigMap) (*gatekeeper.Library, error) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
-	var templates []*gatekeeper.Template
+	return &doc, nil
+}
+
+// readMirrorTemplates is the templates of the mirror ConfigMap, by name, as the
+// process found it when it started: the last versions that compiled. None when
+// there is no mirror; the mirror is Compositor's own record, in its namespace.
+func (c *Controller) readMirrorTemplates(ctx context.Context) map[string]map[string]any {
+	if c.MirrorNamespace == "" {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	err := c.Client.Get(ctx, client.ObjectKey{Namespace: c.MirrorNamespace, Name: rbac.ConstraintsConfigMap}, cm)
+	var doc *mirrorDoc
+	if err == nil {
+		doc, err = decodeMirror(cm)
+	}
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			logr.FromContextOrDiscard(ctx).Info("cannot read the last templates in force", "error", err.Error())
+		}
+		return nil
+	}
+	out := make(map[string]map[string]any, len(doc.Templates))
 	for _, obj := range doc.Templates {
-		src, err := gatekeeper.TemplateFromObject(obj)
-		var t *gatekeeper.Template
-		if err == nil {
-			t, err = policies.CompileTemplate(context.Background(), src)
+		if md, ok := obj["metadata"].(map[string]any); ok {
+			if name, ok := md["name"].(string); ok {
+				out[name] = obj
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("ConfigMap %s/%s: template %v: %w", cm.Namespace, cm.Name, trimmed(obj)["metadata"], err)
-		}
-		templates = append(templates, t)
 	}
-	var cons []*gatekeeper.Constraint
-	for _, obj := range doc.Constraints {
-		c, err := gatekeeper.ParseConstraint(obj)
-		if err != nil {
-			return nil, fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-		}
-		cons = append(cons, c)
-	}
-	return gatekeeper.NewLibrary(templates, cons), nil
+	return out
 }
 
 // writeMirror makes the mirror ConfigMap hold doc, when MirrorNamespace is set.
