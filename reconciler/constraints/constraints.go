@@ -85,6 +85,8 @@ type Controller struct {
 	// parsed is each constraint as last read, by UID: a sync parses and checks again
 	// only the constraints that changed, or whose template did.
 	parsed map[types.UID]*parsedConstraint
+	// statuses are the status writes of the constraints the last sync parsed.
+	statuses []func()
 }
 
 type templateState struct {
@@ -197,6 +199,12 @@ func (c *Controller) Start(ctx context.Context) error {
 			c.Engine.ConstraintsLoaded(policies.OriginObject)
 			log.Info("Gatekeeper constraints loaded", "constraints", len(c.Engine.Constraints(policies.OriginObject).Constraints()))
 		}
+		// Statuses of the constraints parsed, written once they are in force: writing
+		// them does not hold up readiness.
+		for _, write := range c.statuses {
+			write()
+		}
+		c.statuses = nil
 		select {
 		case <-ctx.Done():
 			return nil
@@ -328,7 +336,7 @@ func (c *Controller) parse(ctx context.Context, u *unstructured.Unstructured, t 
 		p.con, p.trimmed = con, trimmed(u.Object)
 	}
 	c.parsed[u.GetUID()] = p
-	c.writeConstraintStatus(ctx, u, p.refusal)
+	c.statuses = append(c.statuses, func() { c.writeConstraintStatus(ctx, u, p.refusal) })
 	return p
 }
 
