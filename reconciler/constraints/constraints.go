@@ -269,9 +269,12 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		}
 		c.writeStatus(ctx, u, st)
 	}
-	for name := range c.templates {
+	for name, st := range c.templates {
 		if !seen[name] {
 			delete(c.templates, name)
+			if st.good != nil {
+				c.deleteConstraintCRD(ctx, st.good.Kind, st.uid)
+			}
 		}
 	}
 	var constraints []*gatekeeper.Constraint

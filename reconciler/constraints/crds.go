@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -110,6 +111,28 @@ const (
 	// spec read, nobody has changed the spec since.
 	annotationStoredSpecHash = "compositor.dev/stored-spec-hash"
 )
+
+// deleteConstraintCRD deletes the constraint CRD of kind when it is Compositor's and
+// owned by template uid alone, which is gone: as the garbage collector would, for a
+// control plane without one (compositor dev). A template of the same name made since
+// has taken the CRD over (applyConstraintCRD), and it stays; the preconditions keep a
+// write in between from being lost.
+func (c *Controller) deleteConstraintCRD(ctx context.Context, kind string, uid types.UID) {
+	if !c.owned || c.ReadOnly {
+		return
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: constraintResource(kind) + "." + gatekeeper.ConstraintsGroup}, crd); err != nil {
+		return
+	}
+	if crd.Labels[labelManagedBy] != managedBy || len(crd.OwnerReferences) != 1 || crd.OwnerReferences[0].UID != uid {
+		return
+	}
+	err := c.Client.Delete(ctx, crd, client.Preconditions{UID: &crd.UID, ResourceVersion: &crd.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		logr.FromContextOrDiscard(ctx).Info("deleting the constraint CRD of a deleted template", "crd", crd.Name, "error", err.Error())
+	}
+}
 
 // errNotCompositors is a constraint CRD of the name wanted that someone else made.
 var errNotCompositors = errors.New("exists and is not Compositor's")

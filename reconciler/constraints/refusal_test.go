@@ -273,6 +273,20 @@ func TestARefusedTemplateHoldsUpNothingElse(t *testing.T) {
 		require.NotNil(t, v)
 		assert.Contains(t, libraryKeys(v), "CtEvolving/no-x")
 	})
+
+	t.Run("a deleted template's constraint CRD goes, without a garbage collector", func(t *testing.T) {
+		// envtest runs no kube-controller-manager, as compositor dev does not.
+		require.NoError(t, templates.Delete(ctx, "ctplain", metav1.DeleteOptions{}))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			err := cp.Client.Get(ctx, client.ObjectKey{Name: crdName("CtPlain")}, &apiextensionsv1.CustomResourceDefinition{})
+			assert.True(c, apierrors.IsNotFound(err), "CRD still there: %v", err)
+			assert.NotContains(c, mapsKeys(enforced(engine)), "CtPlain/no-forbidden")
+		}, time.Minute, 100*time.Millisecond)
+		// Someone else's CRD of a deleted template's kind stays.
+		require.NoError(t, templates.Delete(ctx, "ctforeign", metav1.DeleteOptions{}))
+		ctl.waitSyncs(t, 1, 3)
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: crdName("CtForeign")}, &apiextensionsv1.CustomResourceDefinition{}))
+	})
 }
 
 func readMirror(t *testing.T, c client.Client) *corev1.ConfigMap {
