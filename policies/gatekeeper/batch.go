@@ -13,6 +13,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/compositor-dev/compositor/policies/membudget"
 )
 
 // A Library evaluates all the constraints that match an object in one evaluation, a
@@ -414,8 +416,9 @@ func (b *batch) eval(ctx context.Context, input ast.Value, withWrapped bool) (re
 	if withWrapped {
 		query = b.wrapped
 	}
+	ctx, ended := membudget.Track(ctx)
 	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()), rego.EvalGenerateJSON(asTerm))
-	if err != nil {
+	if err = ended(err); err != nil {
 		return results, err
 	}
 	if len(rs) == 0 {

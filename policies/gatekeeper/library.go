@@ -10,6 +10,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/compositor-dev/compositor/policies/membudget"
 )
 
 // Library is an immutable set of compiled templates and their Constraints.
@@ -326,8 +328,9 @@ func (t *Template) eval(ctx context.Context, review, params, inventory *ast.Term
 	if t.Referential {
 		input = ast.NewObject(ast.Item(ast.InternedTerm("input"), ast.NewTerm(input)), ast.Item(ast.InternedTerm("inventory"), inventory))
 	}
+	ctx, ended := membudget.Track(ctx)
 	rs, err := t.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()))
-	if err != nil {
+	if err = ended(err); err != nil {
 		return nil, err
 	}
 	if len(rs) == 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/policies/membudget"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/reconciler/policy"
@@ -185,6 +186,8 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	}
 	// What it installs is judged with the CompositionPolicies, as admission judges
 	// what is written: loaded before the first install, then kept in step.
+	// The install gate evaluates the constraints' Rego here too.
+	membudget.SetBudget(membudget.Default())
 	engine, err := policies.NewEngine(ctx, policies.Options{})
 	if err != nil {
 		return err

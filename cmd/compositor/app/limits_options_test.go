@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/policies/membudget"
 )
 
 // The admission bounds of issue #26 are flags with defaults, and a bad value is named.
@@ -34,5 +35,28 @@ func TestServeLimitFlags(t *testing.T) {
 		"--admission-namespace-concurrency must be at least 1, got 0",
 	} {
 		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// --policy-max-memory: auto (a budget below the memory limit), a quantity, 0 for
+// none; anything else is named.
+func TestPolicyMaxMemoryFlag(t *testing.T) {
+	opts, err := parse(t, nil, nil)
+	require.NoError(t, err)
+	budget, err := opts.policyMemoryBudget()
+	require.NoError(t, err)
+	assert.Equal(t, membudget.Default(), budget)
+	assert.Positive(t, budget)
+
+	for arg, want := range map[string]int64{"768Mi": 768 << 20, "0": 0, "2G": 2_000_000_000} {
+		opts, err := parse(t, []string{"--policy-max-memory=" + arg}, nil)
+		require.NoError(t, err, arg)
+		budget, err := opts.policyMemoryBudget()
+		require.NoError(t, err, arg)
+		assert.Equal(t, want, budget, arg)
+	}
+	for _, arg := range []string{"lots", "-1Mi"} {
+		_, err := parse(t, []string{"--policy-max-memory=" + arg}, nil)
+		assert.ErrorContains(t, err, "--policy-max-memory must be auto, 0 or a quantity of bytes such as 768Mi, got \""+arg+"\"", arg)
 	}
 }

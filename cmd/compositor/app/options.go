@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/policies/membudget"
 	"github.com/compositor-dev/compositor/webhooks"
 )
 
@@ -108,6 +110,9 @@ type ServeOptions struct {
 	Limits policies.Limits
 	// PolicyMaxRange bounds numbers.range and numbers.range_step in policies.
 	PolicyMaxRange int
+	// PolicyMaxMemory is the heap size past which Rego evaluations that have run
+	// for a while are stopped (membudget): "auto", a quantity, or "0" for none.
+	PolicyMaxMemory string
 	// LaneConcurrency is how many admission evaluations one namespace's compositions
 	// (or its definitions, or the policies) may run at once.
 	LaneConcurrency int
@@ -179,6 +184,7 @@ func NewServeOptions() *ServeOptions {
 		ShardLeaseDuration:             20 * time.Second,
 		Limits:                         policies.DefaultLimits(),
 		PolicyMaxRange:                 policies.DefaultMaxRangeElements,
+		PolicyMaxMemory:                "auto",
 		LaneConcurrency:                webhooks.DefaultLaneConcurrency(),
 		ControllerNamespaceConcurrency: 4,
 	}
@@ -233,6 +239,7 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Limits.MaxKeys, "max-value-keys", o.Limits.MaxKeys, "Admission refuses an object with more keys and array elements than this, all levels together")
 	fs.IntVar(&o.Limits.MaxStringBytes, "max-string-bytes", o.Limits.MaxStringBytes, "Admission refuses an object with a string value or key longer than this many bytes")
 	fs.IntVar(&o.Limits.MaxRenderedBytes, "max-rendered-bytes", o.Limits.MaxRenderedBytes, "Rendering a composition's chart stops, and is refused, past this many bytes of manifests")
+	fs.StringVar(&o.PolicyMaxMemory, "policy-max-memory", o.PolicyMaxMemory, "Heap size (a quantity: 768Mi) past which a policy or constraint evaluation running for over 50ms is stopped with an error (fail closed), so that a runaway Rego evaluation does not get the process killed; auto is 3/4 of the memory limit (GOMEMLIMIT or the container's), 1Gi without one; 0 turns it off")
 	fs.IntVar(&o.PolicyMaxRange, "policy-max-range", o.PolicyMaxRange, "Most elements numbers.range and numbers.range_step may return in a policy; a bigger range stops the evaluation with an error (fail closed)")
 	fs.IntVar(&o.LaneConcurrency, "admission-namespace-concurrency", o.LaneConcurrency, "Admission evaluations (schema check, rendering, policies) one namespace's compositions may run at once; its others wait, each until the deadline, and other namespaces are not held. Definitions and policies have lanes of their own. The default is half the CPUs, at least 1")
 	fs.IntVar(&o.ControllerNamespaceConcurrency, "controller-namespace-concurrency", o.ControllerNamespaceConcurrency, "Compositions of one namespace (and releases on one target cluster) the in-process controllers reconcile at once, of their 16 workers; the others wait in the queue, holding no worker, and other namespaces are not held")
@@ -309,6 +316,9 @@ func (o *ServeOptions) Validate() error {
 	if err := o.Limits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := o.policyMemoryBudget(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.PolicyMaxRange < 1 {
 		errs = append(errs, fmt.Errorf("--policy-max-range must be at least 1, got %d", o.PolicyMaxRange))
 	}
@@ -371,3 +381,15 @@ func (p *prefixList) Set(value string) error {
 }
 
 func (p *prefixList) Type() string { return "cidr" }
+
+// policyMemoryBudget is --policy-max-memory in bytes (0: off).
+func (o *ServeOptions) policyMemoryBudget() (int64, error) {
+	if o.PolicyMaxMemory == "auto" {
+		return membudget.Default(), nil
+	}
+	q, err := resource.ParseQuantity(o.PolicyMaxMemory)
+	if err != nil || q.Sign() < 0 {
+		return 0, fmt.Errorf("--policy-max-memory must be auto, 0 or a quantity of bytes such as 768Mi, got %q", o.PolicyMaxMemory)
+	}
+	return q.Value(), nil
+}

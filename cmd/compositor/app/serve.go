@@ -51,6 +51,7 @@ import (
 	"github.com/compositor-dev/compositor/multicluster"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/policies/membudget"
 	"github.com/compositor-dev/compositor/reconciler/audit"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/constraints"
@@ -208,6 +209,11 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
 func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, live client.Client, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
+	budget, err := opts.policyMemoryBudget()
+	if err != nil {
+		return nil, err
+	}
+	membudget.SetBudget(budget)
 	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies, EnabledBuiltins: opts.EnabledPolicies})
 	if err != nil {
