@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,7 +84,7 @@ func TestFormatting(t *testing.T) {
 		{Policy: "p", Source: "policy p", Message: "same id", Action: "deny", ID: "p"},
 		{Source: SourceSchema + " of subchart cache", Path: "spec.cache.x", Message: "m", Action: "deny"},
 		{Source: SourceSchema, Path: "spec.z", Message: "m", Action: "deny"},
-		{Policy: "w", Source: "policy w", Message: strings.Repeat("é", 100), Action: "warn"},
+		{Policy: "ww", Source: "policy ww", Message: strings.Repeat("é", 200), Action: "warn"},
 		{Policy: "d", Source: "policy d", Message: "hidden", Action: "dryrun"},
 	}
 	assert.Equal(t, strings.Join([]string{
@@ -93,7 +95,17 @@ func TestFormatting(t *testing.T) {
 	}, "\n"), FormatDenial(vs))
 	w := FormatWarnings(vs)
 	require.Len(t, w, 1)
-	assert.LessOrEqual(t, len(w[0]), MaxWarningLength)
-	assert.True(t, strings.HasSuffix(w[0], "..."))
+	// 412 bytes shortened to MaxWarningLength, the cut falling inside an é: it backs
+	// off to the é's start rather than split it.
+	assert.Equal(t, "[policy ww] "+strings.Repeat("é", 120)+"...", w[0])
+	assert.True(t, utf8.ValidString(w[0]))
 	assert.NotContains(t, FormatDenial(vs)+strings.Join(w, ""), "hidden")
+
+	// The API server drops a warning with a control character or bytes that are not
+	// UTF-8; they are written out instead.
+	w = FormatWarnings([]Violation{{Policy: "esc", Source: "policy esc", Message: "red \x1b[31mtext\x00 and \xff", Action: "warn"}})
+	require.Len(t, w, 1)
+	assert.Equal(t, `[policy esc] red \x1b[31mtext\x00 and `+"\uFFFD", w[0])
+	assert.False(t, strings.ContainsFunc(w[0], unicode.IsControl))
+	assert.True(t, utf8.ValidString(w[0]))
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -93,12 +94,14 @@ func CompileTemplate(ctx context.Context, t *gatekeeper.TemplateSource) (*gateke
 
 // reviewConstraints runs the Gatekeeper constraints on the request's own object and,
 // for a composition, on each object its chart renders and on the Pod each rendered
-// workload implies. render renders once, on demand.
-func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, render func() ([]RenderedObject, error)) []Violation {
+// workload implies. render renders once, on demand. When the chart does not render,
+// lib's constraints are returned as unrendered, with render's error, rather than
+// judged: the caller stands for those of every library at once (renderFailures).
+func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, render func() ([]RenderedObject, error)) (out []Violation, unrendered []*gatekeeper.Constraint, renderErr error) {
 	if r.Operation == "DELETE" {
 		// As Gatekeeper by default: a deletion is not judged, so that an object
 		// written before a constraint can always go.
-		return nil
+		return nil, nil, nil
 	}
 	req := &gatekeeper.Request{Operation: r.Operation, UserInfo: userInfoDoc(r)}
 	var nsObject map[string]any
@@ -109,7 +112,6 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		}
 		nsObject = map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": r.Namespace, "labels": labels}}
 	}
-	var out []Violation
 	self := &gatekeeper.Subject{
 		Object: r.Object, OldObject: r.OldObject, Name: r.Name,
 		Group: r.Kind.Group, Version: r.Kind.Version, Kind: r.Kind.Kind,
@@ -122,17 +124,14 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, self, req), "")...)
 	}
 	if (r.Chart == nil && r.Rendered == nil) || r.Object == nil || r.schemaFailed {
-		return out
+		return out, nil, nil
 	}
 	if ctx.Err() != nil {
-		return append(out, e.notReached(ctx, lib)...)
+		return append(out, e.notReached(ctx, lib)...), nil, nil
 	}
 	objs, err := render()
 	if err != nil {
-		for _, c := range lib.Constraints() {
-			out = append(out, e.constraintFailure(ctx, c, fmt.Errorf("%w: %w", ErrRender, err)))
-		}
-		return out
+		return out, lib.Constraints(), renderError(err)
 	}
 	subjects := make([]*gatekeeper.Subject, 0, len(objs))
 	refs := make([]string, 0, len(objs))
@@ -181,7 +180,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	if ctx.Err() != nil {
 		out = append(out, e.notReached(ctx, lib)...)
 	}
-	return out
+	return out, nil, nil
 }
 
 // objectID identifies an object across two renderings: group, kind, namespace, name.
@@ -300,6 +299,51 @@ func (e *Engine) constraintFailure(ctx context.Context, c *gatekeeper.Constraint
 	id := constraintID(c)
 	logr.FromContextOrDiscard(ctx).Info("constraint evaluation failed", "constraint", id, "error", err.Error())
 	return Violation{Message: msg, Source: "constraint " + id, Policy: id, Action: action}
+}
+
+// renderFailures stands for the constraints that a chart that does not render (err)
+// kept from the objects it would create: one violation per outcome naming them, rather
+// than the same error once per constraint. Each constraint fails as constraintFailure
+// has it (a deny constraint denies, or warns when policies fail open; a warn or dryrun
+// one keeps its action), so the request is denied, warned about or admitted as with
+// one violation per constraint, and a dryrun constraint is never named to the caller.
+func (e *Engine) renderFailures(ctx context.Context, cs []*gatekeeper.Constraint, err error) []Violation {
+	if len(cs) == 0 {
+		return nil
+	}
+	type outcome struct {
+		action v1alpha1.EnforcementAction
+		note   string
+	}
+	var outcomes []outcome
+	ids := map[outcome][]string{}
+	var all []string
+	for _, c := range cs {
+		declared := v1alpha1.EnforcementAction(c.Action)
+		action := e.failureAction(declared)
+		o := outcome{action, failureNote(declared, action)}
+		if _, seen := ids[o]; !seen {
+			outcomes = append(outcomes, o)
+		}
+		ids[o] = append(ids[o], constraintID(c))
+		all = append(all, constraintID(c))
+	}
+	logr.FromContextOrDiscard(ctx).Info("constraints not evaluated: the chart does not render", "constraints", all, "error", err.Error())
+	out := make([]Violation, 0, len(outcomes))
+	for _, o := range outcomes {
+		names := ids[o]
+		slices.Sort(names)
+		names = slices.Compact(names) // one constraint may come from two origins
+		what := "constraint " + names[0] + " was"
+		if len(names) > 1 {
+			what = "constraints " + strings.Join(names, ", ") + " were"
+		}
+		out = append(out, Violation{
+			Message: fmt.Sprintf("%s not evaluated: %v%s", what, err, o.note),
+			Source:  "constraints", Policy: "constraints", Action: o.action,
+		})
+	}
+	return out
 }
 
 // userInfoDoc is input.review.userInfo: who made the request or, at the install

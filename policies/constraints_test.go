@@ -2,14 +2,17 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
@@ -232,4 +235,150 @@ func TestConstraintsClusterScopedKindsOfTheDefinition(t *testing.T) {
 	r.ClusterScoped = map[schema.GroupKind]bool{{Group: "cert-manager.io", Kind: "ClusterIssuer"}: true}
 	assert.Equal(t, []string{"deny ClusterIssuer/letsencrypt: ClusterIssuer -/letsencrypt op=CREATE user= [constraint TestEcho/cluster]"},
 		messages(e.Evaluate(context.Background(), r)))
+}
+
+// brokenChart is the sample chart 1.1.5 with a template that fails to render.
+func brokenChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch := loadChart(t, "1.1.5")
+	ch.Templates = append(ch.Templates[:0:0], ch.Templates...)
+	for i, tpl := range ch.Templates {
+		if tpl.Name == "templates/configmap.yaml" {
+			ch.Templates[i] = withData(tpl, "{{ fail \"broken on purpose\" }}")
+		}
+	}
+	return ch
+}
+
+// onDeployments is a TestEcho constraint of action on the rendered Deployments only:
+// the composition itself gives it nothing to say.
+func onDeployments(t *testing.T, name, action string) *gatekeeper.Constraint {
+	t.Helper()
+	return testConstraint(t, "TestEcho", name, "{enforcementAction: "+action+", match: {kinds: [{apiGroups: [apps], kinds: [Deployment]}]}}")
+}
+
+// A warn constraint's warning names the constraint first and is cut only at the API
+// server's 256, on a character boundary: a long message no longer loses the name.
+func TestConstraintWarningsNameTheConstraintFirst(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestEcho", "advice", "{enforcementAction: warn}")}))
+
+	r := compositionRequest(map[string]any{})
+	r.Name = "short"
+	d := Decision{Violations: e.Evaluate(context.Background(), r)}
+	require.False(t, d.Denied())
+	assert.Equal(t, []string{"[constraint TestEcho/advice] FireworksApp team-a/short op=CREATE user="}, d.Warnings())
+
+	// 150 bytes: past the 119 of old, kept whole.
+	r.Name = strings.Repeat("n", 150)
+	d = Decision{Violations: e.Evaluate(context.Background(), r)}
+	assert.Equal(t, []string{"[constraint TestEcho/advice] FireworksApp team-a/" + r.Name + " op=CREATE user="}, d.Warnings())
+
+	// Past 256 bytes, in three-byte characters: cut, the name kept, no character split.
+	r.UserInfo.Username = strings.Repeat("日", 100)
+	d = Decision{Violations: e.Evaluate(context.Background(), r)}
+	require.Len(t, d.Warnings(), 1)
+	w := d.Warnings()[0]
+	assert.True(t, strings.HasPrefix(w, "[constraint TestEcho/advice] FireworksApp team-a/"+r.Name+" op=CREATE user=日"), w)
+	assert.True(t, strings.HasSuffix(w, "日..."), w)
+	assert.LessOrEqual(t, len(w), MaxWarningLength)
+	assert.Greater(t, len(w), MaxWarningLength-len("日..."), "cut no earlier than it must")
+	assert.True(t, utf8.ValidString(w))
+}
+
+// A chart that does not render says so once in each violation, whichever policy or
+// constraint it stands for and however the error came.
+func TestRenderFailureSaysSoOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Options{})
+	require.NoError(t, e.Set(ctx, Policy{Name: "ha", Rego: haPolicy, Target: v1alpha1.TargetRendered}))
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)},
+		[]*gatekeeper.Constraint{onDeployments(t, "deployments", "deny")}))
+	r := compositionRequest(map[string]any{})
+	r.Chart = brokenChart(t)
+	vs := e.Evaluate(ctx, r)
+	require.Len(t, vs, 2, "%v", messages(vs))
+	for _, v := range vs {
+		assert.Equal(t, 1, strings.Count(v.Message, ErrRender.Error()), v.Message)
+		assert.Contains(t, v.Message, "broken on purpose")
+	}
+
+	// renderError marks an error once, whether it already was one or not.
+	once := renderError(errors.New("worker died"))
+	assert.ErrorIs(t, once, ErrRender)
+	assert.EqualError(t, once, "chart does not render: worker died")
+	assert.Equal(t, once, renderError(once))
+	assert.Nil(t, renderError(nil))
+}
+
+// The constraints a chart that does not render keeps from its objects are one
+// violation per outcome, naming them, not one copy of the error per constraint; and
+// they deny, warn or count as each constraint's action has it, as before.
+func TestConstraintsOfAChartThatDoesNotRender(t *testing.T) {
+	ctx := context.Background()
+	echo := []*gatekeeper.Template{testTemplate(t, echoTemplate)}
+	evaluate := func(opts Options, object, dir []*gatekeeper.Constraint) Decision {
+		t.Helper()
+		e := newTestEngine(t, opts)
+		e.SetConstraints(OriginObject, gatekeeper.NewLibrary(echo, object))
+		e.SetConstraints(OriginDir, gatekeeper.NewLibrary(echo, dir))
+		r := compositionRequest(map[string]any{})
+		r.Chart = brokenChart(t)
+		return Decision{Violations: e.Evaluate(ctx, r)}
+	}
+	// byAction checks there is one violation of each action given, its message
+	// starting with the given words and ending with the given note.
+	type want struct{ start, note string }
+	byAction := func(t *testing.T, d Decision, wants map[v1alpha1.EnforcementAction]want) {
+		t.Helper()
+		require.Len(t, d.Violations, len(wants), "%v", messages(d.Violations))
+		for _, v := range d.Violations {
+			w, ok := wants[v.Action]
+			require.True(t, ok, "unexpected %s", v.Action)
+			assert.True(t, strings.HasPrefix(v.Message, w.start+" not evaluated: chart does not render: "), v.Message)
+			assert.True(t, strings.HasSuffix(v.Message, "broken on purpose"+w.note), v.Message)
+			assert.Equal(t, "constraints", v.Source)
+		}
+	}
+
+	t.Run("deny, warn and dryrun", func(t *testing.T) {
+		d := evaluate(Options{},
+			[]*gatekeeper.Constraint{onDeployments(t, "b", "deny"), onDeployments(t, "a", "deny"), onDeployments(t, "w", "warn"), onDeployments(t, "d", "dryrun")},
+			[]*gatekeeper.Constraint{onDeployments(t, "c", "deny")})
+		assert.True(t, d.Denied())
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{
+			v1alpha1.EnforcementDeny:   {"constraints TestEcho/a, TestEcho/b, TestEcho/c were", " (denied: policies fail closed)"},
+			v1alpha1.EnforcementWarn:   {"constraint TestEcho/w was", ""},
+			v1alpha1.EnforcementDryRun: {"constraint TestEcho/d was", ""},
+		})
+		require.Len(t, d.Warnings(), 1)
+		assert.True(t, strings.HasPrefix(d.Warnings()[0], "[constraints] constraint TestEcho/w was not evaluated: chart does not render: "), d.Warnings()[0])
+		assert.NotContains(t, d.Message()+strings.Join(d.Warnings(), "\n"), "TestEcho/d", "a dryrun constraint is never shown")
+	})
+
+	t.Run("only warn constraints only warn", func(t *testing.T) {
+		d := evaluate(Options{}, []*gatekeeper.Constraint{onDeployments(t, "w1", "warn"), onDeployments(t, "w2", "warn")}, nil)
+		assert.False(t, d.Denied())
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{v1alpha1.EnforcementWarn: {"constraints TestEcho/w1, TestEcho/w2 were", ""}})
+	})
+
+	t.Run("only dryrun constraints are only counted", func(t *testing.T) {
+		d := evaluate(Options{}, []*gatekeeper.Constraint{onDeployments(t, "d", "dryrun")}, nil)
+		assert.False(t, d.Denied())
+		assert.Empty(t, d.Warnings())
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{v1alpha1.EnforcementDryRun: {"constraint TestEcho/d was", ""}})
+	})
+
+	t.Run("fail open", func(t *testing.T) {
+		d := evaluate(Options{FailOpen: true}, []*gatekeeper.Constraint{onDeployments(t, "a", "deny"), onDeployments(t, "w", "warn")}, nil)
+		assert.False(t, d.Denied())
+		// The deny constraint admitted, saying so; the warn one as it is.
+		w := d.Warnings()
+		require.Len(t, w, 2, "%v", messages(d.Violations))
+		assert.True(t, strings.HasPrefix(w[0], "[constraints] constraint TestEcho/a was not evaluated: chart does not render: "), w[0])
+		assert.True(t, strings.HasSuffix(w[0], "broken on purpose (admitted: policies fail open)"), w[0])
+		assert.True(t, strings.HasPrefix(w[1], "[constraints] constraint TestEcho/w was not evaluated: chart does not render: "), w[1])
+		assert.True(t, strings.HasSuffix(w[1], "broken on purpose"), w[1])
+	})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/policies/gatekeeper"
+	"github.com/compositor-dev/compositor/policies/membudget"
 )
 
 // DefaultTimeout is the default evaluation deadline of one request, well below the
@@ -258,12 +259,21 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	if pending {
 		out = append(out, e.pendingViolation())
 	}
+	// The constraints a chart that does not render keeps from its objects, of every
+	// library, are one failure (per outcome), not one per constraint.
+	var unrendered []*gatekeeper.Constraint
+	var unrenderedErr error
 	for _, lib := range libs {
-		out = append(out, e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {
+		vs, skipped, err := e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {
 			renderOnce()
 			return objs, renderErr
-		})...)
+		})
+		out = append(out, vs...)
+		if len(skipped) > 0 {
+			unrendered, unrenderedErr = append(unrendered, skipped...), err
+		}
 	}
+	out = append(out, e.renderFailures(ctx, unrendered, unrenderedErr)...)
 	SortViolations(out)
 	return out
 }
@@ -286,11 +296,10 @@ func renderFor(ctx context.Context, r *Request) ([]RenderedObject, error) {
 		opts := RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
 		var err error
 		objs, err = RenderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), opts)
-		if errors.Is(err, ErrDeadline) {
-			return nil, fmt.Errorf("%w: %w", ErrRender, err)
-		}
 		if err != nil {
-			return nil, err
+			// A render stopped at the deadline, or whose sandbox worker died, is a chart
+			// that does not render, as a template error is.
+			return nil, renderError(err)
 		}
 	}
 	return objs, nil
@@ -326,10 +335,7 @@ func (e *Engine) failure(ctx context.Context, c *compiled, err error) Violation 
 // constraint of the declared action: deny (or warn with FailOpen) for deny, its own
 // action otherwise; and the message saying why.
 func (e *Engine) failureOf(ctx context.Context, declared v1alpha1.EnforcementAction, err error) (v1alpha1.EnforcementAction, string) {
-	action := declared
-	if action == v1alpha1.EnforcementDeny && e.opts.FailOpen {
-		action = v1alpha1.EnforcementWarn
-	}
+	action := e.failureAction(declared)
 	var msg string
 	switch {
 	case errors.Is(err, errNotReached):
@@ -341,12 +347,29 @@ func (e *Engine) failureOf(ctx context.Context, declared v1alpha1.EnforcementAct
 	default:
 		msg = fmt.Sprintf("evaluation failed: %v", err)
 	}
-	if action == v1alpha1.EnforcementDeny {
-		msg += " (denied: policies fail closed)"
-	} else if declared == v1alpha1.EnforcementDeny {
-		msg += " (admitted: policies fail open)"
+	return action, msg + failureNote(declared, action)
+}
+
+// failureAction is what a policy or constraint of the declared action does when it
+// cannot be evaluated: deny denies (warns with FailOpen); warn and dryrun keep theirs.
+func (e *Engine) failureAction(declared v1alpha1.EnforcementAction) v1alpha1.EnforcementAction {
+	if declared == v1alpha1.EnforcementDeny && e.opts.FailOpen {
+		return v1alpha1.EnforcementWarn
 	}
-	return action, msg
+	return declared
+}
+
+// failureNote ends the message of a failure that denies, or of a deny policy admitted
+// because policies fail open, saying which; other failures keep their action and need
+// no note.
+func failureNote(declared, action v1alpha1.EnforcementAction) string {
+	switch {
+	case action == v1alpha1.EnforcementDeny:
+		return " (denied: policies fail closed)"
+	case declared == v1alpha1.EnforcementDeny:
+		return " (admitted: policies fail open)"
+	}
+	return ""
 }
 
 // eval runs the policy's prepared query once and turns its deny and warn sets into
@@ -361,8 +384,9 @@ func (c *compiled) eval(ctx context.Context, input ast.Value, object string) (_ 
 	}()
 	// OPA times each evaluation into fresh metrics unless told otherwise; nobody reads
 	// them here.
+	ctx, ended := membudget.Track(ctx)
 	rs, err := c.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()))
-	if err != nil {
+	if err = ended(err); err != nil {
 		return nil, err
 	}
 	if len(rs) == 0 {

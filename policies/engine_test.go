@@ -207,8 +207,11 @@ warn contains input.review.object.spec.image.registry
 		`CREATE composition.krateo.io/v1-1-5/FireworksApp fireworksapps team-a/x by alice in ["devs"] old=null limit=3 chart=oci://registry.example.com/charts/fireworks-app@1.1.5 rendered=none [policy echo]`,
 		"docker.io [policy echo]",
 	}, FormatLines(vs))
-	assert.LessOrEqual(t, len(FormatWarnings(vs)[0]), MaxWarningLength)
-	assert.True(t, strings.HasSuffix(FormatWarnings(vs)[0], "..."))
+	// As warnings, the same lines with the policy first, whole: they fit in MaxWarningLength.
+	assert.Equal(t, []string{
+		`[policy echo] CREATE composition.krateo.io/v1-1-5/FireworksApp fireworksapps team-a/x by alice in ["devs"] old=null limit=3 chart=oci://registry.example.com/charts/fireworks-app@1.1.5 rendered=none`,
+		"[policy echo] docker.io",
+	}, FormatWarnings(vs))
 }
 
 // The input is converted as policies read it; policies that read all of it (walk it,
@@ -263,8 +266,8 @@ func TestEnforcementActions(t *testing.T) {
 	assert.True(t, d.Denied())
 	assert.Equal(t, `spec.image.registry: registry "docker.io" is not allowed [policy registries-deny]`, d.Message())
 	assert.Equal(t, []string{
-		`consider pinning the image by digest [policy advice]`,
-		`spec.image.registry: registry "docker.io" is not allowed [policy registries-warn]`,
+		`[policy advice] consider pinning the image by digest`,
+		`[policy registries-warn] spec.image.registry: registry "docker.io" is not allowed`,
 	}, d.Warnings())
 	require.Len(t, d.DryRun(), 1)
 	assert.Equal(t, "registries-dryrun", d.DryRun()[0].Policy)
@@ -304,7 +307,7 @@ func TestDeadlineCutsOffExpensivePolicies(t *testing.T) {
 		vs := e.Evaluate(ctx, compositionRequest(map[string]any{}))
 		d := Decision{Violations: vs}
 		assert.False(t, d.Denied())
-		assert.Equal(t, []string{"evaluation did not finish within 100ms and was stopped (admitted: policies fail open) [policy slow]"}, d.Warnings())
+		assert.Equal(t, []string{"[policy slow] evaluation did not finish within 100ms and was stopped (admitted: policies fail open)"}, d.Warnings())
 	})
 	t.Run("caller's deadline", func(t *testing.T) {
 		e := newTestEngine(t, Options{Timeout: time.Hour})

@@ -31,6 +31,16 @@ var (
 	ErrRender = errors.New("chart does not render")
 )
 
+// renderError is err marked as ErrRender once: an error that already is one (Render's,
+// a sandbox worker's) is returned as it is, so that its message says "chart does not
+// render" once, whichever way it came.
+func renderError(err error) error {
+	if err == nil || errors.Is(err, ErrRender) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRender, err)
+}
+
 // CompileError lists why one policy does not compile. It matches ErrCompile.
 type CompileError struct {
 	// Policy is the policy's name.

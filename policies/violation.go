@@ -3,7 +3,9 @@ package policies
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,9 +18,13 @@ import (
 // SourceSchema is the Source of a violation of the chart's own values.schema.json.
 const SourceSchema = "values.schema.json"
 
-// MaxWarningLength bounds a warning line: kubectl prints each on one line and the API
-// server caps the size of warning headers.
-const MaxWarningLength = 119
+// MaxWarningLength bounds a warning line, in bytes. The API server cuts an admission
+// warning to 256 characters (runes) once a response's warnings pass 4096 in all
+// (truncateItemRunes in k8s.io/apiserver/pkg/endpoints/filters/warning.go; the
+// AdmissionResponse.warnings field doc of k8s.io/api/admission/v1 says warnings over
+// 256 characters may be truncated); 256 bytes are never more than 256 runes, so a
+// warning of ours is never cut again, and its start (the source) always arrives.
+const MaxWarningLength = 256
 
 // Violation is one reason to deny (or warn about) a request.
 type Violation struct {
@@ -75,6 +81,57 @@ func (v Violation) String() string {
 			b.WriteString(oneLine(v.ID))
 		}
 		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// Warning is the admission warning for v: the line of String with the policy or
+// constraint it comes from first, e.g.
+//
+//	[constraint K8sRequiredLabels/must-have-owner] Deployment/x: you must provide labels: {"owner"}
+//
+// so that a warning shortened to MaxWarningLength still names its source, as
+// Gatekeeper's own warnings do.
+func (v Violation) Warning() string {
+	var b strings.Builder
+	b.WriteString("[")
+	b.WriteString(v.Source)
+	if !v.IsSchema() && v.ID != "" && v.ID != v.Policy {
+		b.WriteString("/")
+		b.WriteString(oneLine(v.ID))
+	}
+	b.WriteString("] ")
+	where := v.Object
+	if v.Path != "" {
+		if where != "" {
+			where += " "
+		}
+		where += v.Path
+	}
+	if where != "" {
+		b.WriteString(where)
+		b.WriteString(": ")
+	}
+	b.WriteString(oneLine(v.Message))
+	return printable(b.String())
+}
+
+// printable is s as a warning can carry it: the API server drops a warning that is not
+// valid UTF-8 or holds a control character (apimachinery's net.NewWarningHeader), so
+// invalid bytes become U+FFFD and control characters their Go escape (\x1b).
+func printable(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
 	}
 	return b.String()
 }
@@ -137,14 +194,19 @@ func FormatDenial(vs []Violation) string {
 	return strings.Join(FormatLines(filterAction(vs, v1alpha1.EnforcementDeny)), "\n")
 }
 
-// FormatWarnings turns the warn violations into admission warnings, each shortened to
-// at most MaxWarningLength bytes.
+// FormatWarnings turns the warn violations into admission warnings (Violation.Warning),
+// in the order of SortViolations, each shortened to at most MaxWarningLength bytes.
 func FormatWarnings(vs []Violation) []string {
-	lines := FormatLines(filterAction(vs, v1alpha1.EnforcementWarn))
-	for i, l := range lines {
-		lines[i] = truncate(l, MaxWarningLength)
+	warn := filterAction(vs, v1alpha1.EnforcementWarn)
+	if len(warn) == 0 {
+		return nil
 	}
-	return lines
+	SortViolations(warn)
+	lines := make([]string, 0, len(warn))
+	for _, v := range warn {
+		lines = append(lines, truncate(v.Warning(), MaxWarningLength))
+	}
+	return slices.Compact(lines)
 }
 
 // truncate shortens s to at most n bytes without splitting a character, marking the cut.

@@ -314,7 +314,7 @@ func (r *Reconciler) addFinalizer(ctx context.Context, obj *unstructured.Unstruc
 	if err := r.Client.Update(ctx, withFinalizer); err != nil {
 		controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 		message := fmt.Sprintf("nothing was installed: the controller could not add its finalizer %s to the composition: %v", vocab.CompositionFinalizer, err)
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventUpdateRefused, "Install", "%s", message)
+		r.eventf(obj, nil, corev1.EventTypeWarning, EventUpdateRefused, "Install", "%s", message)
 		r.setConditions(obj, false, ReasonUpdateRefused, message)
 		return fmt.Errorf("adding the finalizer: %w", err)
 	}

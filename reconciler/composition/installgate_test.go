@@ -2,21 +2,26 @@ package composition
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -238,4 +243,34 @@ func TestClusterScopedKindsByOptIn(t *testing.T) {
 	assert.Empty(t, outsideNamespace("/apis/example.com/v1/widgets/w", "team-a", resources...))
 	assert.NotEmpty(t, outsideNamespace("/apis/example.com/v1/gadgets/g", "team-a", resources...))
 	assert.NotEmpty(t, outsideNamespace("/apis/example.com/v1/widgets/w", "team-a"))
+}
+
+// A refusal of the install gate lists every violation; past the 1024 bytes the API
+// server takes in an Event's note, its event is recorded with the refusal's beginning,
+// cut at a character, rather than refused and lost. The condition keeps it whole.
+func TestRefusalEventWithinTheNoteLimit(t *testing.T) {
+	var lines []string
+	for i := range 30 {
+		lines = append(lines, fmt.Sprintf("ConfigMap/data-%02d: ConfigMap data-%02d has a forbidden verdict «é» [policy no-forbidden-verdict]", i, i))
+	}
+	message := "nothing was installed: " + strings.Join(lines, "\n")
+	require.Greater(t, len(message), 2048)
+
+	recorder := events.NewFakeRecorder(1)
+	r := &Reconciler{Recorder: recorder}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion("composition.krateo.io/v1-1-5")
+	obj.SetKind("FireworksApp")
+	obj.SetNamespace("shop")
+	obj.SetName("web")
+	got := r.refused(obj, site{cluster: "east"}, &GateError{Reason: ReasonPolicyDenied, Message: message})
+	assert.Equal(t, "cluster east: "+message, got.message, "the condition has all of it")
+
+	require.Len(t, recorder.Events, 1, "the event is recorded")
+	note, found := strings.CutPrefix(<-recorder.Events, corev1.EventTypeWarning+" "+ReasonPolicyDenied+" ")
+	require.True(t, found)
+	assert.LessOrEqual(t, len(note), 1024)
+	assert.True(t, utf8.ValidString(note), "no character split")
+	assert.True(t, strings.HasPrefix(note, "cluster east: nothing was installed: ConfigMap/data-00: "), note)
+	assert.Regexp(t, `…\(\d+ more bytes\)$`, note)
 }

@@ -84,7 +84,7 @@ func (r *Reconciler) keepRevision(ctx context.Context, obj *unstructured.Unstruc
 		return true
 	}
 	if err := r.recordRevision(ctx, obj, def, w, a.revision); err != nil {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventRevisionNotRecorded, "Install", "revision %d of release %s is installed, but not recorded: %v", a.revision, w.release, err)
+		r.eventf(obj, nil, corev1.EventTypeWarning, EventRevisionNotRecorded, "Install", "revision %d of release %s is installed, but not recorded: %v", a.revision, w.release, err)
 		return false
 	}
 	_ = unstructured.SetNestedField(obj.Object, int64(a.revision), "status", "revision")
@@ -111,7 +111,7 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 	// composition has any more, and must not hold the deletion (in a namespace being
 	// deleted, the release role may be gone already).
 	if err := r.deleteRevisions(ctx, obj); err != nil {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventRevisionsNotDeleted, "Delete", "the composition's CompositionRevisions were not all deleted: %v", err)
+		r.eventf(obj, nil, corev1.EventTypeWarning, EventRevisionsNotDeleted, "Delete", "the composition's CompositionRevisions were not all deleted: %v", err)
 	}
 	controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, obj))

@@ -433,7 +433,7 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 		if !lead {
 			return attempt{elsewhere: true}
 		}
-		r.Recorder.Eventf(obj, r.Targets.secret(cluster), corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
+		r.eventf(obj, r.Targets.secret(cluster), corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
 			"release %s/%s is left on cluster %s: the cluster is no longer registered (its kubeconfig Secret is gone), so nothing can uninstall it", namespace, name, cluster)
 		return attempt{ready: true}
 	case !lead, r.Targets.Sharded && r.Targets.Clusters.Unusable(ctx, cluster) == "":
@@ -463,7 +463,7 @@ func (r *Reconciler) leaveTargets(ctx context.Context, obj *unstructured.Unstruc
 	}
 	if r.Targets == nil {
 		for name := range previous {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
+			r.eventf(obj, nil, corev1.EventTypeWarning, EventReleaseLeftBehind, "Uninstall",
 				"release %s/%s is left on cluster %s: this controller runs without target clusters (--multicluster)", obj.GetNamespace(), releaseName(obj), name)
 		}
 		setClusters(obj, nil)

@@ -244,7 +244,7 @@ func (r *Reconciler) recordRevision(ctx context.Context, obj *unstructured.Unstr
 			return fmt.Errorf("replacing CompositionRevision %s/%s: %w", rev.Namespace, rev.Name, err)
 		}
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventRevisionRecorded, "Install", "revision %d: chart %s, recorded as CompositionRevision %s", n, rev.ChartVersion, rev.Name)
+	r.eventf(obj, nil, corev1.EventTypeNormal, EventRevisionRecorded, "Install", "revision %d: chart %s, recorded as CompositionRevision %s", n, rev.ChartVersion, rev.Name)
 	return r.pruneRevisions(ctx, obj, revisionHistoryLimit(def))
 }
 
@@ -256,7 +256,7 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, obj *unstructured.Unstr
 	}
 	sealed, tampered := SortRevisions(r.Helm.seal, list.Items, obj.GetUID())
 	for _, bad := range tampered {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, EventRevisionTampered, "Install", "%s: it is never restored; delete it", bad.Error())
+		r.eventf(obj, nil, corev1.EventTypeWarning, EventRevisionTampered, "Install", "%s: it is never restored; delete it", bad.Error())
 	}
 	for _, old := range Prunable(sealed, keep) {
 		if err := r.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); client.IgnoreNotFound(err) != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/internal/event"
 	"github.com/compositor-dev/compositor/policies"
 )
 
@@ -212,7 +213,7 @@ func (r *Reconciler) lastRevision(ctx context.Context, obj *unstructured.Unstruc
 		return nil, failed(ReasonInstallFailed, err), true
 	}
 	if last != nil && last.Info.Status == releasecommon.StatusDeployed && last.Labels[vocab.LabelFingerprint] == releaseFingerprint(w.fingerprint) {
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", w.release, s.on(), w.chart.Metadata.Version, last.Version)
+		r.eventf(obj, s.related, corev1.EventTypeNormal, EventHelmSkip, "Install", "release %s%s is already chart %s with these values (revision %d)", w.release, s.on(), w.chart.Metadata.Version, last.Version)
 		return last, attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), revision: last.Version}, true
 	}
 	return last, attempt{}, false
@@ -269,16 +270,16 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	}
 	if err != nil {
 		err = fmt.Errorf("%w%s", err, s.on())
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
+		r.eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
 		return failed(ReasonInstallFailed, err), nil
 	}
 	reason := EventHelmInstalled
 	if outcome == Upgraded {
 		reason = EventHelmUpgraded
 	}
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", w.release, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
+	r.eventf(obj, s.related, corev1.EventTypeNormal, reason, "Install", "release %s%s is chart %s %s, revision %d", w.release, s.on(), w.chart.Metadata.Name, w.chart.Metadata.Version, rel.Version)
 	if len(gate.leftBehind) > 0 {
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventObjectsLeftBehind, "Install", "%s", leftBehindMessage(w, gate.leftBehind))
+		r.eventf(obj, s.related, corev1.EventTypeWarning, EventObjectsLeftBehind, "Install", "%s", leftBehindMessage(w, gate.leftBehind))
 	}
 	return attempt{ready: true, reason: condition.ReasonAvailable, message: fmt.Sprintf("release %s is installed%s", w.release, s.on()), changed: true, revision: rel.Version, leftBehind: gate.leftBehind}, rel
 }
@@ -293,10 +294,10 @@ func (r *Reconciler) uninstallOn(ctx context.Context, obj *unstructured.Unstruct
 	last, err := s.helm.ownedRelease(namespace, name, obj.GetUID())
 	if gate, refused := asGateError(err); refused {
 		if gate.Reason == ReasonReleaseConflict {
-			r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s%s", s.clusterPrefix(), err.Error())
+			r.eventf(obj, s.related, corev1.EventTypeNormal, EventReleaseLeftAlone, "Uninstall", "%s%s", s.clusterPrefix(), err.Error())
 			return attempt{ready: true}
 		}
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Uninstall", "%s%s", s.clusterPrefix(), err.Error())
+		r.eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Uninstall", "%s%s", s.clusterPrefix(), err.Error())
 		return failed(gate.Reason, fmt.Errorf("%w%s", err, s.on()))
 	}
 	// Any other error: the uninstall reads the history again, and says why it cannot.
@@ -317,7 +318,7 @@ func (r *Reconciler) uninstallOn(ctx context.Context, obj *unstructured.Unstruct
 	case err != nil && s.cluster == "" && r.namespaceTerminating(ctx, namespace):
 		// The namespace's deletion removes the release with everything else in it,
 		// and has taken away the controller's rights there already.
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall",
+		r.eventf(obj, nil, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall",
 			"release %s goes with namespace %s, which is being deleted", name, namespace)
 	case err != nil:
 		reason := ReasonUninstallFailed
@@ -326,7 +327,7 @@ func (r *Reconciler) uninstallOn(ctx context.Context, obj *unstructured.Unstruct
 		}
 		return failed(reason, fmt.Errorf("%w%s", err, s.on()))
 	case removed:
-		r.Recorder.Eventf(obj, s.related, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled%s", name, s.from())
+		r.eventf(obj, s.related, corev1.EventTypeNormal, EventHelmUninstalled, "Uninstall", "release %s is uninstalled%s", name, s.from())
 	}
 	return attempt{ready: true}
 }
@@ -353,9 +354,16 @@ func (r *Reconciler) recoverInterrupted(obj *unstructured.Unstructured, s site, 
 		}
 		return err
 	}
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
+	r.eventf(obj, s.related, corev1.EventTypeWarning, EventReleaseRecovered, "Install",
 		"release %s%s revision %d was left %s by an interrupted operation: marked it failed and runs the operation again", last.Name, s.on(), last.Version, stuck)
 	return nil
+}
+
+// eventf records an event about obj as Recorder.Eventf does, its note clipped to what
+// the API server accepts (event.Note): the note of a refusal lists every violation and
+// an error may quote a whole manifest, and the event of a longer note would be lost.
+func (r *Reconciler) eventf(obj, related runtime.Object, eventType, reason, action, format string, args ...any) {
+	r.Recorder.Eventf(obj, related, eventType, reason, action, "%s", event.Note(fmt.Sprintf(format, args...)))
 }
 
 // refused reports a refusal of the install gate on s: a Warning event, and an attempt
@@ -367,7 +375,7 @@ func (r *Reconciler) refused(obj *unstructured.Unstructured, s site, err error) 
 		gate = &GateError{Reason: ReasonInstallFailed, Message: err.Error()}
 	}
 	message := s.clusterPrefix() + gate.Message
-	r.Recorder.Eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
+	r.eventf(obj, s.related, corev1.EventTypeWarning, gate.Reason, "Install", "%s", message)
 	refusalsTotal.WithLabelValues(gate.Reason).Inc()
 	return attempt{reason: gate.Reason, message: message, requeue: retryRefused}
 }

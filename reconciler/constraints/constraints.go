@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/compositor-dev/compositor/internal/event"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/gatekeeper"
 )
@@ -478,10 +479,7 @@ func (c *Controller) event(u *unstructured.Unstructured, eventType, reason, msg 
 	if c.Recorder == nil || c.ReadOnly {
 		return
 	}
-	if len(msg) > 1000 {
-		msg = msg[:997] + "..."
-	}
-	c.Recorder.Eventf(u, nil, eventType, reason, "Load", "%s", msg)
+	c.Recorder.Eventf(u, nil, eventType, reason, "Load", "%s", event.Note(msg))
 }
 
 // writeStatus records in the template's status, as Gatekeeper's does, whether it is

@@ -36,6 +36,7 @@ import (
 	"github.com/compositor-dev/compositor/generators"
 	"github.com/compositor-dev/compositor/generators/crd"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/internal/event"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
@@ -185,7 +186,8 @@ func (r *Reconciler) recordEvents(before, after *corev1alpha1.CompositionDefinit
 	if now.Status != metav1.ConditionTrue {
 		eventType = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(after, nil, eventType, now.Reason, "Reconcile", "%s", now.Message)
+	// The condition's message may be long (a chart's errors): the event keeps what fits.
+	r.Recorder.Eventf(after, nil, eventType, now.Reason, "Reconcile", "%s", event.Note(now.Message))
 }
 
 // pause touches nothing but the status, which says that the definition is paused.

@@ -53,6 +53,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/internal/condition"
+	"github.com/compositor-dev/compositor/internal/event"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/plan"
 )
@@ -671,6 +672,6 @@ func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.C
 // event records an event on the definition, its message within what an event holds.
 func (r *Reconciler) event(def *corev1alpha1.CompositionDefinition, eventType, reason, message string) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(def, nil, eventType, reason, "Rollout", "%s", clipTo(message, maxMessage))
+		r.Recorder.Eventf(def, nil, eventType, reason, "Rollout", "%s", event.Note(message))
 	}
 }

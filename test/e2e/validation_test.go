@@ -109,7 +109,7 @@ spec:
     repository: docker.io/nginx
 `, "apply", "-f", "-")
 		require.Error(t, res.Err)
-		assert.Equal(t, `Warning: one replica has no redundancy: set spec.replicaCount to 2 or more [policy single-replica]
+		assert.Equal(t, `Warning: [policy single-replica] one replica has no redundancy: set spec.replicaCount to 2 or more
 The FireworksApp "broken" is invalid: 
 * spec.storage.size: must match pattern ^[0-9]+Gi$ (values.schema.json)
 * spec.cache.maxMemory: must match pattern ^[0-9]+(Mi|Gi)$ (values.schema.json of subchart cache)
@@ -173,7 +173,7 @@ spec:
 	t.Run("a warn policy prints a warning and admits", func(t *testing.T) {
 		res := cp.Kubectl(ctx, "apiVersion: composition.krateo.io/v1-1-5\nkind: FireworksApp\nmetadata: {name: lonely, namespace: fireworksapp-system}\nspec: {replicaCount: 1}\n", "apply", "-f", "-")
 		require.NoError(t, res.Err, res.Stderr)
-		assert.Equal(t, "Warning: one replica has no redundancy: set spec.replicaCount to 2 or more [policy single-replica]\n", res.Stderr)
+		assert.Equal(t, "Warning: [policy single-replica] one replica has no redundancy: set spec.replicaCount to 2 or more\n", res.Stderr)
 	})
 
 	t.Run("invalid Rego is refused with line and column", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -172,19 +173,21 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	if err := createNamespace(ctx, cfg, serve.Namespace); err != nil {
 		return err
 	}
+	var chartsURL string
 	if opts.ChartRepositoryAddr != "" {
 		url, stop, err := serveSampleCharts(opts.ChartRepositoryAddr)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		chartsURL = url
 		fmt.Fprintf(out, "The sample charts are served at %s\n", url)
 	}
 	// The ready text comes once the webhooks judge every write: a script that waits
 	// for it may write at once, and nothing it writes is stored unjudged.
 	var welcome sync.Once
 	return runServe(ctx, rest.CopyConfig(cfg), &serve, func() {
-		welcome.Do(func() { printWelcome(out, kubeconfig) })
+		welcome.Do(func() { printWelcome(out, kubeconfig, chartsURL) })
 	})
 }
 
@@ -201,7 +204,22 @@ func serveSampleCharts(addr string) (url string, stop func(), err error) {
 	}
 	srv := &http.Server{Handler: repository, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }() // returns when stop closes the server
-	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
+	return "http://" + reachableAddr(l.Addr()), func() { _ = srv.Close() }, nil
+}
+
+// reachableAddr is where a client on this machine reaches a listener bound to addr: the
+// port chosen for port 0, and loopback for an unspecified IP ("0.0.0.0", "[::]"),
+// which is no address to connect to nor one a chart URL may name.
+func reachableAddr(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return addr.String()
+	}
+	loopback := net.IPv4(127, 0, 0, 1)
+	if tcp.IP.To4() == nil {
+		loopback = net.IPv6loopback
+	}
+	return net.JoinHostPort(loopback.String(), strconv.Itoa(tcp.Port))
 }
 
 // createNamespace creates Compositor's namespace, which holds its CA Secret.
@@ -241,7 +259,10 @@ func writeAdminKubeconfig(env *envtest.Environment, path string) (string, error)
 	return abs, nil
 }
 
-func printWelcome(out io.Writer, kubeconfig string) {
+// printWelcome says how to use the control plane; chartsURL is where the sample
+// charts are served (serveSampleCharts), "" when --chart-repository-addr turned that
+// off: the walk-through then has no repository to name.
+func printWelcome(out io.Writer, kubeconfig, chartsURL string) {
 	fmt.Fprintf(out, `Compositor is running on a local control plane. In another shell:
 
 export KUBECONFIG=%s
@@ -249,14 +270,24 @@ export KUBECONFIG=%s
 kubectl get crd
 kubectl explain compositiondefinition.spec.chart
 kubectl get compositiondefinitions -A -o wide
+`, kubeconfig)
+	if chartsURL == "" {
+		fmt.Fprint(out, `
+The sample chart repository is off (--chart-repository-addr ""): give it an address
+for a walk-through with the sample chart.
 
+Press Ctrl-C to stop; nothing keeps running.
+`)
+		return
+	}
+	fmt.Fprintf(out, `
 A walk-through with the sample chart repository (--chart-repository-addr):
 
 kubectl create namespace fireworksapp-system
 echo 'apiVersion: core.krateo.io/v1alpha1
 kind: CompositionDefinition
 metadata: {name: fireworksapp-1-1-5, namespace: fireworksapp-system}
-spec: {chart: {repo: fireworks-app, url: http://127.0.0.1:8879, version: 1.1.5}}' | kubectl apply -f -
+spec: {chart: {repo: fireworks-app, url: %s, version: 1.1.5}}' | kubectl apply -f -
 kubectl wait compositiondefinition fireworksapp-1-1-5 -n fireworksapp-system --for condition=Ready=True
 echo 'apiVersion: composition.krateo.io/v1-1-5
 kind: FireworksApp
@@ -266,5 +297,5 @@ kubectl wait fireworksapp demo -n fireworksapp-system --for condition=Ready=True
 bin/k8s/helm list -n fireworksapp-system
 
 Press Ctrl-C to stop; nothing keeps running.
-`, kubeconfig)
+`, chartsURL)
 }

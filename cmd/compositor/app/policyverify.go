@@ -43,7 +43,8 @@ run as written are reported as unsupported with the reason: tests with an expans
 file, templates with only CEL (K8sNativeValidation) code.
 
 It prints each suite with its counts, each case that did not pass with why, and a
-summary. The exit code is 1 when a case fails or a suite cannot be read.`,
+summary. The exit code is 1 when a case fails or a suite cannot be read (a SUITE
+that does not exist too), 2 when the command line is wrong (no SUITE, an unknown flag).`,
 		Example: `  compositor policy verify library/general/requiredlabels/suite.yaml
   compositor policy verify ../gatekeeper-library/library`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -118,13 +119,19 @@ func RunPolicyVerify(ctx context.Context, out io.Writer, opts *PolicyVerifyOptio
 }
 
 // suiteFiles expands the arguments: a file is taken as given, a directory is searched
-// for YAML files that are Suites.
+// for YAML files that are Suites. A path that cannot be read, missing or not, is a suite
+// that cannot be read (ErrSuitesFailed, exit 1), as the help says, not a wrong command
+// line: `validate -f` and `policy test` treat their missing files alike.
 func suiteFiles(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		info, err := os.Stat(p)
 		if err != nil {
-			return nil, usageErrorf("%v", err)
+			var pathErr *fs.PathError
+			if errors.As(err, &pathErr) {
+				err = pathErr.Err // the path is named already
+			}
+			return nil, fmt.Errorf("%w: SUITE %s cannot be read: %w", ErrSuitesFailed, p, err)
 		}
 		if !info.IsDir() {
 			out = append(out, p)
@@ -147,7 +154,7 @@ func suiteFiles(paths []string) ([]string, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: searching %s for suites: %w", ErrSuitesFailed, p, err)
 		}
 	}
 	slices.Sort(out)

@@ -79,7 +79,6 @@ func TestPolicyVerifyUsage(t *testing.T) {
 		want string
 	}{
 		{name: "no suite", args: []string{"policy", "verify"}, want: "missing argument SUITE"},
-		{name: "a missing path", args: []string{"policy", "verify", filepath.Join(gatekeeperSuites, "suites"), filepath.Join(gatekeeperSuites, "absent")}, want: "absent"},
 		{name: "an unknown flag", args: []string{"policy", "verify", "--fast", filepath.Join(gatekeeperSuites, "suites")}, want: "--fast"},
 	}
 	for _, tt := range tests {
@@ -91,9 +90,22 @@ func TestPolicyVerifyUsage(t *testing.T) {
 			assert.NotContains(t, stdout, "suites:", "nothing ran")
 		})
 	}
+}
 
-	err := RunPolicyVerify(context.Background(), &bytes.Buffer{}, &PolicyVerifyOptions{Paths: []string{filepath.Join(gatekeeperSuites, "absent")}})
-	require.ErrorIs(t, err, ErrUsage)
+// A SUITE that does not exist is a suite that cannot be read: exit 1, as the help
+// says, not 2, which is for a wrong command line. Nothing runs.
+func TestPolicyVerifyMissingSuite(t *testing.T) {
+	absent := filepath.Join(gatekeeperSuites, "absent")
+	stdout, _, err := runCLI(t, "", "policy", "verify", filepath.Join(gatekeeperSuites, "suites"), absent)
+	require.ErrorIs(t, err, ErrSuitesFailed)
+	assert.NotErrorIs(t, err, ErrUsage)
+	assert.Equal(t, ExitFailure, ExitCode(err))
+	assert.EqualError(t, err, "suites failed: SUITE "+absent+" cannot be read: no such file or directory")
+	assert.NotContains(t, stdout, "suites:", "nothing ran")
+
+	err = RunPolicyVerify(context.Background(), &bytes.Buffer{}, &PolicyVerifyOptions{Paths: []string{absent}})
+	require.ErrorIs(t, err, ErrSuitesFailed)
+	assert.Equal(t, ExitFailure, ExitCode(err))
 }
 
 func TestPolicyVerifyNotSuites(t *testing.T) {

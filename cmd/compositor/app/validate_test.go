@@ -200,7 +200,7 @@ test_nothing if true
 	assert.Equal(t, strings.Join([]string{
 		"FireworksApp/one is denied (Forbidden):",
 		"spec.replicaCount: at least 2 replicas [policy min-replicas]",
-		"Warning: spec.image.tag: pin an image tag [policy pinned-tag]",
+		"Warning: [policy pinned-tag] spec.image.tag: pin an image tag",
 		"FireworksApp/public is denied (Forbidden):",
 		"Service/public-fireworks-app spec.type: no LoadBalancer Services [policy no-load-balancer]",
 		"Error: 2 of 4 objects denied",
