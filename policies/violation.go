@@ -57,6 +57,27 @@ func (v Violation) IsSchema() bool { return v.Policy == "" }
 //	Deployment/x-fireworks-app spec.replicas: must be at least 2 [policy ha]
 func (v Violation) String() string {
 	var b strings.Builder
+	v.writeWhatAndWhy(&b)
+	if v.IsSchema() {
+		b.WriteString(" (" + v.Source + ")")
+	} else {
+		b.WriteString(" [" + v.source() + "]")
+	}
+	return b.String()
+}
+
+// source names where a policy violation comes from: the policy or constraint, and the
+// rule's id when it has one of its own.
+func (v Violation) source() string {
+	if !v.IsSchema() && v.ID != "" && v.ID != v.Policy {
+		return v.Source + "/" + oneLine(v.ID)
+	}
+	return v.Source
+}
+
+// writeWhatAndWhy writes the object and path the violation is about, if any, then its
+// message.
+func (v Violation) writeWhatAndWhy(b *strings.Builder) {
 	where := v.Object
 	if v.Path != "" {
 		if where != "" {
@@ -69,20 +90,6 @@ func (v Violation) String() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(oneLine(v.Message))
-	if v.IsSchema() {
-		b.WriteString(" (")
-		b.WriteString(v.Source)
-		b.WriteString(")")
-	} else {
-		b.WriteString(" [")
-		b.WriteString(v.Source)
-		if v.ID != "" && v.ID != v.Policy {
-			b.WriteString("/")
-			b.WriteString(oneLine(v.ID))
-		}
-		b.WriteString("]")
-	}
-	return b.String()
 }
 
 // Warning is the admission warning for v: the line of String with the policy or
@@ -94,25 +101,8 @@ func (v Violation) String() string {
 // Gatekeeper's own warnings do.
 func (v Violation) Warning() string {
 	var b strings.Builder
-	b.WriteString("[")
-	b.WriteString(v.Source)
-	if !v.IsSchema() && v.ID != "" && v.ID != v.Policy {
-		b.WriteString("/")
-		b.WriteString(oneLine(v.ID))
-	}
-	b.WriteString("] ")
-	where := v.Object
-	if v.Path != "" {
-		if where != "" {
-			where += " "
-		}
-		where += v.Path
-	}
-	if where != "" {
-		b.WriteString(where)
-		b.WriteString(": ")
-	}
-	b.WriteString(oneLine(v.Message))
+	b.WriteString("[" + v.source() + "] ")
+	v.writeWhatAndWhy(&b)
 	return printable(b.String())
 }
 
