@@ -169,12 +169,14 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		}
 		out = append(out, e.constraintViolations(ctx, lib.Review(ctx, s, objReq), refs[i])...)
 		if pod := gatekeeper.Expand(s); pod != nil {
-			if s.OldObject != nil {
-				if oldPod := gatekeeper.Expand(&gatekeeper.Subject{Object: s.OldObject, Group: s.Group, Version: s.Version, Kind: s.Kind, Namespace: s.Namespace}); oldPod != nil {
-					pod.OldObject = oldPod.Object
-				}
-			}
-			out = append(out, e.constraintViolations(ctx, lib.Review(ctx, pod, objReq), refs[i]+" (its pod template)")...)
+			// Pods are never updated through their workload: they are created from its
+			// template, on a rollout, a scale-up or a reschedule. So the Pod a workload
+			// implies is a CREATE, whatever the write; as an UPDATE, a template that
+			// leaves updates alone (the pod-security library's is_update) would let a
+			// composition's update make its pods privileged, with nothing judging the
+			// Pods the workload's controller then creates.
+			podReq := &gatekeeper.Request{Operation: "CREATE", UserInfo: req.UserInfo, Inventory: req.Inventory}
+			out = append(out, e.constraintViolations(ctx, lib.Review(ctx, pod, podReq), refs[i]+" (its pod template)")...)
 		}
 	}
 	if ctx.Err() != nil {

@@ -222,6 +222,49 @@ func TestConstraintsTellUpdatesFromCreates(t *testing.T) {
 		messages(e.Evaluate(context.Background(), r)), "the same spec: the same objects")
 }
 
+// skipUpdatesTemplate is the pod-security library's shape: it leaves updates alone
+// (pods are immutable where it looks) and denies a container it finds.
+const skipUpdatesTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata: {name: testskipupdates}
+spec:
+  crd: {spec: {names: {kind: TestSkipUpdates}}}
+  targets:
+  - target: admission.k8s.gatekeeper.sh
+    rego: |
+      package testskipupdates
+      violation[{"msg": msg}] {
+        not input.review.operation == "UPDATE"
+        c := input.review.object.spec.containers[_]
+        msg := sprintf("container %v op=%v old=%v", [c.name, input.review.operation, object.get(input.review, "oldObject", "none")])
+      }
+`
+
+// The Pod a workload implies is a CREATE on a composition's update too, without an old
+// version: pods are created from the workload's template, never updated through it, so
+// a template that leaves updates alone still judges the Pods an update brings.
+func TestImpliedPodsAreCreations(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, skipUpdatesTemplate)},
+		[]*gatekeeper.Constraint{testConstraint(t, "TestSkipUpdates", "pods", "{match: {kinds: [{apiGroups: [\"\"], kinds: [Pod]}]}}")}))
+	r := compositionRequest(map[string]any{"replicaCount": 3})
+	r.Operation = "UPDATE"
+	r.OldObject = compositionRequest(map[string]any{"replicaCount": 2}).Object
+	r.Chart = loadChart(t, "1.1.5")
+	got := messages(e.Evaluate(context.Background(), r))
+	require.NotEmpty(t, got, "the update's pods are judged")
+	for _, m := range got {
+		assert.Contains(t, m, "(its pod template)")
+		assert.Contains(t, m, "op=CREATE old=none")
+	}
+
+	// At the install gate too, with the release's objects as they were.
+	previous, err := Render(r.Chart, map[string]any{"replicaCount": 2}, RenderOptions{ReleaseName: "x", Namespace: "team-a"})
+	require.NoError(t, err)
+	r.Previous = previous
+	assert.Equal(t, got, messages(e.Evaluate(context.Background(), r)))
+}
+
 // A kind the definition allows cluster-wide is reviewed without a namespace, as Helm
 // creates it: a constraint limited to namespaces does not skip it, and scope Cluster
 // selects it.
