@@ -2,6 +2,7 @@ package composition
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -457,6 +458,7 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 	defer c.mu.Unlock()
 	if c.gate.awaitsManifest {
 		c.gate.awaitsManifest = false
+		c.keepLive(infos)
 		if err := c.gate.judgeManifest(string(data), objs); err != nil {
 			return nil, err
 		}
@@ -472,6 +474,60 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		}
 	}
 	return infos, nil
+}
+
+// keepLive keeps of the release's objects before this upgrade (the request's
+// Previous, from the release record) those the cluster still holds. Helm's upgrade
+// creates every object of the new manifest that is not there, whether the release had
+// it or not, and the tenant may delete what its namespace holds: such an object is a
+// creation, and the policies must judge it as one. As an update of what was judged
+// before, a template that leaves updates alone (the pod-security library's is_update)
+// would let it through. An object that cannot be read is taken as not there: judged
+// as a creation, which judges more, never less.
+func (c *gatedKubeClient) keepLive(infos kube.ResourceList) {
+	req := c.gate.request
+	if req == nil || req.Previous == nil {
+		return
+	}
+	type identity struct {
+		gk              schema.GroupKind
+		namespace, name string
+	}
+	target := make(map[identity]*resource.Info, len(infos))
+	for _, info := range infos {
+		if info.Mapping == nil {
+			continue
+		}
+		namespace := info.Namespace
+		if info.Mapping.Scope.Name() == meta.RESTScopeNameRoot {
+			namespace = ""
+		}
+		target[identity{info.Mapping.GroupVersionKind.GroupKind(), namespace, info.Name}] = info
+	}
+	live := make([]policies.RenderedObject, 0, len(req.Previous))
+	for _, p := range req.Previous {
+		u := unstructured.Unstructured{Object: p.Object}
+		id := identity{u.GroupVersionKind().GroupKind(), cmp.Or(u.GetNamespace(), c.gate.namespace), u.GetName()}
+		info := target[id]
+		if info == nil {
+			id.namespace = "" // cluster-scoped
+			info = target[id]
+		}
+		if info != nil && !isLive(info) {
+			continue
+		}
+		live = append(live, p)
+	}
+	req.Previous = live
+}
+
+// isLive reports whether the cluster holds info's object, as Helm's Update asks.
+func isLive(info *resource.Info) bool {
+	if info.Client == nil || info.Mapping == nil {
+		return false
+	}
+	_, err := resource.NewHelper(info.Client, info.Mapping).Get(info.Namespace, info.Name)
+	return err == nil
 }
 
 // judge judges the objects of resources the gate has not judged yet — hooks — with

@@ -119,6 +119,40 @@ spec:
         kinds: [FireworksApp]
 `
 
+// replicaCapTemplate caps a Deployment's replicas on creation and leaves updates
+// alone, as the pod-security library's templates do (is_update).
+const replicaCapTemplate = `apiVersion: templates.gatekeeper.sh/v1
+kind: ConstraintTemplate
+metadata:
+  name: e2ereplicacap
+spec:
+  crd:
+    spec:
+      names:
+        kind: E2EReplicaCap
+  targets:
+    - target: admission.k8s.gatekeeper.sh
+      rego: |
+        package e2ereplicacap
+
+        violation[{"msg": msg}] {
+          not input.review.operation == "UPDATE"
+          input.review.object.spec.replicas > 3
+          msg := sprintf("%v replicas, at most 3", [input.review.object.spec.replicas])
+        }
+`
+
+const replicaCapConstraint = `apiVersion: constraints.gatekeeper.sh/v1beta1
+kind: E2EReplicaCap
+metadata:
+  name: at-most-three
+spec:
+  match:
+    kinds:
+      - apiGroups: [apps]
+        kinds: [Deployment]
+`
+
 // uniqueHostTemplate reads data.inventory and does not opt into the release inventory:
 // it must be refused, never silently allowed.
 const uniqueHostTemplate = `apiVersion: templates.gatekeeper.sh/v1
@@ -147,7 +181,9 @@ spec:
 // the constraint, the composition refused at `kubectl apply` with the template's
 // message, the constraint's name and the rendered object; compliant values admitted
 // and installed. A constraint on the composition's own kind judges the composition,
-// seeing its author; a referential template is refused, saying why.
+// seeing its author; a referential template is refused, saying why. An object of the
+// release the tenant deleted, which Helm's upgrade creates again, is judged at the
+// install gate as a creation, not as an update a template may leave alone.
 func TestGatekeeperConstraintsJudgeWhatACompositionRenders(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
@@ -241,6 +277,36 @@ func TestGatekeeperConstraintsJudgeWhatACompositionRenders(t *testing.T) {
 	res = cp.Kubectl(ctx, "", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "--type", "merge", "-p", `{"spec":{"image":{"repository":"docker.io/nginx"}}}`)
 	require.Error(t, res.Err)
 	assert.Contains(t, res.Stderr, "invalid image repo <docker.io/nginx:")
+
+	// A template that leaves updates alone, as the pod-security library's do: an object
+	// the release had and the tenant deleted is created again by Helm's upgrade, so the
+	// install gate judges it as a creation, and refuses it.
+	kubectl(replicaCapTemplate, "apply", "-f", "-")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, "", "wait", "crd/e2ereplicacap.constraints.gatekeeper.sh", "--for", "condition=Established", "--timeout", "10s")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 250*time.Millisecond)
+	applyEventually(replicaCapConstraint)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		// In force: a new composition with too many replicas is refused.
+		res := cp.Kubectl(ctx, strings.Replace(composition("  labels: {team: payments}\n", "  replicaCount: 5\n  image: {repository: registry.internal/nginx}\n"), "name: shop", "name: probe", 1), "apply", "--dry-run=server", "-f", "-")
+		if assert.Error(c, res.Err) {
+			assert.Contains(c, res.Stderr, "E2EReplicaCap/at-most-three")
+		}
+	}, time.Minute, 500*time.Millisecond)
+	kubectl("", "delete", "deployment", "shop-fireworks-app", "-n", ns)
+	// Admission renders the old spec, which had the Deployment: an update, let through.
+	kubectl("", "patch", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "--type", "merge", "-p", `{"spec":{"replicaCount":5}}`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, "", "get", "fireworksapps.v1-1-5.composition.krateo.io", "shop", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason} {.status.conditions[?(@.type=="Ready")].message}`)
+		if assert.NoError(c, res.Err, res.Stderr) {
+			assert.Contains(c, res.Stdout, "PolicyDenied")
+			assert.Contains(c, res.Stdout, "Deployment/shop-fireworks-app: 5 replicas, at most 3 [constraint E2EReplicaCap/at-most-three]")
+		}
+	}, 2*time.Minute, 250*time.Millisecond)
+	res = cp.Kubectl(ctx, "", "get", "deployment", "shop-fireworks-app", "-n", ns)
+	assert.Error(t, res.Err, "the Deployment was not created again")
+	kubectl("", "delete", "e2ereplicacap", "at-most-three")
 
 	// Deleting the constraint lifts it.
 	kubectl("", "delete", "e2eallowedrepos", "internal-registry-only")
