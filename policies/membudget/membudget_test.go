@@ -71,3 +71,24 @@ func TestOffTheGuardDoesNothing(t *testing.T) {
 	assert.Equal(t, ctx, got)
 	assert.Nil(t, ended(nil))
 }
+
+// BenchmarkTrack is what the guard adds to each evaluation, on and off.
+func BenchmarkTrack(b *testing.B) {
+	ctx := context.Background()
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+			membudget.SetBudget(membudget.DefaultBudget)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_, ended := membudget.Track(ctx)
+					_ = ended(nil)
+				}
+			})
+		})
+	}
+	membudget.SetBudget(0)
+}
