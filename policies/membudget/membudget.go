@@ -44,19 +44,25 @@ var budget atomic.Int64
 // DefaultBudget is the budget when the process has no memory limit to derive it from.
 const DefaultBudget = 1 << 30
 
-// cgroupMemoryMax is where cgroup v2 gives the container's memory limit.
-const cgroupMemoryMax = "/sys/fs/cgroup/memory.max"
+// cgroupLimits are where cgroup v2, then v1, give the container's memory limit ("max",
+// or a number near math.MaxInt64, when there is none).
+var cgroupLimits = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
 
 // Default is the budget a long-running process takes: three quarters of its memory
-// limit, the lower of Go's (GOMEMLIMIT) and its container's (cgroup v2), so that a
+// limit, the lower of Go's (GOMEMLIMIT) and its container's (cgroup v2 or v1), so that a
 // runaway evaluation stops before the kernel kills the process; DefaultBudget when it
 // has neither.
 func Default() int64 {
 	limit := debug.SetMemoryLimit(-1) // math.MaxInt64 when unset
-	if raw, err := os.ReadFile(cgroupMemoryMax); err == nil {
-		if n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && n > 0 && n < limit {
+	for _, path := range cgroupLimits {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && n > 0 && n < 1<<50 && n < limit {
 			limit = n
 		}
+		break
 	}
 	if limit == math.MaxInt64 {
 		return DefaultBudget

@@ -3,6 +3,7 @@ package membudget_test
 import (
 	"context"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -91,4 +92,13 @@ func BenchmarkTrack(b *testing.B) {
 		})
 	}
 	membudget.SetBudget(0)
+}
+
+// The default budget is three quarters of Go's memory limit when one is set (and no
+// container limit is lower).
+func TestDefaultFollowsTheMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(64 << 20)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	assert.LessOrEqual(t, membudget.Default(), int64(48<<20))
+	assert.Positive(t, membudget.Default())
 }
