@@ -107,5 +107,7 @@ func TestFormatting(t *testing.T) {
 	require.Len(t, w, 1)
 	assert.Equal(t, `[policy esc] red \x1b[31mtext\x00 and `+"\uFFFD", w[0])
 	assert.False(t, strings.ContainsFunc(w[0], unicode.IsControl))
+	w = FormatWarnings([]Violation{{Policy: "bidi", Source: "policy bidi", Message: "image \u202eexe.txt", Action: "warn"}})
+	assert.Equal(t, []string{`[policy bidi] image \u202eexe.txt`}, w, "a format character is written out")
 	assert.True(t, utf8.ValidString(w[0]))
 }

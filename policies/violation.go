@@ -108,15 +108,18 @@ func (v Violation) Warning() string {
 
 // printable is s as a warning can carry it: the API server drops a warning that is not
 // valid UTF-8 or holds a control character (apimachinery's net.NewWarningHeader), so
-// invalid bytes become U+FFFD and control characters their Go escape (\x1b).
+// invalid bytes become U+FFFD and control characters their Go escape (\x1b); format
+// characters (U+202E, which turns the text after it around on a terminal) are escaped
+// too, so that a value cannot make a warning read otherwise than it says.
 func printable(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if !strings.ContainsFunc(s, unicode.IsControl) {
+	hidden := func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+	if !strings.ContainsFunc(s, hidden) {
 		return s
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if hidden(r) {
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 			continue

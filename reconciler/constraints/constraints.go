@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -357,6 +358,7 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 		st = &templateState{uid: u.GetUID()}
 		c.templates[u.GetName()] = st
 	}
+	sameSpec := st.good != nil && st.goodGeneration == u.GetGeneration()
 	st.generation, st.inventory = u.GetGeneration(), inventory
 	t, err := compileObject(ctx, u.Object)
 	st.err = err
@@ -370,7 +372,13 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 		c.event(u, corev1.EventTypeNormal, EventTemplateEnforced, note)
 		return st.good
 	}
-	if st.good == nil {
+	if sameSpec {
+		// Only the annotations changed, and the template is refused with them (the
+		// inventory opt-in taken away): that is the administrator's decision, not a
+		// regression of its code, so no earlier version stays in force.
+		st.good, st.goodObj = nil, nil
+	}
+	if st.good == nil && !sameSpec {
 		c.restore(ctx, u, st)
 	}
 	c.event(u, corev1.EventTypeWarning, EventTemplateRefused, "not enforced by Compositor: "+err.Error()+st.inForce())
@@ -416,17 +424,23 @@ func (c *Controller) restore(ctx context.Context, u *unstructured.Unstructured, 
 		return
 	}
 	generation, _ := md["generation"].(float64)
+	if int64(generation) == u.GetGeneration() {
+		// The same spec, refused now for its annotations (the inventory opt-in taken
+		// away while the process was down): nothing stays in force.
+		return
+	}
 	st.good, st.goodObj, st.goodGeneration, st.goodRestored = t, obj, int64(generation), true
+	logr.FromContextOrDiscard(ctx).Info("a template that does not compile is enforced in its last version that did, from the mirror", "template", u.GetName(), "generation", st.goodGeneration)
 }
 
 // inForce says, after why a template's version is refused, which version is enforced
-// instead, if any.
+// instead, if any. It is the same on every replica, however each got that version (in
+// memory, or from the mirror at start: a log line says so), so that replicas writing
+// the status agree.
 func (st *templateState) inForce() string {
 	switch {
 	case st.good == nil:
 		return ""
-	case st.goodRestored:
-		return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force, as kept in Compositor's mirror of the constraints)", st.goodGeneration)
 	default:
 		return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force)", st.goodGeneration)
 	}
@@ -468,8 +482,22 @@ func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t 
 // crdRefused tells a constraint CRD the API server refused, or one Compositor may not
 // write, from a failure to reach it.
 func crdRefused(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
-		apierrors.IsMethodNotSupported(err) || errors.Is(err, errNotCompositors)
+	if errors.Is(err, errNotCompositors) || errors.Is(err, errNamesNotAccepted) {
+		return true
+	}
+	// Any answer of the API server that says the request itself is wrong (too large,
+	// invalid, forbidden): asking again gets the same answer. A timeout, a conflict,
+	// too many requests or a server error may pass.
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	switch code := status.Status().Code; code {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	default:
+		return code >= 400 && code < 500
+	}
 }
 
 // constraintResource is the plural of a constraint kind, as Gatekeeper names it.

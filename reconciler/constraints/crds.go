@@ -134,6 +134,20 @@ func (c *Controller) deleteConstraintCRD(ctx context.Context, kind string, uid t
 	}
 }
 
+// errNamesNotAccepted is a constraint CRD whose names clash with another CRD's (a kind
+// that is another template's kind followed by List, say): it is never served.
+var errNamesNotAccepted = errors.New("its names are not accepted: they clash with another CRD's")
+
+// namesAccepted is false when the API server has said that crd's names clash.
+func namesAccepted(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.NamesAccepted && c.Status == apiextensionsv1.ConditionFalse {
+			return false
+		}
+	}
+	return true
+}
+
 // errNotCompositors is a constraint CRD of the name wanted that someone else made.
 var errNotCompositors = errors.New("exists and is not Compositor's")
 
@@ -151,6 +165,8 @@ func (c *Controller) applyConstraintCRD(ctx context.Context, want *apiextensions
 		return err
 	case have.Labels[labelManagedBy] != managedBy:
 		return fmt.Errorf("CRD %s %w", want.Name, errNotCompositors)
+	case !namesAccepted(have):
+		return fmt.Errorf("CRD %s: %w", want.Name, errNamesNotAccepted)
 	case constraintCRDCurrent(have, want):
 		return nil
 	}

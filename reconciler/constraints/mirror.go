@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -47,7 +48,13 @@ func trimmed(obj map[string]any) map[string]any {
 	md, _ := obj["metadata"].(map[string]any)
 	keep := map[string]any{"name": md["name"]}
 	if a, ok := md["annotations"].(map[string]any); ok && len(a) > 0 {
-		keep["annotations"] = a
+		// kubectl's copy of the whole object would double the mirror, which a
+		// ConfigMap's 1 MiB bounds.
+		a = maps.Clone(a)
+		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+		if len(a) > 0 {
+			keep["annotations"] = a
+		}
 	}
 	return map[string]any{"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": keep, "spec": obj["spec"]}
 }

@@ -2,6 +2,8 @@ package constraints
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -235,6 +238,23 @@ func TestARefusedTemplateHoldsUpNothingElse(t *testing.T) {
 				assert.Empty(c, errs)
 			}
 		}, time.Minute, 100*time.Millisecond)
+
+		// Taking the opt-in away is the administrator's decision: the version that
+		// had it does not stay in force.
+		u, err = templates.Get(ctx, "ctinventory", metav1.GetOptions{})
+		require.NoError(t, err)
+		u.SetAnnotations(nil)
+		_, err = templates.Update(ctx, u, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.NotContains(c, mapsKeys(enforced(engine)), "CtInventory/unique-pods")
+			created, errs, err := templateStatus(ctx, dyn, "ctinventory")
+			if assert.NoError(c, err) && assert.Len(c, errs, 1) {
+				assert.False(c, created)
+				assert.Contains(c, errs[0], "unsupported: ")
+				assert.NotContains(c, errs[0], "stays in force")
+			}
+		}, time.Minute, 100*time.Millisecond)
 	})
 
 	t.Run("a template that stops compiling stays in force in its last good version, after a restart too", func(t *testing.T) {
@@ -246,7 +266,7 @@ func TestARefusedTemplateHoldsUpNothingElse(t *testing.T) {
 		}}, "spec", "targets"))
 		_, err = templates.Update(ctx, u, metav1.UpdateOptions{})
 		require.NoError(t, err)
-		inForce := func(restored bool) {
+		inForce := func() {
 			t.Helper()
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				assert.NoError(c, ctl.Ready(nil))
@@ -255,19 +275,17 @@ func TestARefusedTemplateHoldsUpNothingElse(t *testing.T) {
 				if assert.NoError(c, err) && assert.Len(c, errs, 1) {
 					assert.False(c, created)
 					assert.Contains(c, errs[0], "compile_error: rego:")
-					want := "(generation " + strconv.FormatInt(good, 10) + ", the last version that compiled, stays in force"
-					if restored {
-						want += ", as kept in Compositor's mirror of the constraints)"
-					}
-					assert.Contains(c, errs[0], want)
+					// The same on every replica, whether it kept that version in
+					// memory or read it from the mirror at start.
+					assert.Contains(c, errs[0], "(generation "+strconv.FormatInt(good, 10)+", the last version that compiled, stays in force)")
 				}
 			}, time.Minute, 100*time.Millisecond)
 		}
-		inForce(false)
+		inForce()
 
 		ctl.stop()
 		ctl, engine = start()
-		inForce(true)
+		inForce()
 		// What the new process enforces is that version, not merely a name.
 		v := engine.Constraints(policies.OriginObject)
 		require.NotNil(t, v)
@@ -302,4 +320,27 @@ func libraryKeys(lib *gatekeeper.Library) []string {
 		keys = append(keys, c.Kind+"/"+c.Name)
 	}
 	return keys
+}
+
+// Which failures to write a constraint CRD are the template's for good (the API server
+// refused the request itself: it is said in the status, and the other templates go on)
+// and which may pass on a later sync.
+func TestCRDRefusals(t *testing.T) {
+	gr := schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
+	for err, refused := range map[error]bool{
+		apierrors.NewRequestEntityTooLargeError("limit is 3145728"):                    true,
+		apierrors.NewInvalid(schema.GroupKind{Group: gr.Group, Kind: "CRD"}, "x", nil): true,
+		apierrors.NewBadRequest("bad"):                                                 true,
+		apierrors.NewForbidden(gr, "x", errors.New("no")):                              true,
+		fmt.Errorf("CRD x %w", errNotCompositors):                                      true,
+		fmt.Errorf("CRD x: %w", errNamesNotAccepted):                                   true,
+		apierrors.NewConflict(gr, "x", errors.New("changed")):                          false,
+		apierrors.NewTooManyRequests("later", 1):                                       false,
+		apierrors.NewTimeoutError("slow", 1):                                           false,
+		apierrors.NewInternalError(errors.New("etcd")):                                 false,
+		apierrors.NewServiceUnavailable("starting"):                                    false,
+		errors.New("connection refused"):                                               false,
+	} {
+		assert.Equal(t, refused, crdRefused(err), "%v", err)
+	}
 }
