@@ -449,9 +449,10 @@ func (st *templateState) inForce() string {
 // watch makes sure the constraints of t's kind are watched: with Compositor's CRD for
 // them when the template CRD is Compositor's. It reports served false while they
 // cannot be read yet (the API server did not answer: a later sync tries again); a
-// kind not served yet (Gatekeeper has not made its CRD) has no constraints. An error
-// says that the API server refused the kind's CRD, which no retry changes: that
-// template's constraints cannot exist, and the other templates' must not wait for it.
+// kind not served yet (Gatekeeper has not made its CRD, or Compositor could not yet)
+// has no constraints. An error says that the API server refused the kind's CRD, which
+// no retry changes: that template's constraints are not enforced, and the other
+// templates' must not wait for it.
 func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) (served bool, refused error) {
 	if c.owned {
 		if err := c.ensureConstraintCRD(ctx, u, t); err != nil {
@@ -460,7 +461,10 @@ func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t 
 			if crdRefused(err) {
 				return false, errors.New(msg)
 			}
-			return false, nil
+			// A write that may pass later (a timeout, a server error) holds up nothing
+			// either: the constraints of a CRD that is there are read as they are, and
+			// a kind without one has none yet. Only constraints that exist and cannot
+			// be read keep the library incomplete.
 		}
 	}
 	if _, ok := c.informers[t.Kind]; ok {

@@ -2,6 +2,7 @@ package constraints
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +37,14 @@ type crdWrites struct {
 	writes  []string // "update name", one per write request, refused ones included
 	dryRuns []string // the same, of dry runs
 	gets    int
+	// failing is a CRD whose creation fails as an API server in trouble answers.
+	failing string
+}
+
+func (w *crdWrites) failCreate(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failing = name
 }
 
 func (w *crdWrites) record(verb string, obj client.Object, dryRun []string) {
@@ -62,6 +72,12 @@ func (w *crdWrites) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 func (w *crdWrites) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	o := (&client.CreateOptions{}).ApplyOptions(opts)
 	w.record("create", obj, o.DryRun)
+	w.mu.Lock()
+	failing := w.failing != "" && w.failing == obj.GetName()
+	w.mu.Unlock()
+	if failing {
+		return apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+	}
 	return w.Client.Create(ctx, obj, opts...)
 }
 

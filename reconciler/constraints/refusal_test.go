@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,6 +291,31 @@ func TestARefusedTemplateHoldsUpNothingElse(t *testing.T) {
 		v := engine.Constraints(policies.OriginObject)
 		require.NotNil(t, v)
 		assert.Contains(t, libraryKeys(v), "CtEvolving/no-x")
+	})
+
+	t.Run("a CRD write that fails for now holds up nothing", func(t *testing.T) {
+		ctl.writes.failCreate(crdName("CtFlaky"))
+		flaky := strings.NewReplacer("ctforeign", "ctflaky", "CtForeign", "CtFlaky").Replace(foreignTemplate)
+		_, err := templates.Create(ctx, fromYAML(t, flaky), metav1.CreateOptions{})
+		require.NoError(t, err)
+		ctl.waitSyncs(t, 1, 3)
+		// The library is complete all the same: a new constraint reaches the mirror.
+		createConstraint(constraintDoc("CtEvolving", "no-x-again", "{}"))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			lib, err := DecodeMirror(readMirror(t, cp.Client))
+			if assert.NoError(c, err) {
+				assert.Contains(c, libraryKeys(lib), "CtEvolving/no-x-again")
+			}
+		}, time.Minute, 100*time.Millisecond)
+		err = cp.Client.Get(ctx, client.ObjectKey{Name: crdName("CtFlaky")}, &apiextensionsv1.CustomResourceDefinition{})
+		require.True(t, apierrors.IsNotFound(err), "the CRD could not be written: %v", err)
+
+		// Once the API server takes it, the kind is served and its constraints enforced.
+		ctl.writes.failCreate("")
+		createConstraint(constraintDoc("CtFlaky", "flaky", "{}"))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Contains(c, mapsKeys(enforced(engine)), "CtFlaky/flaky")
+		}, time.Minute, 100*time.Millisecond)
 	})
 
 	t.Run("a deleted template's constraint CRD goes, without a garbage collector", func(t *testing.T) {
