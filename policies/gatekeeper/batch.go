@@ -330,10 +330,14 @@ func tryBatch(templates map[string]*Template, constraints []*Constraint, modes [
 // relocate copies a module of a template into constraint name's place in a batch (see
 // the top of this file); ok is false when some reference to what it moves is left.
 func relocate(m *ast.Module, own ast.Ref, name, libs *ast.Term, plain bool) (_ *ast.Module, ok bool) {
-	newOwn := ast.Ref{ast.DefaultRootDocument, name}
-	newLibs := ast.Ref{ast.DefaultRootDocument, libs}
-	params := ast.Ref{ast.InputRootDocument, ast.StringTerm("params"), name}
-	inventory := ast.Ref{ast.InputRootDocument, ast.StringTerm("inventory")}
+	// Heads of its own: ast.DefaultRootDocument and ast.InputRootDocument are terms
+	// every evaluation in the process reads, and ast.Transform writes back the value
+	// of each term it visits, so a global placed in the copy would be written while
+	// other templates evaluate (a data race, even with the same value).
+	newOwn := ast.Ref{ast.VarTerm(ast.DefaultRootDocument.Value.String()), name}
+	newLibs := ast.Ref{ast.VarTerm(ast.DefaultRootDocument.Value.String()), libs}
+	params := ast.Ref{ast.VarTerm(ast.InputRootDocument.Value.String()), ast.StringTerm("params"), name}
+	inventory := ast.Ref{ast.VarTerm(ast.InputRootDocument.Value.String()), ast.StringTerm("inventory")}
 	move := func(r ast.Ref) (ast.Value, error) {
 		switch {
 		case r.HasPrefix(own):

@@ -681,3 +681,26 @@ func TestBatchModes(t *testing.T) {
 		})
 	}
 }
+
+// Building a library (which relocates templates' modules into batches) while templates
+// evaluate elsewhere in the process shares nothing they read: under -race, a global
+// term written by the relocation was reported here.
+func TestNewLibraryWhileTemplatesEvaluate(t *testing.T) {
+	team := template("K8sTeam", regoCode("", teamV0))
+	lib := library(t, map[string]map[string]any{"K8sTeam": team},
+		[3]string{"K8sTeam", "one", `match: {kinds: [{apiGroups: [""], kinds: [Pod]}]}`})
+	subject := gatekeeper.SubjectOf(pod("web", "shop", nil))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			lib.Review(context.Background(), subject, &gatekeeper.Request{Operation: "CREATE"})
+		}
+	}()
+	for i := range 20 {
+		library(t, map[string]map[string]any{"K8sTeam": team},
+			[3]string{"K8sTeam", fmt.Sprintf("a%d", i), `match: {kinds: [{apiGroups: [""], kinds: [Pod]}]}`},
+			[3]string{"K8sTeam", fmt.Sprintf("b%d", i), `match: {kinds: [{apiGroups: [""], kinds: [Pod]}]}`})
+	}
+	<-done
+}
