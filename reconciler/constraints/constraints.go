@@ -99,10 +99,8 @@ type templateState struct {
 	uid        types.UID
 	good       *gatekeeper.Template
 	goodObj    map[string]any // the source of good, trimmed, with uid and generation
-	// goodGeneration is the generation good was compiled from; goodRestored says it
-	// was read from the mirror, the last version that compiled before a restart.
+	// goodGeneration is the generation good was compiled from.
 	goodGeneration int64
-	goodRestored   bool
 	err            error
 	// serveErr is why the constraints of good's kind cannot be served (its CRD was
 	// refused): the template enforces nothing until that changes.
@@ -363,7 +361,7 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 	t, err := compileObject(ctx, u.Object)
 	st.err = err
 	if err == nil {
-		st.good, st.goodObj, st.goodGeneration, st.goodRestored = t, goodObject(u.Object), u.GetGeneration(), false
+		st.good, st.goodObj, st.goodGeneration = t, goodObject(u.Object), u.GetGeneration()
 		delete(c.restored, u.GetName())
 		note := fmt.Sprintf("enforced on compositions and what they render (Rego %s)", t.RegoVersion)
 		if t.HasCEL {
@@ -429,7 +427,7 @@ func (c *Controller) restore(ctx context.Context, u *unstructured.Unstructured, 
 		// away while the process was down): nothing stays in force.
 		return
 	}
-	st.good, st.goodObj, st.goodGeneration, st.goodRestored = t, obj, int64(generation), true
+	st.good, st.goodObj, st.goodGeneration = t, obj, int64(generation)
 	logr.FromContextOrDiscard(ctx).Info("a template that does not compile is enforced in its last version that did, from the mirror", "template", u.GetName(), "generation", st.goodGeneration)
 }
 
@@ -438,12 +436,10 @@ func (c *Controller) restore(ctx context.Context, u *unstructured.Unstructured, 
 // memory, or from the mirror at start: a log line says so), so that replicas writing
 // the status agree.
 func (st *templateState) inForce() string {
-	switch {
-	case st.good == nil:
+	if st.good == nil {
 		return ""
-	default:
-		return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force)", st.goodGeneration)
 	}
+	return fmt.Sprintf(" (generation %d, the last version that compiled, stays in force)", st.goodGeneration)
 }
 
 // watch makes sure the constraints of t's kind are watched: with Compositor's CRD for
