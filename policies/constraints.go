@@ -154,7 +154,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	// one a CREATE, when a template can tell (and the old objects can be known).
 	var previous map[objectID]map[string]any
 	if r.Operation == "UPDATE" && lib.ReadsHistory() {
-		previous = previousObjects(ctx, r, objs)
+		previous = previousObjects(ctx, r, objs, e.renders)
 	}
 	for i, s := range subjects {
 		if ctx.Err() != nil {
@@ -196,21 +196,17 @@ func idOf(s *gatekeeper.Subject) objectID {
 
 // previousObjects are the release's objects before an update, by identity: those the
 // request carries (the install gate's release), else the same rendering when the spec
-// did not change, else the old spec rendered. nil when they cannot be known: the
-// objects are then reviewed as UPDATEs without old versions.
-func previousObjects(ctx context.Context, r *Request, current []RenderedObject) map[objectID]map[string]any {
+// did not change, else the old spec's render as memo remembers it from the write that
+// made it (an upgrade's, or the install's), else the old spec rendered. nil when they
+// cannot be known: the objects are then reviewed as UPDATEs without old versions.
+func previousObjects(ctx context.Context, r *Request, current []RenderedObject, memo *renderMemo) map[objectID]map[string]any {
 	prev := r.Previous
 	if prev == nil && r.OldObject != nil {
 		oldSpec, _ := r.OldObject["spec"].(map[string]any)
 		if reflect.DeepEqual(oldSpec, r.Spec()) {
 			prev = current
 		} else if r.Chart != nil {
-			release := cmp.Or(r.ReleaseName, r.Name)
-			objs, err := RenderWithDeadline(ctx, r.Chart, r.ChartDigest, oldSpec, RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: true})
-			if err != nil {
-				return nil
-			}
-			prev = objs
+			prev = oldRender(ctx, r, oldSpec, memo)
 		}
 	}
 	if prev == nil {
@@ -226,6 +222,26 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject) 
 		out[idOf(s)] = s.Object
 	}
 	return out
+}
+
+// oldRender is what r's old spec rendered: remembered, or rendered again as an
+// upgrade; nil when it does not render.
+func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *renderMemo) []RenderedObject {
+	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace}
+	for _, upgrade := range []bool{true, false} {
+		opts.IsUpgrade = upgrade
+		if key, ok := keyOf(r.ChartDigest, oldSpec, opts); ok {
+			if objs, ok := memo.recall(key); ok {
+				return objs
+			}
+		}
+	}
+	opts.IsUpgrade = true
+	objs, err := RenderWithDeadline(ctx, r.Chart, r.ChartDigest, oldSpec, opts)
+	if err != nil {
+		return nil
+	}
+	return objs
 }
 
 // notReached stands for every constraint of lib the deadline came before: each

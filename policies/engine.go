@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,10 @@ type Options struct {
 	// EnabledBuiltins are ids of the built-in policies that are off by default to
 	// switch on (see OptInBuiltinIDs).
 	EnabledBuiltins []string
+	// RenderMemoBytes bounds what the engine remembers of the renders of admitted
+	// writes, to find an update's old objects without rendering them again
+	// (DefaultRenderMemoBytes when zero; nothing is remembered when negative).
+	RenderMemoBytes int
 }
 
 // Engine holds the compiled policies and evaluates them. Updates compile first and
@@ -57,6 +62,9 @@ type Engine struct {
 	// says whether there are any.
 	pending    []Origin
 	hasPending atomic.Bool
+	// renders are the renders of writes, remembered while a constraint library
+	// tells updates from creations.
+	renders *renderMemo
 }
 
 type policyKey struct {
@@ -90,7 +98,10 @@ func NewEngine(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	e := &Engine{opts: opts}
+	if opts.RenderMemoBytes == 0 {
+		opts.RenderMemoBytes = DefaultRenderMemoBytes
+	}
+	e := &Engine{opts: opts, renders: newRenderMemo(opts.RenderMemoBytes)}
 	e.set.Store(newPolicySet(map[policyKey]*compiled{}))
 	builtins, err := SelectBuiltins(opts.EnabledBuiltins, opts.DisabledBuiltins)
 	if err != nil {
@@ -221,8 +232,16 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	var objs []RenderedObject
 	var rendered []renderedTerm
 	var renderErr error
+	// What a write renders is remembered when a library may need it as the old
+	// objects of the composition's next update.
+	remember := r.Rendered == nil && readHistory(libs)
 	renderOnce := sync.OnceFunc(func() {
 		if objs, renderErr = renderFor(ctx, r); renderErr == nil {
+			if remember {
+				if key, ok := keyOf(r.ChartDigest, r.Spec(), renderOptionsOf(r)); ok {
+					e.renders.remember(key, objs)
+				}
+			}
 			rendered, renderErr = renderedTerms(objs)
 		}
 	})
@@ -278,6 +297,22 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	return out
 }
 
+// renderOptionsOf are the options r's chart renders with: as `helm install` on a
+// create, as `helm upgrade` on an update.
+func renderOptionsOf(r *Request) RenderOptions {
+	return RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
+}
+
+// readHistory tells whether a library tells updates from creations.
+func readHistory(libs []*gatekeeper.Library) bool {
+	for _, lib := range libs {
+		if lib.ReadsHistory() {
+			return true
+		}
+	}
+	return false
+}
+
 // renderedTerm is one rendered object, ready to be input.rendered.
 type renderedTerm struct {
 	ref  string
@@ -287,15 +322,10 @@ type renderedTerm struct {
 // renderFor renders the composition's chart, or returns the objects the request
 // carries already rendered.
 func renderFor(ctx context.Context, r *Request) ([]RenderedObject, error) {
-	release := r.ReleaseName
-	if release == "" {
-		release = r.Name
-	}
 	objs := r.Rendered
 	if objs == nil {
-		opts := RenderOptions{ReleaseName: release, Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
 		var err error
-		objs, err = RenderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), opts)
+		objs, err = RenderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), renderOptionsOf(r))
 		if err != nil {
 			// A render stopped at the deadline, or whose sandbox worker died, is a chart
 			// that does not render, as a template error is.

@@ -54,7 +54,8 @@ func TestConstraintLibraryAdmitsTheBenchComposition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range append(compositionCreates(benchNamespace, 10, spec), compositionUpdates(benchNamespace, 10, spec)...) {
+	calls := append(compositionCreates(benchNamespace, 10, spec), compositionUpdates(benchNamespace, 10, spec)...)
+	for _, c := range append(calls, compositionUpdatesUnremembered(benchNamespace, 10, spec)...) {
 		d, err := e.check(ctx, c.body)
 		if err != nil {
 			t.Fatal(err)

@@ -252,6 +252,9 @@ func rerenderConstraints(path string, o options) error {
 	return run.write(o.out)
 }
 
+// unrememberedUpdates names the updates whose old version Compositor must render again.
+const unrememberedUpdates = "composition update /validate, old version not remembered"
+
 // measure sets up the five policies, measures, applies the library, measures again.
 func (run *constraintsRun) measure(ctx context.Context, o options, fl *floor, d *dev, lib *constraintLibrary, probe call) error {
 	w, err := setUp(ctx, d, o.policyDir)
@@ -264,6 +267,7 @@ func (run *constraintsRun) measure(ctx context.Context, o options, fl *floor, d 
 			workloads = append(workloads, wl)
 		}
 	}
+	workloads = append(workloads, workload{unrememberedUpdates, compositionUpdatesUnremembered(benchNamespace, 200, w.spec), []int{1, 16}})
 	before, err := measureConstraintsPhase(ctx, o, fl, d, workloads, "before")
 	if err != nil {
 		return err

@@ -104,6 +104,20 @@ func compositionUpdates(namespace string, n int, spec map[string]any) []call {
 	})
 }
 
+// compositionUpdatesUnremembered are n admitted updates whose old versions no
+// review rendered (their replicaCount, 1000 and more, is one no write of the load
+// has), as after a restart or when the old version was admitted by another replica:
+// Compositor cannot recall what the old version rendered and renders it again.
+func compositionUpdatesUnremembered(namespace string, n int, spec map[string]any) []call {
+	return compositionCalls(n, webhooks.ValidatePath, true, func(i int) (map[string]any, map[string]any) {
+		old := composition(namespace, i, spec)
+		old["spec"].(map[string]any)["replicaCount"] = int64(1000 + i)
+		updated := composition(namespace, i+1, spec)
+		updated["metadata"] = old["metadata"]
+		return updated, old
+	})
+}
+
 // compositionMutations are n creates as the mutating webhook receives them: no release
 // name, no pause annotation, no version label yet.
 func compositionMutations(namespace string, n int, spec map[string]any) []call {
