@@ -81,8 +81,9 @@ type Controller struct {
 	factory  dynamicinformer.DynamicSharedInformerFactory
 	// per template name: what was compiled last, and the last good version
 	templates map[string]*templateState
-	// constraint informers started, by kind
-	informers map[string]cache.SharedIndexInformer
+	// constraint informers running, by kind: one for each kind a template in force
+	// has, stopped when none has it any more
+	informers map[string]*constraintWatch
 	owned     bool // the ConstraintTemplate CRD is Compositor's
 	// parsed is each constraint as last read, by UID: a sync parses and checks again
 	// only the constraints that changed, or whose template did.
@@ -151,7 +152,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.kick = make(chan struct{}, 1)
 	c.templates = map[string]*templateState{}
-	c.informers = map[string]cache.SharedIndexInformer{}
+	c.informers = map[string]*constraintWatch{}
 	c.parsed = map[types.UID]*parsedConstraint{}
 	// Until templates are served (Gatekeeper's CRD, or the one serve creates), there
 	// is nothing to enforce.
@@ -254,17 +255,17 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		st := c.templates[u.GetName()]
 		st.serveErr = nil
 		if t != nil {
-			switch served, err := c.watch(ctx, u, t); {
-			case err != nil:
-				// Refused for good (until the template or the cluster changes): this
-				// template enforces nothing, and says so; the others go on.
-				st.serveErr = err
-			case !served:
-				complete = false
-				unread[t.Kind] = true
-			default:
+			served, err := c.watch(ctx, u, t)
+			// Refused for good (until the template or the cluster changes): the
+			// status says so, and the others go on.
+			st.serveErr = err
+			switch {
+			case served:
 				compiled = append(compiled, t)
 				mirror.Templates = append(mirror.Templates, st.goodObj)
+			case err == nil:
+				complete = false
+				unread[t.Kind] = true
 			}
 		}
 		c.writeStatus(ctx, u, st)
@@ -277,6 +278,7 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 			}
 		}
 	}
+	c.stopWatches(compiled, unread)
 	var constraints []*gatekeeper.Constraint
 	read := map[types.UID]bool{}
 	for _, t := range compiled {
@@ -315,6 +317,22 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 		c.writeMirror(ctx, mirror)
 	}
 	return complete
+}
+
+// stopWatches stops the informers of kinds no template in force has any more (the
+// template deleted, its kind renamed, its CRD not Compositor's): kinds neither
+// compiled nor waited for. A kind that comes back is watched again.
+func (c *Controller) stopWatches(compiled []*gatekeeper.Template, unread map[string]bool) {
+	kinds := map[string]bool{}
+	for _, t := range compiled {
+		kinds[t.Kind] = true
+	}
+	for kind, w := range c.informers {
+		if !kinds[kind] && !unread[kind] {
+			w.stop()
+			delete(c.informers, kind)
+		}
+	}
 }
 
 // parse returns constraint u parsed and checked with t, from the cache when neither
@@ -446,37 +464,65 @@ func (st *templateState) inForce() string {
 // them when the template CRD is Compositor's. It reports served false while they
 // cannot be read yet (the API server did not answer: a later sync tries again); a
 // kind not served yet (Gatekeeper has not made its CRD, or Compositor could not yet)
-// has no constraints. An error says that the API server refused the kind's CRD, which
-// no retry changes: that template's constraints are not enforced, and the other
-// templates' must not wait for it.
+// has no constraints. refused says that the API server refused the kind's CRD, which
+// no retry changes, and the other templates must not wait for it. A CRD that is not
+// Compositor's, or whose names clash, serves nothing of t's (served false). A CRD of
+// Compositor's that the API server refuses to update (the new version's schema is too
+// large, say) still serves the constraints written for the version before: as
+// Gatekeeper does, they stay enforced, with t's code and parameters check.
 func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t *gatekeeper.Template) (served bool, refused error) {
+	var why string
 	if c.owned {
 		if err := c.ensureConstraintCRD(ctx, u, t); err != nil {
-			msg := fmt.Sprintf("cannot serve its constraints: %v", err)
-			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, msg)
-			if crdRefused(err) {
-				return false, errors.New(msg)
+			why = fmt.Sprintf("cannot serve its constraints: %v", err)
+			c.event(u, corev1.EventTypeWarning, EventTemplateRefused, why)
+			if errors.Is(err, errNotCompositors) || errors.Is(err, errNamesNotAccepted) {
+				return false, errors.New(why)
 			}
-			// A write that may pass later (a timeout, a server error) holds up nothing
-			// either: the constraints of a CRD that is there are read as they are, and
-			// a kind without one has none yet. Only constraints that exist and cannot
-			// be read keep the library incomplete.
+			if !crdRefused(err) {
+				// A write that may pass later (a timeout, a server error) holds up
+				// nothing either: the constraints of a CRD that is there are read as
+				// they are, and a kind without one has none yet. Only constraints that
+				// exist and cannot be read keep the library incomplete.
+				why = ""
+			}
+		}
+	}
+	// refusedWith is refused, saying whether constraints stay enforced.
+	refusedWith := func(kept bool) error {
+		switch {
+		case why == "":
+			return nil
+		case kept:
+			return errors.New(why + "; the constraints its CRD already serves stay enforced, with this version's code")
+		default:
+			return errors.New(why)
 		}
 	}
 	if _, ok := c.informers[t.Kind]; ok {
-		return true, nil
+		return true, refusedWith(true)
 	}
 	gvr := schema.GroupVersionResource{Group: gatekeeper.ConstraintsGroup, Version: constraintVersion, Resource: constraintResource(t.Kind)}
 	if _, err := c.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		return apierrors.IsNotFound(err), nil
+		if apierrors.IsNotFound(err) {
+			return true, refusedWith(false)
+		}
+		return false, refusedWith(false)
 	}
-	inf := c.factory.ForResource(gvr).Informer()
+	inf := dynamicinformer.NewFilteredDynamicInformer(c.Dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	if _, err := inf.AddEventHandler(c.handler()); err != nil {
-		return false, nil
+		return false, refusedWith(false)
 	}
-	c.informers[t.Kind] = inf
-	c.factory.Start(ctx.Done())
-	return true, nil
+	watchCtx, stop := context.WithCancel(ctx)
+	go inf.Run(watchCtx.Done())
+	c.informers[t.Kind] = &constraintWatch{inf, stop}
+	return true, refusedWith(true)
+}
+
+// constraintWatch is the informer of one kind's constraints, and what stops it.
+type constraintWatch struct {
+	cache.SharedIndexInformer
+	stop context.CancelFunc
 }
 
 // crdRefused tells a constraint CRD the API server refused, or one Compositor may not

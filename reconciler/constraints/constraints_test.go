@@ -39,6 +39,15 @@ type crdWrites struct {
 	gets    int
 	// failing is a CRD whose creation fails as an API server in trouble answers.
 	failing string
+	// refusing is a CRD whose updates, dry runs included, fail with refusal.
+	refusing string
+	refusal  error
+}
+
+func (w *crdWrites) failUpdate(name string, refusal error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refusing, w.refusal = name, refusal
 }
 
 func (w *crdWrites) failCreate(name string) {
@@ -84,6 +93,15 @@ func (w *crdWrites) Create(ctx context.Context, obj client.Object, opts ...clien
 func (w *crdWrites) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
 	o := (&client.UpdateOptions{}).ApplyOptions(opts)
 	w.record("update", obj, o.DryRun)
+	w.mu.Lock()
+	refusal := w.refusal
+	if w.refusing != obj.GetName() {
+		refusal = nil
+	}
+	w.mu.Unlock()
+	if refusal != nil {
+		return refusal
+	}
 	return w.Client.Update(ctx, obj, opts...)
 }
 
