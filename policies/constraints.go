@@ -325,7 +325,7 @@ func (e *Engine) constraintFailure(ctx context.Context, c *gatekeeper.Constraint
 // has it (a deny constraint denies, or warns when policies fail open; a warn or dryrun
 // one keeps its action), so the request is denied, warned about or admitted as with
 // one violation per constraint, and a dryrun constraint is never named to the caller.
-func (e *Engine) renderFailures(ctx context.Context, cs []*gatekeeper.Constraint, err error) []Violation {
+func (e *Engine) renderFailures(ctx context.Context, r *Request, cs []*gatekeeper.Constraint, err error) []Violation {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -335,15 +335,23 @@ func (e *Engine) renderFailures(ctx context.Context, cs []*gatekeeper.Constraint
 	}
 	var outcomes []outcome
 	ids := map[outcome][]string{}
+	// Constraints scoped to other namespaces are counted, not named: the writer
+	// learns of no constraint that could not judge an object in its own namespace.
+	elsewhere := map[outcome]map[string]bool{}
 	var all []string
 	for _, c := range cs {
 		declared := v1alpha1.EnforcementAction(c.Action)
 		action := e.failureAction(declared)
 		o := outcome{action, failureNote(declared, action)}
-		if _, seen := ids[o]; !seen {
+		if _, seen := elsewhere[o]; !seen {
 			outcomes = append(outcomes, o)
+			elsewhere[o] = map[string]bool{}
 		}
-		ids[o] = append(ids[o], constraintID(c))
+		if r.Namespace == "" || c.JudgesNamespace(r.Namespace, r.NamespaceLabels) {
+			ids[o] = append(ids[o], constraintID(c))
+		} else {
+			elsewhere[o][constraintID(c)] = true
+		}
 		all = append(all, constraintID(c))
 	}
 	logr.FromContextOrDiscard(ctx).Info("constraints not evaluated: the chart does not render", "constraints", all, "error", err.Error())
@@ -352,8 +360,20 @@ func (e *Engine) renderFailures(ctx context.Context, cs []*gatekeeper.Constraint
 		names := ids[o]
 		slices.Sort(names)
 		names = slices.Compact(names) // one constraint may come from two origins
-		what := "constraint " + names[0] + " was"
-		if len(names) > 1 {
+		for _, id := range names {
+			delete(elsewhere[o], id)
+		}
+		var what string
+		switch n := len(elsewhere[o]); {
+		case len(names) == 0 && n == 1:
+			what = "1 constraint scoped to other namespaces was"
+		case len(names) == 0:
+			what = fmt.Sprintf("%d constraints scoped to other namespaces were", n)
+		case n > 0:
+			what = fmt.Sprintf("constraints %s and %d more scoped to other namespaces were", strings.Join(names, ", "), n)
+		case len(names) == 1:
+			what = "constraint " + names[0] + " was"
+		default:
 			what = "constraints " + strings.Join(names, ", ") + " were"
 		}
 		out = append(out, Violation{

@@ -368,6 +368,7 @@ func TestConstraintsOfAChartThatDoesNotRender(t *testing.T) {
 		e.SetConstraints(OriginDir, gatekeeper.NewLibrary(echo, dir))
 		r := compositionRequest(map[string]any{})
 		r.Chart = brokenChart(t)
+		r.NamespaceLabels = map[string]string{"tier": "web"}
 		return Decision{Violations: e.Evaluate(ctx, r)}
 	}
 	// byAction checks there is one violation of each action given, its message
@@ -423,5 +424,32 @@ func TestConstraintsOfAChartThatDoesNotRender(t *testing.T) {
 		assert.True(t, strings.HasSuffix(w[0], "broken on purpose (admitted: policies fail open)"), w[0])
 		assert.True(t, strings.HasPrefix(w[1], "[constraints] constraint TestEcho/w was not evaluated: chart does not render: "), w[1])
 		assert.True(t, strings.HasSuffix(w[1], "broken on purpose"), w[1])
+	})
+	// The composition is in team-a, labelled tier: web: constraints that cannot judge
+	// an object there are counted, not named.
+	t.Run("constraints scoped to other namespaces are not named", func(t *testing.T) {
+		scoped := func(name, match string) *gatekeeper.Constraint {
+			return testConstraint(t, "TestEcho", name, "{match: {kinds: [{apiGroups: [apps], kinds: [Deployment]}], "+match+"}}")
+		}
+		d := evaluate(Options{}, []*gatekeeper.Constraint{
+			scoped("here", "namespaces: [team-*]"),
+			scoped("selected-here", "namespaceSelector: {matchLabels: {tier: web}}"),
+			scoped("only-team-b", "namespaces: [team-b]"),
+			scoped("not-team-a", "excludedNamespaces: [team-a]"),
+			scoped("cluster", "scope: Cluster"),
+			scoped("other-tier", "namespaceSelector: {matchLabels: {tier: db}}"),
+		}, nil)
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{
+			v1alpha1.EnforcementDeny: {"constraints TestEcho/here, TestEcho/selected-here and 4 more scoped to other namespaces were", " (denied: policies fail closed)"},
+		})
+		for _, hidden := range []string{"only-team-b", "not-team-a", "cluster", "other-tier"} {
+			assert.NotContains(t, d.Message(), hidden)
+		}
+
+		d = evaluate(Options{}, []*gatekeeper.Constraint{scoped("only-team-b", "namespaces: [team-b]")}, nil)
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{v1alpha1.EnforcementDeny: {"1 constraint scoped to other namespaces was", " (denied: policies fail closed)"}})
+		d = evaluate(Options{}, []*gatekeeper.Constraint{scoped("only-team-b", "namespaces: [team-b]"), scoped("cluster", "scope: Cluster")},
+			[]*gatekeeper.Constraint{scoped("only-team-b", "namespaces: [team-b]")})
+		byAction(t, d, map[v1alpha1.EnforcementAction]want{v1alpha1.EnforcementDeny: {"2 constraints scoped to other namespaces were", " (denied: policies fail closed)"}})
 	})
 }

@@ -292,7 +292,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 			unrendered, unrenderedErr = append(unrendered, skipped...), err
 		}
 	}
-	out = append(out, e.renderFailures(ctx, unrendered, unrenderedErr)...)
+	out = append(out, e.renderFailures(ctx, r, unrendered, unrenderedErr)...)
 	SortViolations(out)
 	return out
 }

@@ -325,6 +325,25 @@ func (c *Constraint) matchOne(s *Subject, obj map[string]any) (bool, error) {
 	return true, nil
 }
 
+// JudgesNamespace reports whether the constraint's namespace criteria (scope,
+// namespaces, excludedNamespaces, namespaceSelector) let it judge objects in namespace
+// ns, whose labels are nsLabels. When not, it judges only cluster-scoped objects or
+// other namespaces' objects.
+func (c *Constraint) JudgesNamespace(ns string, nsLabels map[string]string) bool {
+	m := &c.Match
+	switch {
+	case m.Scope == "Cluster":
+		return false
+	case len(m.Namespaces) > 0 && !slices.ContainsFunc(m.Namespaces, func(p string) bool { return globMatches(p, ns) }):
+		return false
+	case slices.ContainsFunc(m.ExcludedNamespaces, func(p string) bool { return globMatches(p, ns) }):
+		return false
+	case c.nsSelector != nil && !c.nsSelector.Matches(labels.Set(nsLabels)):
+		return false
+	}
+	return true
+}
+
 func anyOrContains(set []string, v string) bool {
 	return len(set) == 0 || slices.Contains(set, "*") || slices.Contains(set, v)
 }
