@@ -109,6 +109,10 @@ type templateState struct {
 	// schemaRefused is the spec hash of the constraint CRD with good's parameters
 	// schema when the API server refused that CRD (ensureConstraintCRD).
 	schemaRefused string
+	// announce is the note of the event saying that the version compiled last is
+	// enforced, until it is sent: once its constraints are served, so that a
+	// template whose CRD is refused is not said to be enforced.
+	announce string
 }
 
 // parsedConstraint is a constraint as read: parsed (which builds its parameters' Rego
@@ -263,6 +267,10 @@ func (c *Controller) sync(ctx context.Context, templates cache.SharedIndexInform
 			case served:
 				compiled = append(compiled, t)
 				mirror.Templates = append(mirror.Templates, st.goodObj)
+				if st.announce != "" && err == nil {
+					c.event(u, corev1.EventTypeNormal, EventTemplateEnforced, st.announce)
+					st.announce = ""
+				}
 			case err == nil:
 				complete = false
 				unread[t.Kind] = true
@@ -385,7 +393,7 @@ func (c *Controller) compile(ctx context.Context, u *unstructured.Unstructured) 
 		if t.HasCEL {
 			note += "; its K8sNativeValidation (CEL) code is not run by Compositor, its Rego is"
 		}
-		c.event(u, corev1.EventTypeNormal, EventTemplateEnforced, note)
+		st.announce = note // once its constraints can be served (sync)
 		return st.good
 	}
 	if sameSpec {

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,6 +83,29 @@ func (c *closeCounter) Close() error {
 	return c.ReadCloser.Close()
 }
 
+// events records the reasons of the events the controller sends, by object name.
+type events struct {
+	mu      sync.Mutex
+	reasons map[string][]string
+}
+
+func (e *events) Eventf(regarding runtime.Object, _ runtime.Object, _, reason, _, _ string, _ ...any) {
+	name := regarding.(metav1.Object).GetName()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reasons[name] = append(e.reasons[name], reason)
+}
+
+func (e *events) AnnotatedEventf(regarding, related runtime.Object, _ map[string]string, eventtype, reason, action, note string, args ...any) {
+	e.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+func (e *events) of(name string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.reasons[name]...)
+}
+
 // A deleted template's constraints are no longer watched: the informer of its kind
 // stops. It used to run on for as long as the process, listing a CRD that was gone
 // again and again (its reflector backs off from 0.8 s, so a few seconds see several
@@ -148,7 +172,8 @@ func TestARefusedCRDUpdateKeepsTheConstraintsItServes(t *testing.T) {
 	require.NoError(t, err)
 	engine, err := policies.NewEngine(ctx, policies.Options{})
 	require.NoError(t, err)
-	ctl := startController(t, cp, engine)
+	recorded := &events{reasons: map[string][]string{}}
+	ctl := startController(t, cp, engine, func(c *Controller) { c.Recorder = recorded })
 	templates := dyn.Resource(TemplatesGVR)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := templates.Create(ctx, fromYAML(t, labelsTemplate), metav1.CreateOptions{})
@@ -196,8 +221,15 @@ func TestARefusedCRDUpdateKeepsTheConstraintsItServes(t *testing.T) {
 		}
 		assert.NoError(c, ctl.Ready(nil))
 	}, time.Minute, 50*time.Millisecond)
+	// The first version was said to be enforced; the second is said to be refused, and
+	// not to be enforced as well.
+	got := recorded.of("ctlabels")
+	assert.Equal(t, 1, countOf(got, EventTemplateEnforced), "%v", got)
+	assert.Positive(t, countOf(got, EventTemplateRefused), "%v", got)
+	assert.Equal(t, EventTemplateRefused, got[len(got)-1])
 
-	// Once the CRD can be written again, the status is clear.
+	// Once the CRD can be written again, the status is clear, and the version is said
+	// to be enforced.
 	ctl.writes.failUpdate("", nil)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		created, errs, err := templateStatus(ctx, dyn, "ctlabels")
@@ -206,5 +238,16 @@ func TestARefusedCRDUpdateKeepsTheConstraintsItServes(t *testing.T) {
 			assert.Empty(c, errs)
 		}
 		assert.Equal(c, []string{"need-team: a label is missing"}, review())
+		assert.Equal(c, 2, countOf(recorded.of("ctlabels"), EventTemplateEnforced))
 	}, time.Minute, 50*time.Millisecond)
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, e := range list {
+		if e == s {
+			n++
+		}
+	}
+	return n
 }
