@@ -3,9 +3,14 @@ package policies
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartvalues "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/engine"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/test/samplecharts"
@@ -98,5 +103,46 @@ func BenchmarkRenderedPolicy(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.Evaluate(ctx, r)
+	}
+}
+
+// BenchmarkRender renders fireworks-app 1.1.5 with values-full.yaml in-process; the
+// objects part of it (objectsOf) is BenchmarkRenderObjectsOf.
+func BenchmarkRender(b *testing.B) {
+	ch := loadChart(b, "1.1.5")
+	spec := typicalSpec(b)
+	opts := RenderOptions{ReleaseName: "x", Namespace: "team-a"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Render(ch, spec, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenderObjectsOf is objectsOf alone, on the files fireworks-app 1.1.5 renders
+// with values-full.yaml.
+func BenchmarkRenderObjectsOf(b *testing.B) {
+	ch := loadChart(b, "1.1.5")
+	spec := typicalSpec(b)
+	processed, _, err := helmValues(ch, spec)
+	require.NoError(b, err)
+	vals, err := chartvalues.ToRenderValues(processed, spec, chartcommon.ReleaseOptions{Name: "x", Namespace: "team-a", Revision: 1, IsInstall: true}, nil)
+	require.NoError(b, err)
+	files, err := engine.Render(processed, vals)
+	require.NoError(b, err)
+	for name := range files {
+		if strings.HasSuffix(name, notesSuffix) {
+			delete(files, name)
+		}
+	}
+	objs, err := objectsOf(maps.Clone(files))
+	require.NoError(b, err)
+	require.NotEmpty(b, objs)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := objectsOf(files); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -11,11 +11,15 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/resource"
 	kjson "sigs.k8s.io/json"
@@ -35,10 +39,12 @@ import (
 // the document (an item that is itself a list makes Build fail). Compositor runs those
 // same functions — the same stream decoder over the same text, then a local resource
 // builder (which never asks a server and fills in no namespace) over the documents it
-// gave — so the objects are the same by construction (FuzzParseMatchesHelmBuild
-// compares them with Helm's real Client.Build). It adds the template each object comes
-// from, and refuses, with an error wrapping ErrRender that names the template and the
-// document, what Helm reads in a way a reader of the manifest would not expect:
+// gave, or, for documents that are no list, the builder's own steps on them (buildPlain)
+// — so the objects are the same by construction (FuzzParseMatchesHelmBuild compares
+// them with Helm's real Client.Build, FuzzDecodeAndBuildPlain the shortcuts with the
+// stream decoder and the builder). It adds the template each object comes from, and
+// refuses, with an error wrapping ErrRender that names the template and the document,
+// what Helm reads in a way a reader of the manifest would not expect:
 //
 //   - an "items" key in a document whose kind does not end in "List": Helm creates the
 //     items, not the object the document names (issue 25's injection through a value);
@@ -86,6 +92,9 @@ type part struct {
 	text     string
 	template string
 	raws     [][]byte
+	// objects are the non-empty documents of raws decoded as refuseAmbiguous decodes
+	// them, in order, once checkPart has accepted them.
+	objects []map[string]any
 }
 
 // add reads stream as Helm's kube client Build reads it and appends its objects, each
@@ -116,8 +125,8 @@ func (d *manifestDecoder) add(stream string, templateOf func(part string) string
 		return d.refuse("", 0, "Helm cannot read them: %s", short(wholeErr))
 	}
 	jsonStream := utilyaml.IsJSONBuffer([]byte(stream[:min(len(stream), streamBufferSize)]))
-	for i, p := range parts {
-		if err := d.checkPart(p, i == 0 && jsonStream); err != nil {
+	for i := range parts {
+		if err := d.checkPart(&parts[i], i == 0 && jsonStream); err != nil {
 			return err
 		}
 	}
@@ -127,7 +136,11 @@ func (d *manifestDecoder) add(stream string, templateOf func(part string) string
 		return d.refuse("", 0, "their documents cannot be told apart as Helm's kube client reads them")
 	}
 	for _, p := range parts {
-		objs, err := build(p.raws)
+		objs, ok := buildPlain(p.raws, p.objects)
+		var err error
+		if !ok {
+			objs, err = build(p.raws)
+		}
 		if err != nil {
 			return d.refuse(p.template, 0, "Helm cannot build it: %s", short(err))
 		}
@@ -141,7 +154,25 @@ func (d *manifestDecoder) add(stream string, templateOf func(part string) string
 // decodeDocuments splits stream into documents as Helm's StreamVisitor does: the JSON of
 // each, empty for an empty or null one.
 func decodeDocuments(stream string) ([][]byte, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), streamBufferSize)
+	var dec interface{ Decode(any) error }
+	if utilyaml.IsJSONBuffer([]byte(stream[:min(len(stream), streamBufferSize)])) {
+		dec = utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), streamBufferSize)
+	} else {
+		// The stream decoder guesses JSON from these same bytes (GuessJSONStream peeks
+		// at most streamBufferSize bytes of a reader that gives them all) and, when it
+		// guesses not, only ever calls a YAMLToJSONDecoder over a StreamReader, which
+		// hands on the stream's bytes as they are, and returns its errors unchanged:
+		// that decoder over the stream itself reads the same documents.
+		br := lineReaders.Get().(*bufio.Reader)
+		br.Reset(strings.NewReader(stream))
+		defer func() {
+			br.Reset(nil)
+			lineReaders.Put(br)
+		}()
+		// NewYAMLToJSONDecoder keeps br (bufio.NewReader returns a *bufio.Reader of its
+		// default size as it is) and copies what it reads into the documents it returns.
+		dec = utilyaml.NewYAMLToJSONDecoder(br)
+	}
 	var out [][]byte
 	for {
 		ext := runtime.RawExtension{}
@@ -170,6 +201,10 @@ func sameDocuments(a, b [][]byte) bool {
 	}
 	return true
 }
+
+// lineReaders are the buffered readers decodeDocuments and yamlDocument read streams
+// with, of bufio's default size, the size apimachinery's YAML readers use.
+var lineReaders = sync.Pool{New: func() any { return bufio.NewReader(nil) }}
 
 // splitParts cuts stream before every line that starts with "---", where the stream
 // decoder ends a document (or fails on a separator followed by text).
@@ -225,9 +260,84 @@ func build(raws [][]byte) ([]map[string]any, error) {
 	return out, nil
 }
 
+// buildPlain gives what build gives from raws, the documents of a part checkPart
+// accepted, when none is a list; objects are the part's objects (refuseAmbiguous). ok is
+// false, and build must be asked, when some document is a list or the resource builder
+// would fail on one.
+//
+// For such documents the builder's work, step by step, is what buildPlain does:
+//   - build writes each non-empty document (a JSON object: refuseAmbiguous decoded it
+//     as one) followed by a newline; the StreamVisitor's decoder sees "{" first and
+//     reads the stream with encoding/json, which hands each object back as written
+//     (RawExtension keeps the bytes of the value; every document is valid JSON, as
+//     sigs.k8s.io/json, which shares encoding/json's scanner, read it), in order;
+//     no schema is set, so none is validated;
+//   - its decoder, metadataValidatingDecoder over UnstructuredJSONScheme, finds no
+//     "items" key (the same case-sensitive decoder as m's) and so decodes the document
+//     as an Unstructured whose Object is util/json.Unmarshal (that is
+//     sigs.k8s.io/json's UnmarshalCaseSensitivePreserveInts) into a new map: the
+//     decoding that gave objects[i], which nothing has modified since; it fails when
+//     the GroupVersionKind has no kind (an apiVersion that does not parse), then when
+//     the document does not decode into metav1.TypeMeta and ObjectMeta; buildPlain
+//     calls the same functions and leaves such a document to build;
+//   - being local, the builder maps nothing, so the FlattenListVisitors pass the
+//     object on (it is no list: it has no "items"), RetrieveLazy does nothing (the
+//     object is there), and FilterNamespace, the Info having no Mapping, removes
+//     metadata.namespace when the namespace its accessor reads is empty: buildPlain
+//     calls the same accessor;
+//   - without an error, ContinueOnError changes nothing and Infos lists the objects
+//     in the order of the documents.
+func buildPlain(raws [][]byte, objects []map[string]any) (out []map[string]any, ok bool) {
+	n := 0
+	for _, raw := range raws {
+		if len(raw) == 0 {
+			continue
+		}
+		if n >= len(objects) {
+			return nil, false
+		}
+		m := objects[n]
+		n++
+		if _, list := m["items"]; list {
+			return nil, false
+		}
+		if (&unstructured.Unstructured{Object: m}).GroupVersionKind().Kind == "" {
+			return nil, false
+		}
+		if utiljson.Unmarshal(raw, &metadataOnlyObject{}) != nil {
+			return nil, false
+		}
+	}
+	if n != len(objects) {
+		return nil, false
+	}
+	out = make([]map[string]any, 0, n)
+	for _, m := range objects {
+		u := &unstructured.Unstructured{Object: m}
+		if ns, _ := namespaceAccessor.Namespace(u); ns == "" {
+			if err := namespaceAccessor.SetNamespace(u, ""); err != nil {
+				return nil, false
+			}
+		}
+		out = append(out, m)
+	}
+	return out, true
+}
+
+// metadataOnlyObject is the type cli-runtime's metadataValidatingDecoder decodes a
+// document into to check its metadata.
+type metadataOnlyObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+}
+
+// namespaceAccessor is the accessor cli-runtime's FilterNamespace reads and clears the
+// namespace with.
+var namespaceAccessor = meta.NewAccessor()
+
 // checkPart refuses the documents of p whose reading is ambiguous. jsonStream says the
 // stream decoder reads p (the stream's start) as JSON first.
-func (d *manifestDecoder) checkPart(p part, jsonStream bool) error {
+func (d *manifestDecoder) checkPart(p *part, jsonStream bool) error {
 	var docs [][]byte
 	if jsonStream {
 		values := leadingJSONValues(p.text)
@@ -257,7 +367,7 @@ func (d *manifestDecoder) checkPart(p part, jsonStream bool) error {
 			return d.refuse(p.template, 0, "Helm cannot read it: %s", short(err))
 		}
 		if len(p.raws) == 1 && len(p.raws[0]) > 0 {
-			if err := d.checkText(p, text, jsonStream); err != nil {
+			if err := d.checkText(*p, text, jsonStream); err != nil {
 				return err
 			}
 		}
@@ -268,9 +378,11 @@ func (d *manifestDecoder) checkPart(p part, jsonStream bool) error {
 			continue
 		}
 		d.docs[p.template]++
-		if err := d.refuseAmbiguous(p.template, d.docs[p.template], raw); err != nil {
+		m, err := d.refuseAmbiguous(p.template, d.docs[p.template], raw)
+		if err != nil {
 			return err
 		}
+		p.objects = append(p.objects, m)
 	}
 	return nil
 }
@@ -296,7 +408,13 @@ func yamlDocument(part string, jsonStream bool) (string, error) {
 	if jsonStream {
 		part = consumeWhitespace(part)
 	}
-	doc, err := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(part))).Read()
+	br := lineReaders.Get().(*bufio.Reader)
+	br.Reset(strings.NewReader(part))
+	defer func() {
+		br.Reset(nil)
+		lineReaders.Put(br)
+	}()
+	doc, err := utilyaml.NewYAMLReader(br).Read()
 	if errors.Is(err, io.EOF) {
 		return "", nil
 	}
@@ -490,30 +608,32 @@ var headKeys = []string{"apiVersion", "kind", "metadata"}
 var headMetadataKeys = []string{"name", "annotations"}
 
 // refuseAmbiguous refuses document n of template (raw is its JSON) when what Helm creates
-// from it is not what a reader of it would expect.
-func (d *manifestDecoder) refuseAmbiguous(template string, n int, raw []byte) error {
+// from it is not what a reader of it would expect. Else it returns the document as
+// unstructured.UnstructuredJSONScheme decodes an object (the same function into a new
+// map), untouched.
+func (d *manifestDecoder) refuseAmbiguous(template string, n int, raw []byte) (map[string]any, error) {
 	var m map[string]any
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &m); err != nil || m == nil {
-		return d.refuse(template, n, "is not a mapping")
+		return nil, d.refuse(template, n, "is not a mapping")
 	}
 	if k := caseVariant(m, headKeys); k != "" {
-		return d.refuse(template, n, "has the key %q: Helm reads a document's head without regard to case, the API server with it", k)
+		return nil, d.refuse(template, n, "has the key %q: Helm reads a document's head without regard to case, the API server with it", k)
 	}
 	if md, ok := m["metadata"].(map[string]any); ok {
 		if k := caseVariant(md, headMetadataKeys); k != "" {
-			return d.refuse(template, n, "has the key metadata.%s: Helm reads a document's head without regard to case, the API server with it", k)
+			return nil, d.refuse(template, n, "has the key metadata.%s: Helm reads a document's head without regard to case, the API server with it", k)
 		}
 	}
 	kind, _ := m["kind"].(string)
 	if kind == "" {
-		return d.refuse(template, n, "has no kind")
+		return nil, d.refuse(template, n, "has no kind")
 	}
 	if apiVersion, _ := m["apiVersion"].(string); apiVersion == "" {
-		return d.refuse(template, n, "is a %s without an apiVersion: Helm would use whichever version the cluster prefers", kind)
+		return nil, d.refuse(template, n, "is a %s without an apiVersion: Helm would use whichever version the cluster prefers", kind)
 	}
 	items, isList := m["items"]
 	if !isList {
-		return nil
+		return m, nil
 	}
 	article := "a"
 	if strings.ContainsRune("AEIOU", rune(kind[0])) {
@@ -521,27 +641,27 @@ func (d *manifestDecoder) refuseAmbiguous(template string, n int, raw []byte) er
 	}
 	if !strings.HasSuffix(kind, "List") {
 		if list, ok := items.([]any); ok {
-			return d.refuse(template, n, "is %s %s with an items list: Helm would create the %d objects in it, not the %s", article, kind, len(list), kind)
+			return nil, d.refuse(template, n, "is %s %s with an items list: Helm would create the %d objects in it, not the %s", article, kind, len(list), kind)
 		}
-		return d.refuse(template, n, "is %s %s with an items key: Helm would read it as a list, not as the %s", article, kind, kind)
+		return nil, d.refuse(template, n, "is %s %s with an items key: Helm would read it as a list, not as the %s", article, kind, kind)
 	}
 	if items == nil {
-		return nil
+		return m, nil
 	}
 	list, ok := items.([]any)
 	if !ok {
-		return d.refuse(template, n, "is %s %s whose items are not a list", article, kind)
+		return nil, d.refuse(template, n, "is %s %s whose items are not a list", article, kind)
 	}
 	for i, item := range list {
 		obj, ok := item.(map[string]any)
 		if !ok {
-			return d.refuse(template, n, "is %s %s whose item %d is not an object", article, kind, i+1)
+			return nil, d.refuse(template, n, "is %s %s whose item %d is not an object", article, kind, i+1)
 		}
 		if _, nested := obj["items"]; nested {
-			return d.refuse(template, n, "is %s %s whose item %d has an items key: a list inside a list", article, kind, i+1)
+			return nil, d.refuse(template, n, "is %s %s whose item %d has an items key: a list inside a list", article, kind, i+1)
 		}
 	}
-	return nil
+	return m, nil
 }
 
 // caseVariant returns a key of m that is one of names in another case, or "".

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,12 +23,15 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
 )
@@ -514,4 +519,158 @@ func TestObjectKey(t *testing.T) {
 	ObjectKey(cm(md), "team-a")
 	assert.Equal(t, "team-a", md["namespace"], "the object is not modified")
 	assert.NotEmpty(t, ObjectKey(map[string]any{"bad": func() {}}, "ns"))
+}
+
+// decodeDocumentsWithStreamDecoder is decodeDocuments as Helm's StreamVisitor reads a
+// stream, always through apimachinery's YAMLOrJSONDecoder.
+func decodeDocumentsWithStreamDecoder(stream string) ([][]byte, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), streamBufferSize)
+	var out [][]byte
+	for {
+		ext := runtime.RawExtension{}
+		if err := dec.Decode(&ext); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, err
+		}
+		raw := bytes.TrimSpace(ext.Raw)
+		if bytes.Equal(raw, []byte("null")) {
+			raw = nil
+		}
+		out = append(out, raw)
+	}
+}
+
+// checkDecodeAndBuild fails unless decodeDocuments reads stream as the stream decoder
+// does (documents and error text), and unless buildPlain, wherever it answers, gives
+// what the resource builder gives from those documents.
+func checkDecodeAndBuild(t *testing.T, stream string) {
+	t.Helper()
+	raws, err := decodeDocuments(stream)
+	want, wantErr := decodeDocumentsWithStreamDecoder(stream)
+	differ := (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() || !sameDocuments(raws, want)
+	if differ && newManifestDecoder().add(stream, func(string) string { return "t.yaml" }) != nil {
+		// The stream decoder is not even the same as itself on some streams the
+		// decoder refuses: YAML keys that are one JSON key (1 and "1") come out in
+		// Go's map order. What a refused stream decodes to is never used.
+		return
+	}
+	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+		t.Fatalf("decodeDocuments(%q): error %v, the stream decoder's %v", stream, err, wantErr)
+	}
+	if !sameDocuments(raws, want) {
+		t.Fatalf("decodeDocuments(%q) = %q, the stream decoder's %q", stream, raws, want)
+	}
+	var objects []map[string]any
+	for _, raw := range raws {
+		if len(raw) == 0 {
+			continue
+		}
+		var m map[string]any
+		if kjson.UnmarshalCaseSensitivePreserveInts(raw, &m) != nil || m == nil {
+			return // refuseAmbiguous refuses it: buildPlain is never asked
+		}
+		objects = append(objects, m)
+	}
+	got, ok := buildPlain(raws, objects)
+	if !ok {
+		return
+	}
+	built, err := build(raws)
+	if err != nil {
+		t.Fatalf("buildPlain accepted what the resource builder fails on (%v): %q", err, raws)
+	}
+	if len(built) == 0 {
+		built = nil
+	}
+	if len(got) == 0 {
+		got = nil
+	}
+	if !reflect.DeepEqual(got, built) {
+		t.Fatalf("buildPlain(%q) = %v, the resource builder's %v", raws, got, built)
+	}
+}
+
+// buildSeeds are documents whose build the resource builder does something to, or fails.
+var buildSeeds = []string{
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: \"\"}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: null}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: 7}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: team-a}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: [a]\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: null\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {labels: {a: 1}}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {creationTimestamp: yesterday}\n",
+	"apiVersion: v1\nkind: ConfigMap\nmetadata: {Namespace: x, namespace: \"\"}\n",
+	"apiVersion: a/b/c\nkind: ConfigMap\n",
+	"apiVersion: 1\nkind: ConfigMap\n",
+	"apiVersion: v1\nkind: 1\n",
+	"apiVersion: v1\n",
+	"kind: ConfigMap\n",
+	"apiVersion: v1\nkind: ConfigMap\nItems: [1]\n",
+	"apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: \"\"}}]\n",
+	"apiVersion: v1\nkind: List\nitems: null\n",
+	"{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"a\", \"namespace\": \"\"}} {\"apiVersion\": \"v1\", \"kind\": \"Secret\", \"metadata\": {\"namespace\": 5}}",
+	"{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"kind\": 5}",
+	"{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": 5, \"name\": \"a\"}}",
+	"{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"\\u0069tems\": [{\"kind\": \"Secret\"}]}",
+	"a: 1\n---\nb: 2\n--- #c\napiVersion: v1\nkind: ConfigMap\n---\n",
+	"apiVersion: v1\nkind: ConfigMap\ndata: {n: 12345678901234567890, f: 1.5e3, i: 7, b: yes}\n",
+}
+
+func TestDecodeAndBuildPlainMatchStreamDecoderAndBuilder(t *testing.T) {
+	for i, s := range append(append([]string{}, buildSeeds...), parseSeeds...) {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { checkDecodeAndBuild(t, s) })
+	}
+}
+
+// FuzzDecodeAndBuildPlain: decodeDocuments reads any stream as apimachinery's stream
+// decoder does, and buildPlain, wherever it answers, gives what cli-runtime's resource
+// builder gives.
+func FuzzDecodeAndBuildPlain(f *testing.F) {
+	for _, s := range buildSeeds {
+		f.Add(s)
+	}
+	for _, s := range parseSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(checkDecodeAndBuild)
+}
+
+// buildPlain answers for plain objects, clearing an empty namespace as the resource
+// builder does, and leaves lists and what the builder fails on to it.
+func TestBuildPlain(t *testing.T) {
+	plain := func(stream string) ([]map[string]any, bool) {
+		t.Helper()
+		raws, err := decodeDocuments(stream)
+		require.NoError(t, err)
+		var objects []map[string]any
+		for _, raw := range raws {
+			if len(raw) > 0 {
+				var m map[string]any
+				require.NoError(t, kjson.UnmarshalCaseSensitivePreserveInts(raw, &m))
+				objects = append(objects, m)
+			}
+		}
+		checkDecodeAndBuild(t, stream)
+		return buildPlain(raws, objects)
+	}
+	objs, ok := plain("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: \"\"}\ndata: {k: 7}\n")
+	require.True(t, ok)
+	assert.Equal(t, []map[string]any{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a"}, "data": map[string]any{"k": int64(7)}}}, objs)
+	objs, ok = plain("{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"namespace\": \"b\"}} {\"apiVersion\": \"v1\", \"kind\": \"Secret\"}")
+	require.True(t, ok)
+	assert.Equal(t, []map[string]any{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "b"}}, {"apiVersion": "v1", "kind": "Secret"}}, objs)
+	for _, s := range []string{
+		"apiVersion: v1\nkind: List\nitems: []\n",
+		"apiVersion: v1\nkind: ConfigMap\nitems: null\n",
+		"apiVersion: a/b/c\nkind: ConfigMap\n",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: 1}\n",
+		"apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: List\nitems: []\n",
+	} {
+		_, ok := plain(s)
+		assert.False(t, ok, s)
+	}
 }

@@ -103,12 +103,19 @@ func objectsOf(files map[string]string) ([]RenderedObject, error) {
 	}
 	type piece struct{ file, content string }
 	hookPieces := map[piece]int{}
+	// pieces counts what SortManifests keeps of each file, hooks and manifests alike.
+	pieces := map[string]int{}
+	only := map[string]string{}
 	for _, h := range hooks {
 		hookPieces[piece{h.Path, h.Manifest}]++
+		pieces[h.Path]++
+		only[h.Path] = h.Manifest
 	}
 	manifestPieces := map[piece]int{}
 	for _, m := range manifests {
 		manifestPieces[piece{m.Name, m.Content}]++
+		pieces[m.Name]++
+		only[m.Name] = m.Content
 	}
 	names := make([]string, 0, len(files))
 	for name := range files {
@@ -117,15 +124,32 @@ func objectsOf(files map[string]string) ([]RenderedObject, error) {
 	sort.Strings(names)
 	d := newManifestDecoder()
 	for _, name := range names {
-		docs := releaseutil.SplitManifests(files[name])
-		keys := make([]string, 0, len(docs))
-		for k := range docs {
-			keys = append(keys, k)
+		// Every piece SortManifests keeps of a file is a document SplitManifests gives of
+		// it (SortManifests splits it so), and only those are read below. A file with no
+		// piece has nothing to read; a file with one piece, only that piece, once, so its
+		// place among the file's documents does not matter and the file need not be split
+		// again.
+		var docs []string
+		switch pieces[name] {
+		case 0:
+			continue
+		case 1:
+			docs = []string{only[name]}
+		default:
+			split := releaseutil.SplitManifests(files[name])
+			keys := make([]string, 0, len(split))
+			for k := range split {
+				keys = append(keys, k)
+			}
+			sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+			docs = make([]string, 0, len(keys))
+			for _, k := range keys {
+				docs = append(docs, split[k])
+			}
 		}
-		sort.Sort(releaseutil.BySplitManifestsOrder(keys))
 		template := func(string) string { return name }
-		for _, k := range keys {
-			p := piece{name, docs[k]}
+		for _, content := range docs {
+			p := piece{name, content}
 			var stream string
 			switch {
 			case manifestPieces[p] > 0:
