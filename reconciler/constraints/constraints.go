@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -352,6 +353,11 @@ func (c *Controller) parse(ctx context.Context, u *unstructured.Unstructured, t 
 	}
 	p := &parsedConstraint{resourceVersion: u.GetResourceVersion(), template: t, kind: t.Kind}
 	con, err := gatekeeper.ParseConstraint(u.Object)
+	if err == nil && con.Kind != t.Kind {
+		// Its template's kind changed, and its CRD could not follow: the library
+		// would drop it without a word.
+		err = fmt.Errorf("its kind %s is not its template's, %s", con.Kind, t.Kind)
+	}
 	if err == nil {
 		err = t.CheckParameters(u.Object)
 	}
@@ -496,13 +502,23 @@ func (c *Controller) watch(ctx context.Context, u *unstructured.Unstructured, t 
 			}
 		}
 	}
-	// refusedWith is refused, saying whether constraints stay enforced.
-	refusedWith := func(kept bool) error {
+	// kept says what a CRD that is there serves: the constraints of t's kind, or of
+	// another (t's kind changed), which parse refuses one by one.
+	kept := "; the constraints its CRD already serves stay enforced, with this version's code"
+	if why != "" {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := c.Client.Get(ctx, client.ObjectKey{Name: constraintResource(t.Kind) + "." + gatekeeper.ConstraintsGroup}, crd)
+		if err == nil && crd.Spec.Names.Kind != t.Kind {
+			kept = fmt.Sprintf("; its CRD still serves kind %s, and constraints of that kind are not enforced", crd.Spec.Names.Kind)
+		}
+	}
+	// refusedWith is refused, saying what stays enforced.
+	refusedWith := func(served bool) error {
 		switch {
 		case why == "":
 			return nil
-		case kept:
-			return errors.New(why + "; the constraints its CRD already serves stay enforced, with this version's code")
+		case served:
+			return errors.New(why + kept)
 		default:
 			return errors.New(why)
 		}

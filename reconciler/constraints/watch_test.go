@@ -2,6 +2,7 @@ package constraints
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -250,4 +251,63 @@ func countOf(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// A template whose kind changes (here only its case, so its CRD's name stays) cannot
+// have its CRD follow: the API server refuses to change a CRD's kind. The constraints
+// that CRD serves are of the old kind, which no template has any more: they are not
+// enforced, and their status and the template's say so, rather than saying they are
+// enforced while the library drops them.
+func TestAKindThatChangesLeavesNoConstraintSaidEnforced(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	require.NoError(t, EnsureTemplateCRD(ctx, cp.Client))
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	require.NoError(t, err)
+	engine, err := policies.NewEngine(ctx, policies.Options{})
+	require.NoError(t, err)
+	startController(t, cp, engine)
+	templates := dyn.Resource(TemplatesGVR)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := templates.Create(ctx, fromYAML(t, plainTemplate), metav1.CreateOptions{})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := dyn.Resource(constraintsGVR("CtPlain")).Create(ctx, fromYAML(t, constraintDoc("CtPlain", "no-forbidden", "{}")), metav1.CreateOptions{})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, enforced(engine), "CtPlain/no-forbidden")
+	}, time.Minute, 50*time.Millisecond)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		u, err := templates.Get(ctx, "ctplain", metav1.GetOptions{})
+		if !assert.NoError(c, err) {
+			return
+		}
+		next := fromYAML(t, strings.Replace(plainTemplate, "names: {kind: CtPlain}", "names: {kind: CtPLAIN}", 1))
+		next.SetResourceVersion(u.GetResourceVersion())
+		_, err = templates.Update(ctx, next, metav1.UpdateOptions{})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Empty(c, enforced(engine))
+		created, errs, err := templateStatus(ctx, dyn, "ctplain")
+		if assert.NoError(c, err) && assert.Len(c, errs, 1) {
+			assert.False(c, created)
+			assert.Contains(c, errs[0], "create_error: cannot serve its constraints: ")
+			assert.Contains(c, errs[0], "its CRD still serves kind CtPlain, and constraints of that kind are not enforced")
+		}
+		got, err := dyn.Resource(constraintsGVR("CtPlain")).Get(ctx, "no-forbidden", metav1.GetOptions{})
+		if !assert.NoError(c, err) {
+			return
+		}
+		pods, _, _ := unstructured.NestedSlice(got.Object, "status", "byPod")
+		if assert.Len(c, pods, 1) {
+			pod := pods[0].(map[string]any)
+			assert.Equal(c, false, pod["enforced"])
+			assert.Contains(c, fmt.Sprint(pod["errors"]), "its kind CtPlain is not its template's, CtPLAIN")
+		}
+	}, time.Minute, 50*time.Millisecond)
 }
