@@ -3,6 +3,7 @@ package policies
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -127,7 +128,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		return out, nil, nil
 	}
 	if ctx.Err() != nil {
-		return append(out, e.notReached(ctx, lib)...), nil, nil
+		return append(out, e.notReached(ctx, r, lib)...), nil, nil
 	}
 	objs, err := render()
 	if err != nil {
@@ -180,7 +181,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 		}
 	}
 	if ctx.Err() != nil {
-		out = append(out, e.notReached(ctx, lib)...)
+		out = append(out, e.notReached(ctx, r, lib)...)
 	}
 	return out, nil, nil
 }
@@ -196,8 +197,7 @@ func idOf(s *gatekeeper.Subject) objectID {
 
 // previousObjects are the release's objects before an update, by identity: those the
 // request carries (the install gate's release), else the same rendering when the spec
-// did not change, else the old spec's render as memo remembers it from the write that
-// made it (an upgrade's, or the install's), else the old spec rendered. nil when they
+// did not change, else the old spec's render (oldRender). nil when they
 // cannot be known: the objects are then reviewed as UPDATEs without old versions.
 func previousObjects(ctx context.Context, r *Request, current []RenderedObject, memo *renderMemo) map[objectID]map[string]any {
 	prev := r.Previous
@@ -224,19 +224,21 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject, 
 	return out
 }
 
-// oldRender is what r's old spec rendered: remembered, or rendered again as an
-// upgrade; nil when it does not render.
+// oldRender is what r's old spec rendered: remembered, or rendered again; nil when it
+// does not render. It renders as the release was last installed or upgraded: an old
+// version of generation 1 is the spec the composition was created with, which Helm
+// installed; a later one came with an update, which Helm upgraded to. The memo only
+// spares the render: what it gives is what rendering gives, whatever it holds.
 func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *renderMemo) []RenderedObject {
-	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace}
-	for _, upgrade := range []bool{true, false} {
-		opts.IsUpgrade = upgrade
-		if key, ok := keyOf(r.ChartDigest, oldSpec, opts); ok {
-			if objs, ok := memo.recall(key); ok {
-				return objs
-			}
+	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: true}
+	if md, _ := r.OldObject["metadata"].(map[string]any); generationOf(md) == 1 {
+		opts.IsUpgrade = false
+	}
+	if key, ok := keyOf(r.ChartDigest, oldSpec, opts); ok {
+		if objs, ok := memo.recall(key); ok {
+			return objs
 		}
 	}
-	opts.IsUpgrade = true
 	objs, err := RenderWithDeadline(ctx, r.Chart, r.ChartDigest, oldSpec, opts)
 	if err != nil {
 		return nil
@@ -244,12 +246,45 @@ func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *re
 	return objs
 }
 
+// generationOf is metadata.generation, 0 when it is not a number.
+func generationOf(md map[string]any) int64 {
+	switch g := md["generation"].(type) {
+	case int64:
+		return g
+	case float64:
+		return int64(g)
+	case json.Number:
+		n, _ := g.Int64()
+		return n
+	}
+	return 0
+}
+
 // notReached stands for every constraint of lib the deadline came before: each
-// denies (or warns) as a constraint that could not be evaluated does.
-func (e *Engine) notReached(ctx context.Context, lib *gatekeeper.Library) []Violation {
+// denies (or warns) as a constraint that could not be evaluated does. Those that
+// cannot judge an object in r's namespace are counted, by action, not named: a writer
+// who makes its review run long learns no other namespace's constraints.
+func (e *Engine) notReached(ctx context.Context, r *Request, lib *gatekeeper.Library) []Violation {
 	var out []Violation
+	elsewhere := map[v1alpha1.EnforcementAction]int{}
 	for _, c := range lib.Constraints() {
-		out = append(out, e.constraintFailure(ctx, c, errNotReached))
+		if r.Namespace == "" || c.JudgesNamespace(r.Namespace, r.NamespaceLabels) {
+			out = append(out, e.constraintFailure(ctx, c, errNotReached))
+			continue
+		}
+		elsewhere[v1alpha1.EnforcementAction(c.Action)]++
+	}
+	for _, declared := range []v1alpha1.EnforcementAction{v1alpha1.EnforcementDeny, v1alpha1.EnforcementWarn, v1alpha1.EnforcementDryRun} {
+		n := elsewhere[declared]
+		if n == 0 {
+			continue
+		}
+		action, msg := e.failureOf(ctx, declared, errNotReached)
+		what := "1 constraint"
+		if n > 1 {
+			what = fmt.Sprintf("%d constraints", n)
+		}
+		out = append(out, Violation{Message: what + " scoped to other namespaces " + msg, Source: "constraints", Policy: "constraints", Action: action})
 	}
 	return out
 }

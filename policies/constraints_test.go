@@ -123,6 +123,9 @@ func TestConstraintsNotReachedDeny(t *testing.T) {
 		[]*gatekeeper.Constraint{
 			testConstraint(t, "TestSlow", "rollout", "{enforcementAction: dryrun, match: {kinds: [{apiGroups: [composition.krateo.io], kinds: [FireworksApp]}]}}"),
 			testConstraint(t, "TestEcho", "pods", "{match: {kinds: [{apiGroups: [''], kinds: [Pod]}]}}"),
+			testConstraint(t, "TestEcho", "team-b-secret", "{match: {namespaces: [team-b]}}"),
+			testConstraint(t, "TestEcho", "team-c-secret", "{match: {namespaces: [team-c]}}"),
+			testConstraint(t, "TestEcho", "cluster-secret", "{enforcementAction: warn, match: {scope: Cluster}}"),
 		}))
 	r := compositionRequest(map[string]any{"replicaCount": 1})
 	annotations := map[string]any{}
@@ -137,6 +140,14 @@ func TestConstraintsNotReachedDeny(t *testing.T) {
 		return v.Policy == "TestEcho/pods" && v.Action == v1alpha1.EnforcementDeny && strings.Contains(v.Message, "not evaluated")
 	})
 	assert.True(t, notReached, "%v", messages(vs))
+	// Constraints that cannot judge an object in team-a are counted, by action, not
+	// named: a writer who makes its own review run long learns none of them.
+	d := Decision{Violations: vs}
+	for _, secret := range []string{"team-b-secret", "team-c-secret", "cluster-secret"} {
+		assert.NotContains(t, d.Message()+strings.Join(d.Warnings(), "\n"), secret)
+	}
+	assert.Contains(t, messages(vs), "deny 2 constraints scoped to other namespaces not evaluated: the request's evaluation deadline of 300ms passed while other policies ran (denied: policies fail closed) [constraints]")
+	assert.Contains(t, messages(vs), "warn 1 constraint scoped to other namespaces not evaluated: the request's evaluation deadline of 300ms passed while other policies ran [constraints]")
 }
 
 // The constraints of each origin are enforced side by side, and replacing one origin's

@@ -21,8 +21,9 @@ const DefaultRenderMemoBytes = 16 << 20
 // old objects need not be rendered a second time: the old version of a composition is,
 // most often, the one this process admitted last. It is this process's own record:
 // nothing a tenant writes reaches it but through a render, keyed by a digest of every
-// input of that render. Least recently used renders go first once their encoded size
-// passes the budget; a miss costs what no memo costs, a render.
+// input of that render. Least recently used renders go first once their cost (encoded
+// size and memoEntryCost each) passes the budget; a miss costs what no memo costs, a
+// render.
 //
 // It holds each render as JSON, so that what it hands out is a copy no reader shares.
 type renderMemo struct {
@@ -35,6 +36,11 @@ type renderMemo struct {
 }
 
 type renderKey [sha256.Size]byte
+
+// memoEntryCost is what an entry costs besides its encoding: its key, list element
+// and map slot, rounded up. Counted, it bounds the entries too: renders of nothing
+// ("[]") are not free.
+const memoEntryCost = 512
 
 type memoEntry struct {
 	key     renderKey
@@ -138,8 +144,8 @@ func writeString(h hash.Hash, s string) {
 	h.Write([]byte(s))
 }
 
-// remember keeps objs as the render named key. A render larger than an eighth of the
-// budget is not kept: it would push out many others.
+// remember keeps objs as the render named key. A render that costs more than an eighth
+// of the budget is not kept: it would push out many others.
 func (m *renderMemo) remember(key renderKey, objs []RenderedObject) {
 	if m == nil {
 		return
@@ -152,7 +158,7 @@ func (m *renderMemo) remember(key renderKey, objs []RenderedObject) {
 	}
 	m.mu.Unlock()
 	encoded, err := json.Marshal(objs)
-	if err != nil || len(encoded) > m.budget/8 {
+	if err != nil || len(encoded)+memoEntryCost > m.budget/8 {
 		return
 	}
 	m.mu.Lock()
@@ -161,12 +167,12 @@ func (m *renderMemo) remember(key renderKey, objs []RenderedObject) {
 		return // remembered meanwhile
 	}
 	m.entries[key] = m.recent.PushFront(&memoEntry{key: key, encoded: encoded})
-	m.used += len(encoded)
+	m.used += len(encoded) + memoEntryCost
 	for m.used > m.budget {
 		oldest := m.recent.Back()
 		e := m.recent.Remove(oldest).(*memoEntry)
 		delete(m.entries, e.key)
-		m.used -= len(e.encoded)
+		m.used -= len(e.encoded) + memoEntryCost
 	}
 }
 

@@ -98,7 +98,7 @@ func TestRenderMemoRecallsACopy(t *testing.T) {
 func TestRenderMemoKeepsToItsBudget(t *testing.T) {
 	one, err := json.Marshal(memoObjects("d-000", 1))
 	require.NoError(t, err)
-	m := newRenderMemo(8 * len(one)) // room for eight
+	m := newRenderMemo(8 * (len(one) + memoEntryCost)) // room for eight
 	keys := make([]renderKey, 10)
 	for i := range keys {
 		keys[i], _ = keyOf("sha256:1", map[string]any{"i": int64(i)}, RenderOptions{})
@@ -118,13 +118,23 @@ func TestRenderMemoKeepsToItsBudget(t *testing.T) {
 	assert.Len(t, m.entries, m.recent.Len())
 
 	big := memoObjects("d", 1)
-	big[0].Object["data"] = string(make([]byte, m.budget/8))
+	big[0].Object["data"] = string(make([]byte, m.budget/8-memoEntryCost))
 	bigKey, _ := keyOf("sha256:big", map[string]any{}, RenderOptions{})
 	m.remember(bigKey, big)
 	_, ok = m.recall(bigKey)
 	assert.False(t, ok, "a render over an eighth of the budget")
 	_, ok = m.recall(keys[9])
 	assert.True(t, ok, "and it pushed nothing out")
+
+	// Renders of nothing cost their entries: a tenant whose chart renders nothing for
+	// some values cannot fill memory with them.
+	empty := newRenderMemo(1 << 20)
+	for i := range 10000 {
+		key, _ := keyOf("sha256:1", map[string]any{"i": int64(i)}, RenderOptions{})
+		empty.remember(key, []RenderedObject{})
+	}
+	assert.LessOrEqual(t, len(empty.entries), (1<<20)/memoEntryCost)
+	assert.LessOrEqual(t, empty.used, empty.budget)
 }
 
 // replicasTemplate reads neither the operation nor the old object.
@@ -165,11 +175,15 @@ func TestUpdatesRecallTheirOldRender(t *testing.T) {
 	ch := loadChart(t, "1.1.5")
 	history := gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, historyTemplate)},
 		[]*gatekeeper.Constraint{testConstraint(t, "TestHistory", "deployments", "{match: {kinds: [{apiGroups: [apps], kinds: [Deployment]}]}}")})
+	// write is a write of replicas; an update's old version has old replicas and is
+	// of generation old-1 (each test composition is created with 2 replicas, and each
+	// update adds one).
 	write := func(op string, replicas, old int, edit func(r *Request)) *Request {
 		r := compositionRequest(map[string]any{"replicaCount": int64(replicas)})
 		r.Operation, r.Chart, r.ChartDigest = op, ch, "sha256:fireworks-1.1.5"
 		if op == "UPDATE" {
 			r.OldObject = compositionRequest(map[string]any{"replicaCount": int64(old)}).Object
+			r.OldObject["metadata"].(map[string]any)["generation"] = int64(old - 1)
 		}
 		if edit != nil {
 			edit(r)
@@ -200,6 +214,15 @@ func TestUpdatesRecallTheirOldRender(t *testing.T) {
 	got, renders = evaluate(e, write("UPDATE", 4, 3, nil))
 	assert.Equal(t, []string{"deny Deployment/x-fireworks-app: op=UPDATE replicas=4 old=3 [constraint TestHistory/deployments]"}, got)
 	assert.EqualValues(t, 1, renders, "and those the last update rendered")
+
+	// Which render stands for the old version depends on its generation alone, not on
+	// what the memo holds: generation 1 was installed, a later one upgraded to. Only
+	// the install render of 5 replicas is remembered here.
+	evaluate(e, write("CREATE", 5, 0, nil))
+	upgraded := write("UPDATE", 6, 5, nil)
+	upgraded.OldObject["metadata"].(map[string]any)["generation"] = int64(3)
+	_, renders = evaluate(e, upgraded)
+	assert.EqualValues(t, 2, renders, "an old version that came with an update is rendered as an upgrade")
 
 	for what, edit := range map[string]func(r *Request){
 		"another namespace": func(r *Request) { r.Namespace = "team-b" },

@@ -45,10 +45,11 @@ func composition(namespace string, i int, spec map[string]any) map[string]any {
 		"apiVersion": compositionGroup + "/" + compositionVersion,
 		"kind":       compositionKind,
 		"metadata": map[string]any{
-			"name":      name,
-			"namespace": namespace,
-			"uid":       string(uuid.NewUUID()),
-			"labels":    map[string]any{"team": "a", vocab.LabelCompositionVersion: compositionVersion},
+			"name":       name,
+			"namespace":  namespace,
+			"uid":        string(uuid.NewUUID()),
+			"generation": int64(1), // as created: an update's old version too
+			"labels":     map[string]any{"team": "a", vocab.LabelCompositionVersion: compositionVersion},
 			"annotations": map[string]any{
 				vocab.AnnotationReleaseName: name,
 				vocab.AnnotationPaused:      "false",
