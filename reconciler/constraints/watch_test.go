@@ -107,6 +107,30 @@ func (e *events) of(name string) []string {
 	return append([]string(nil), e.reasons[name]...)
 }
 
+// createEventually creates doc with r, again until the API server serves its kind.
+func createEventually(t *testing.T, r dynamic.ResourceInterface, doc string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := r.Create(context.Background(), fromYAML(t, doc), metav1.CreateOptions{})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+}
+
+// updateTemplate makes template name doc, again until the update does not conflict.
+func updateTemplate(t *testing.T, templates dynamic.ResourceInterface, name, doc string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		u, err := templates.Get(context.Background(), name, metav1.GetOptions{})
+		if !assert.NoError(c, err) {
+			return
+		}
+		next := fromYAML(t, doc)
+		next.SetResourceVersion(u.GetResourceVersion())
+		_, err = templates.Update(context.Background(), next, metav1.UpdateOptions{})
+		assert.NoError(c, err)
+	}, time.Minute, 100*time.Millisecond)
+}
+
 // A deleted template's constraints are no longer watched: the informer of its kind
 // stops. It used to run on for as long as the process, listing a CRD that was gone
 // again and again (its reflector backs off from 0.8 s, so a few seconds see several
@@ -131,14 +155,8 @@ func TestADeletedTemplatesConstraintsAreNoLongerWatched(t *testing.T) {
 
 	create := func() {
 		t.Helper()
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := templates.Create(ctx, fromYAML(t, plainTemplate), metav1.CreateOptions{})
-			assert.NoError(c, err)
-		}, time.Minute, 100*time.Millisecond)
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := dyn.Resource(constraintsGVR("CtPlain")).Create(ctx, fromYAML(t, constraintDoc("CtPlain", "no-forbidden", "{}")), metav1.CreateOptions{})
-			assert.NoError(c, err)
-		}, time.Minute, 100*time.Millisecond)
+		createEventually(t, templates, plainTemplate)
+		createEventually(t, dyn.Resource(constraintsGVR("CtPlain")), constraintDoc("CtPlain", "no-forbidden", "{}"))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Contains(c, enforced(engine), "CtPlain/no-forbidden")
 			assert.Equal(c, 1, watches.count("ctplain"))
@@ -176,14 +194,8 @@ func TestARefusedCRDUpdateKeepsTheConstraintsItServes(t *testing.T) {
 	recorded := &events{reasons: map[string][]string{}}
 	ctl := startController(t, cp, engine, func(c *Controller) { c.Recorder = recorded })
 	templates := dyn.Resource(TemplatesGVR)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := templates.Create(ctx, fromYAML(t, labelsTemplate), metav1.CreateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := dyn.Resource(constraintsGVR("CtLabels")).Create(ctx, fromYAML(t, constraintDoc("CtLabels", "need-team", "{labels: [team]}")), metav1.CreateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
+	createEventually(t, templates, labelsTemplate)
+	createEventually(t, dyn.Resource(constraintsGVR("CtLabels")), constraintDoc("CtLabels", "need-team", "{labels: [team]}"))
 	// review is the messages the library in force gives a Pod without labels.
 	review := func() []string {
 		pod := map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p", "namespace": "team-a"}}
@@ -198,18 +210,9 @@ func TestARefusedCRDUpdateKeepsTheConstraintsItServes(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond)
 
 	ctl.writes.failUpdate(crdName("CtLabels"), apierrors.NewRequestEntityTooLargeError("limit is 3145728"))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		u, err := templates.Get(ctx, "ctlabels", metav1.GetOptions{})
-		if !assert.NoError(c, err) {
-			return
-		}
-		edited := strings.Replace(labelsTemplate, `violation[{"msg": "missing"}]`, `violation[{"msg": "a label is missing"}]`, 1)
-		edited = strings.Replace(edited, "labels: {type: array, items: {type: string}}", "labels: {type: array, items: {type: string}}\n            why: {type: string}", 1)
-		next := fromYAML(t, edited)
-		next.SetResourceVersion(u.GetResourceVersion())
-		_, err = templates.Update(ctx, next, metav1.UpdateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
+	edited := strings.Replace(labelsTemplate, `violation[{"msg": "missing"}]`, `violation[{"msg": "a label is missing"}]`, 1)
+	edited = strings.Replace(edited, "labels: {type: array, items: {type: string}}", "labels: {type: array, items: {type: string}}\n            why: {type: string}", 1)
+	updateTemplate(t, templates, "ctlabels", edited)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, []string{"need-team: a label is missing"}, review(), "the constraint, with the new code")
@@ -268,28 +271,13 @@ func TestAKindThatChangesLeavesNoConstraintSaidEnforced(t *testing.T) {
 	require.NoError(t, err)
 	startController(t, cp, engine)
 	templates := dyn.Resource(TemplatesGVR)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := templates.Create(ctx, fromYAML(t, plainTemplate), metav1.CreateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := dyn.Resource(constraintsGVR("CtPlain")).Create(ctx, fromYAML(t, constraintDoc("CtPlain", "no-forbidden", "{}")), metav1.CreateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
+	createEventually(t, templates, plainTemplate)
+	createEventually(t, dyn.Resource(constraintsGVR("CtPlain")), constraintDoc("CtPlain", "no-forbidden", "{}"))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, enforced(engine), "CtPlain/no-forbidden")
 	}, time.Minute, 50*time.Millisecond)
 
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		u, err := templates.Get(ctx, "ctplain", metav1.GetOptions{})
-		if !assert.NoError(c, err) {
-			return
-		}
-		next := fromYAML(t, strings.Replace(plainTemplate, "names: {kind: CtPlain}", "names: {kind: CtPLAIN}", 1))
-		next.SetResourceVersion(u.GetResourceVersion())
-		_, err = templates.Update(ctx, next, metav1.UpdateOptions{})
-		assert.NoError(c, err)
-	}, time.Minute, 100*time.Millisecond)
+	updateTemplate(t, templates, "ctplain", strings.Replace(plainTemplate, "names: {kind: CtPlain}", "names: {kind: CtPLAIN}", 1))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Empty(c, enforced(engine))
