@@ -150,7 +150,8 @@ func TestAPIServerAndEtcdRestartUnderLoad(t *testing.T) {
 	<-restarted
 	loadTime := time.Since(start)
 	require.NoError(t, restartErr, "restarting etcd and the API server")
-	require.NoError(t, loadCtx.Err(), "the load did not end within its deadline: %d of %d accepted", len(accepted), apiRestartCompositions)
+	require.NoError(t, loadCtx.Err(), "the load did not end within its deadline: %d of %d accepted in %d attempts; retried errors: %v",
+		len(accepted), apiRestartCompositions, attempts, failures)
 	require.Len(t, restarts, len(apiRestarts), "every restart happened in the middle of the load")
 	for i, r := range restarts {
 		t.Logf("restart %d: %s after %d accepted; etcd and the API server ended %s after the signal, answered again %s after it (%s stopped on purpose); killed after %s: %v",
