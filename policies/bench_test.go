@@ -136,12 +136,12 @@ func BenchmarkRenderObjectsOf(b *testing.B) {
 			delete(files, name)
 		}
 	}
-	objs, err := objectsOf(maps.Clone(files))
+	objs, err := objectsOf(maps.Clone(files), nil)
 	require.NoError(b, err)
 	require.NotEmpty(b, objs)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := objectsOf(files); err != nil {
+		if _, err := objectsOf(files, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

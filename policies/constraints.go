@@ -137,12 +137,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	subjects := make([]*gatekeeper.Subject, 0, len(objs))
 	refs := make([]string, 0, len(objs))
 	for _, o := range objs {
-		s := gatekeeper.SubjectOf(o.Object)
-		if s.Namespace == "" && !r.clusterScoped(s) {
-			// Where Helm's kube client puts it, and as the template will see it.
-			s.Namespace = r.Namespace
-			s.Object = withNamespace(o.Object, r.Namespace)
-		}
+		s := r.placed(o.Object)
 		s.NamespaceObject = nsObject
 		if s.Namespace != r.Namespace {
 			s.NamespaceObject = nil
@@ -214,11 +209,7 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject, 
 	}
 	out := make(map[objectID]map[string]any, len(prev))
 	for _, o := range prev {
-		s := gatekeeper.SubjectOf(o.Object)
-		if s.Namespace == "" && !r.clusterScoped(s) {
-			s.Namespace = r.Namespace
-			s.Object = withNamespace(o.Object, r.Namespace)
-		}
+		s := r.placed(o.Object)
 		out[idOf(s)] = s.Object
 	}
 	return out
@@ -302,9 +293,65 @@ func withNamespace(obj map[string]any, namespace string) map[string]any {
 		}
 	}
 	md["namespace"] = namespace
+	if namespace == "" {
+		delete(md, "namespace")
+	}
 	out["metadata"] = md
 	return out
 }
+
+// placed is rendered object obj as the API server will hold it, and as a template
+// sees it: an object of a cluster-scoped kind has no namespace (the API server drops
+// one the chart wrote), any other without one is in the release's namespace (where
+// Helm's kube client puts it).
+func (r *Request) placed(obj map[string]any) *gatekeeper.Subject {
+	s := gatekeeper.SubjectOf(obj)
+	switch {
+	case r.clusterScoped(s):
+		if s.Namespace != "" {
+			s.Namespace, s.Object = "", withNamespace(obj, "")
+		}
+	case s.Namespace == "":
+		s.Namespace, s.Object = r.Namespace, withNamespace(obj, r.Namespace)
+	}
+	return s
+}
+
+// keepToNamespace splits objs into those that stay in r's namespace (or are of a
+// cluster-scoped kind) and a denial for each of the others, which the install gate
+// never installs. Those are judged by no policy or constraint: what is in force in
+// another namespace is not the writer's to learn, and nothing of it would be applied.
+func (r *Request) keepToNamespace(objs []RenderedObject) ([]RenderedObject, []Violation) {
+	if r.Namespace == "" {
+		return objs, nil
+	}
+	var kept []RenderedObject
+	var refused []Violation
+	for i, o := range objs {
+		s := r.placed(o.Object)
+		if s.Namespace == "" || s.Namespace == r.Namespace {
+			if refused != nil {
+				kept = append(kept, o)
+			}
+			continue
+		}
+		if refused == nil {
+			kept = append(make([]RenderedObject, 0, len(objs)), objs[:i]...)
+		}
+		refused = append(refused, Violation{
+			Object: o.Ref(), Source: SourceInstallGate, Policy: SourceInstallGate, Action: v1alpha1.EnforcementDeny,
+			Message: fmt.Sprintf("rendered into namespace %s, outside the composition's namespace %s: nothing is installed outside it", s.Namespace, r.Namespace),
+		})
+	}
+	if refused == nil {
+		return objs, nil
+	}
+	return kept, refused
+}
+
+// SourceInstallGate is the Source of a violation of the install gate's own rules,
+// found before installing.
+const SourceInstallGate = "install gate"
 
 // clusterScoped tells a rendered object Helm creates without a namespace: one of a
 // built-in cluster-scoped kind or of a kind the definition allows cluster-wide.

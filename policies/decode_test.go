@@ -196,7 +196,7 @@ func checkMatchesHelm(t *testing.T, manifest string, files map[string]string) {
 		}
 	}
 
-	ours, err = objectsOf(maps.Clone(files))
+	ours, err = objectsOf(maps.Clone(files), nil)
 	theirs, helmErr = helmInstallBuild(t, maps.Clone(files))
 	switch {
 	case err != nil:
@@ -493,7 +493,7 @@ func TestObjectsOfTemplateFiles(t *testing.T) {
 		"app/templates/odd.yaml":     "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {helm.sh/hook: someday}}\n",
 		"app/templates/_helpers.tpl": "",
 	}
-	objs, err := objectsOf(maps.Clone(files))
+	objs, err := objectsOf(maps.Clone(files), nil)
 	require.NoError(t, err)
 	var got []string
 	for _, o := range objs {

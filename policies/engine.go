@@ -242,6 +242,9 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 					e.renders.remember(key, objs)
 				}
 			}
+			var outside []Violation
+			objs, outside = r.keepToNamespace(objs)
+			out = append(out, outside...)
 			rendered, renderErr = renderedTerms(objs)
 		}
 	})

@@ -30,8 +30,59 @@ type RenderOptions struct {
 type RenderedObject struct {
 	// Template is the template file it comes from, e.g. fireworks-app/templates/deployment.yaml.
 	Template string
-	// Object is the object as rendered.
+	// Object is the object as rendered, with the release's ownership metadata Helm
+	// adds before it sends it (HelmOwned).
 	Object map[string]any
+}
+
+// Helm's ownership metadata: the label and annotations Helm's install, upgrade and
+// rollback set on every object of a release's manifest after building it, and
+// Compositor's install gate on its hooks.
+const (
+	LabelManagedBy             = "app.kubernetes.io/managed-by"
+	ManagedByHelm              = "Helm"
+	AnnotationReleaseName      = "meta.helm.sh/release-name"
+	AnnotationReleaseNamespace = "meta.helm.sh/release-namespace"
+)
+
+// HelmOwned is obj as it reaches the cluster in release name of namespace. Helm builds
+// each object of the release manifest, then (setMetadataVisitor, in pkg/action)
+// labels it app.kubernetes.io/managed-by=Helm and annotates it with the release's name
+// and namespace, over whatever the chart wrote there, before it creates or updates it;
+// the install gate annotates a hook likewise (hook true), and labels nothing. What a
+// policy judges is what is applied, so it judges this. obj is not changed: the copy
+// shares all but its metadata, labels and annotations.
+func HelmOwned(obj map[string]any, name, namespace string, hook bool) map[string]any {
+	md, _ := obj["metadata"].(map[string]any)
+	owned := make(map[string]any, len(md)+2)
+	for k, v := range md {
+		owned[k] = v
+	}
+	if !hook {
+		owned["labels"] = withStrings(md["labels"], LabelManagedBy, ManagedByHelm)
+	}
+	owned["annotations"] = withStrings(md["annotations"], AnnotationReleaseName, name, AnnotationReleaseNamespace, namespace)
+	out := make(map[string]any, len(obj)+1)
+	for k, v := range obj {
+		out[k] = v
+	}
+	out["metadata"] = owned
+	return out
+}
+
+// withStrings is a copy of the string map m (a label or annotation map as decoded;
+// anything else counts as empty, as Helm's accessor reads it) with the key-value
+// pairs kv set.
+func withStrings(m any, kv ...string) map[string]any {
+	old, _ := m.(map[string]any)
+	out := make(map[string]any, len(old)+len(kv)/2)
+	for k, v := range old {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
 }
 
 // Ref names the object as violations do: "Deployment/x-fireworks-app".
@@ -84,7 +135,7 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 			delete(files, name)
 		}
 	}
-	return objectsOf(files)
+	return objectsOf(files, &opts)
 }
 
 // notesSuffix ends the names of the files Helm renders as notes, not manifests.
@@ -95,8 +146,10 @@ const notesSuffix = "NOTES.txt"
 // releaseutil.SortManifests splits each file and tells hooks from manifests (a hook of
 // an event Helm does not know is never created, so it is left out); a manifest is
 // decoded as Client.Build decodes it in the release manifest, under its
-// "---\n# Source: <file>" header; a hook alone, as Helm builds it.
-func objectsOf(files map[string]string) ([]RenderedObject, error) {
+// "---\n# Source: <file>" header; a hook alone, as Helm builds it. With release, each
+// object is as Helm sends it for that release (HelmOwned): the manifest's labelled and
+// annotated, the hooks annotated.
+func objectsOf(files map[string]string, release *RenderOptions) ([]RenderedObject, error) {
 	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
@@ -151,18 +204,25 @@ func objectsOf(files map[string]string) ([]RenderedObject, error) {
 		for _, content := range docs {
 			p := piece{name, content}
 			var stream string
+			hook := false
 			switch {
 			case manifestPieces[p] > 0:
 				manifestPieces[p]--
 				stream = "---\n# Source: " + name + "\n" + p.content + "\n"
 			case hookPieces[p] > 0:
 				hookPieces[p]--
-				stream = p.content
+				stream, hook = p.content, true
 			default:
 				continue
 			}
+			first := len(d.out)
 			if err := d.add(stream, template); err != nil {
 				return nil, err
+			}
+			if release != nil {
+				for i := first; i < len(d.out); i++ {
+					d.out[i].Object = HelmOwned(d.out[i].Object, release.ReleaseName, release.Namespace, hook)
+				}
 			}
 		}
 	}

@@ -133,14 +133,24 @@ func (r *Request) Describe(def *corev1alpha1.CompositionDefinition, ch *chart.Ch
 	}
 	r.Definition = ChartRefOf(def)
 	r.Chart, r.ChartDigest = ch, digest
+	r.ClusterScoped = ClusterScopedOf(def)
+}
+
+// ClusterScopedOf are the kinds def lets its compositions create cluster-wide, as its
+// compositor.dev/allow-cluster-scoped annotation lists them; nil when none. Those
+// that can check a kind's scope with the API server (the install gate) keep only the
+// kinds that really are cluster-scoped.
+func ClusterScopedOf(def *corev1alpha1.CompositionDefinition) map[schema.GroupKind]bool {
+	var kinds map[schema.GroupKind]bool
 	for _, entry := range strings.Split(def.Annotations[vocab.AnnotationAllowClusterScoped], ",") {
 		if gk := schema.ParseGroupKind(strings.TrimSpace(entry)); gk.Kind != "" {
-			if r.ClusterScoped == nil {
-				r.ClusterScoped = map[schema.GroupKind]bool{}
+			if kinds == nil {
+				kinds = map[schema.GroupKind]bool{}
 			}
-			r.ClusterScoped[gk] = true
+			kinds[gk] = true
 		}
 	}
+	return kinds
 }
 
 // Spec returns the object's spec: a composition's values.

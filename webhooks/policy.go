@@ -143,6 +143,7 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 		return p.unowned(ctx, req)
 	}
 	r.Definition = policies.ChartRefOf(def)
+	r.ClusterScoped = policies.ClusterScopedOf(def)
 	if p.charts == nil {
 		return nil
 	}

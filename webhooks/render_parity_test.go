@@ -54,7 +54,8 @@ data:
 
 // installManifests renders ch as Helm's install action does when the controller calls
 // it (client-only here: the same engine, values and ordering), with spec decoded from
-// the stored object as client-go decodes it for the controller.
+// the stored object as client-go decodes it for the controller, each object with the
+// ownership metadata the action adds before sending it.
 func installManifests(t *testing.T, ch *chart.Chart, storedJSON []byte) []map[string]any {
 	t.Helper()
 	obj, _, err := unstructured.UnstructuredJSONScheme.Decode(storedJSON, nil, nil)
@@ -78,7 +79,7 @@ func installManifests(t *testing.T, ch *chart.Chart, storedJSON []byte) []map[st
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		m := map[string]any{}
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &m))
-		out = append(out, m)
+		out = append(out, policies.HelmOwned(m, install.ReleaseName, install.Namespace, false))
 	}
 	return out
 }

@@ -53,6 +53,7 @@ func (m *reviewMemo) remember(uid types.UID, r *policies.Request, pinned string,
 	known := policies.Request{
 		Operation: r.Operation, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name,
 		NamespaceLabels: r.NamespaceLabels, Definition: r.Definition, Chart: r.Chart, ChartDigest: r.ChartDigest,
+		ClusterScoped: r.ClusterScoped,
 	}
 	m.cache.Add(uid, &reviewMemoEntry{known: known, spec: r.Spec(), pinned: pinned, violations: violations, at: m.now()})
 }
@@ -87,6 +88,7 @@ func (e *reviewMemoEntry) describe(r *policies.Request, pinned string) bool {
 		return false
 	}
 	r.NamespaceLabels, r.Definition, r.Chart, r.ChartDigest = known.NamespaceLabels, known.Definition, known.Chart, known.ChartDigest
+	r.ClusterScoped = known.ClusterScoped
 	if sameJSON(e.spec, r.Spec()) {
 		r.SchemaChecked, r.SchemaViolations = true, e.violations
 	}

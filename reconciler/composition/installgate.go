@@ -120,8 +120,9 @@ type installGate struct {
 	release string
 
 	// awaitsManifest: the next manifest Helm builds is the release's (an install's or
-	// upgrade's gate, until then). judged are its objects, as the policies saw them,
-	// and approved their keys (policies.ObjectKey): what Helm may create or update.
+	// upgrade's gate, until then). judged are its objects, as the policies saw them
+	// (as Helm sends them: policies.HelmOwned), and approved the keys
+	// (policies.ObjectKey) of every object judged: what Helm may create or update.
 	awaitsManifest bool
 	judged         []policies.RenderedObject
 	approved       map[string]bool
@@ -184,15 +185,21 @@ func (g *installGate) judgeManifest(manifest string, built []policies.RenderedOb
 			"nothing was installed: the rendered manifests read as %d objects for the policies and as %d by Helm: they read two ways, so they are refused", len(parsed), len(built))}
 		return g.refusal
 	}
-	if err := g.checkObjects(built); err != nil {
+	// What is judged is what Helm sends: each object with the ownership metadata
+	// Helm gives it between building and sending.
+	owned := make([]policies.RenderedObject, len(built))
+	for i, obj := range built {
+		owned[i] = policies.RenderedObject{Template: obj.Template, Object: policies.HelmOwned(obj.Object, g.release, g.namespace, false)}
+	}
+	if err := g.checkObjects(owned); err != nil {
 		return err
 	}
-	if err := g.checkPolicies(built); err != nil {
+	if err := g.checkPolicies(owned); err != nil {
 		return err
 	}
-	g.judged = built
-	g.approved = make(map[string]bool, len(built))
-	for _, obj := range built {
+	g.judged = owned
+	g.approved = make(map[string]bool, len(owned))
+	for _, obj := range owned {
 		g.approved[policies.ObjectKey(obj.Object, g.namespace)] = true
 	}
 	return nil
@@ -406,6 +413,11 @@ func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string
 
 // gate is the gate of one install or upgrade of the composition.
 func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) *installGate {
+	if request != nil {
+		// The policies see an object of a kind as cluster-scoped only when the API
+		// server says it is (the definition's annotation may list a namespaced kind).
+		request.ClusterScoped = clusterScoped
+	}
 	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped, awaitsManifest: true}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine
@@ -417,17 +429,15 @@ func (r *Reconciler) gate(ctx context.Context, namespace string, request *polici
 // where Helm hands objects to the cluster. Every object Helm acts on comes from Build,
 // Helm's one parse of a manifest (the release's, a hook's, or a stored revision's), so
 // Build checks each object's namespace and kind, and judges the release's manifest
-// whole (installGate.judgeManifest); Create and Update send only objects the gate
-// judged, and judge there the ones it has not seen yet (hooks). Whatever Helm's
-// actions call besides goes to Helm's own client.
+// whole (installGate.judgeManifest), as Helm will send it. Create and Update send an
+// object only as the gate judged it: one whose content, as it is about to be sent, is
+// not what was judged (a hook, or anything changed after Build) is judged there, as
+// it is. Whatever Helm's actions call besides goes to Helm's own client.
 type gatedKubeClient struct {
 	inner *kube.Client
 	gate  *installGate
 
 	mu sync.Mutex
-	// judged are the objects Build returned that the gate has judged; manifest those
-	// of them that are the release manifest's (the rest are hooks).
-	judged, manifest map[*resource.Info]bool
 }
 
 var (
@@ -464,14 +474,6 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		}
 	} else if err := c.gate.checkObjects(objs); err != nil {
 		return nil, err
-	}
-	if c.judged == nil {
-		c.judged, c.manifest = map[*resource.Info]bool{}, map[*resource.Info]bool{}
-	}
-	for i, info := range infos {
-		if c.gate.approved[policies.ObjectKey(objs[i].Object, c.gate.namespace)] {
-			c.judged[info], c.manifest[info] = true, true
-		}
 	}
 	return infos, nil
 }
@@ -530,17 +532,17 @@ func isLive(info *resource.Info) bool {
 	return err == nil
 }
 
-// judge judges the objects of resources the gate has not judged yet — hooks — with
-// the policies, beside the release's manifests; it refuses objects Build did not make.
-func (c *gatedKubeClient) judge(resources kube.ResourceList) error {
+// judge judges objects the gate has not approved as they are now — hooks, or an
+// object changed since it was judged — with the policies, beside the release's
+// manifest, and approves them; it refuses those Build would not have let through.
+func (c *gatedKubeClient) judge(infos []*resource.Info) error {
+	if len(infos) == 0 {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var fresh []*resource.Info
-	var objs []policies.RenderedObject
-	for _, info := range resources {
-		if c.judged[info] {
-			continue
-		}
+	objs := make([]policies.RenderedObject, 0, len(infos))
+	for _, info := range infos {
 		content, err := contentOf(info)
 		if err != nil {
 			return err
@@ -550,34 +552,39 @@ func (c *gatedKubeClient) judge(resources kube.ResourceList) error {
 			c.gate.refusal = &GateError{Reason: refused.Reason, Message: "nothing more was applied: " + refused.Message}
 			return c.gate.refusal
 		}
-		fresh, objs = append(fresh, info), append(objs, obj)
-	}
-	if len(fresh) == 0 {
-		return nil
+		objs = append(objs, obj)
 	}
 	if err := c.gate.checkPolicies(append(slices.Clip(c.gate.judged), objs...)); err != nil {
 		return err
 	}
-	for _, info := range fresh {
-		c.judged[info] = true
+	if c.gate.approved == nil {
+		c.gate.approved = map[string]bool{}
+	}
+	for _, obj := range objs {
+		c.gate.approved[policies.ObjectKey(obj.Object, c.gate.namespace)] = true
 	}
 	return nil
 }
 
 // Create creates what the gate judged. Hooks — objects that are not the release
-// manifest's — are marked the release's (Helm's ownership annotations, which Helm sets
-// on the manifest's objects itself) and created with a plain create, never merged into
-// an object of the same name that is there: Helm 4 would apply them server-side.
+// manifest's as judged — are marked the release's (Helm's ownership annotations,
+// which Helm sets on the manifest's objects itself), judged so marked, and created
+// with a plain create, never merged into an object of the same name that is there:
+// Helm 4 would apply them server-side.
 func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.ClientCreateOption) (*kube.Result, error) {
-	if err := c.judge(resources); err != nil {
+	hooks, err := c.unapproved(resources)
+	if err != nil {
 		return nil, err
 	}
-	if hooks := c.unapproved(resources); len(hooks) > 0 {
-		for _, info := range hooks {
-			if err := markOwned(info, c.gate.release, c.gate.namespace); err != nil {
-				return nil, err
-			}
+	for _, info := range hooks {
+		if err := markOwned(info, c.gate.release, c.gate.namespace); err != nil {
+			return nil, err
 		}
+	}
+	if err := c.judge(hooks); err != nil {
+		return nil, err
+	}
+	if len(hooks) > 0 {
 		options = append(options, kube.ClientCreateOptionServerSideApply(false, false))
 	}
 	return c.inner.Create(resources, options...)
@@ -587,7 +594,11 @@ func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.Cl
 // the target that is there and is not the release's (a name claimed through a revision
 // that failed, say) is refused, and nothing more is applied.
 func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...kube.ClientUpdateOption) (*kube.Result, error) {
-	if err := c.judge(target); err != nil {
+	changed, err := c.unapproved(target)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.judge(changed); err != nil {
 		return nil, err
 	}
 	for _, info := range target {
@@ -652,25 +663,29 @@ func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.Dele
 	return c.inner.Delete(ours, policy)
 }
 
-// unapproved are the objects of resources that are not the release manifest's, as
-// Build made them (Helm then adds its own labels and annotations to the manifest's).
-func (c *gatedKubeClient) unapproved(resources kube.ResourceList) []*resource.Info {
+// unapproved are the objects of resources whose content, as it is now, the gate has
+// not approved: hooks, and anything changed since it was judged.
+func (c *gatedKubeClient) unapproved(resources kube.ResourceList) ([]*resource.Info, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*resource.Info
 	for _, info := range resources {
-		if !c.manifest[info] {
+		content, err := contentOf(info)
+		if err != nil {
+			return nil, err
+		}
+		if !c.gate.approved[policies.ObjectKey(content, c.gate.namespace)] {
 			out = append(out, info)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Helm's ownership annotations, which it sets on every object of a release's manifest
 // (and Compositor on its hooks).
 const (
-	annotationReleaseName      = "meta.helm.sh/release-name"
-	annotationReleaseNamespace = "meta.helm.sh/release-namespace"
+	annotationReleaseName      = policies.AnnotationReleaseName
+	annotationReleaseNamespace = policies.AnnotationReleaseNamespace
 )
 
 // liveOwner is whose the live object of a name is: absent, the release's, or another's.

@@ -233,9 +233,13 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		return failed(ReasonInstallFailed, err), nil
 	}
 	if last != nil {
-		// What the release holds now: Gatekeeper constraints tell an object's update
-		// from its creation by it. A manifest that does not read leaves it unknown.
+		// What the release holds now, as Helm sent it: Gatekeeper constraints tell an
+		// object's update from its creation by it. A manifest that does not read
+		// leaves it unknown.
 		if previous, err := policies.ParseManifests(last.Manifest); err == nil {
+			for i := range previous {
+				previous[i].Object = policies.HelmOwned(previous[i].Object, last.Name, last.Namespace, false)
+			}
 			request.Previous = previous
 		}
 	}
