@@ -177,3 +177,29 @@ func TestTheGateJudgesAnObjectChangedAfterItWasJudged(t *testing.T) {
 	err = env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: "changed"}, &corev1.ConfigMap{})
 	assert.True(t, apierrors.IsNotFound(err), "created: %v", err)
 }
+
+// Helm renders the release again in this process after the sandbox's bounded render,
+// and a template can tell the two apart (lookup, the revision, the capabilities): the
+// manifests it hands over are held to the same bound of rendered bytes, or nothing is
+// applied.
+func TestTheGateBoundsTheManifestsHelmRendered(t *testing.T) {
+	env := newAttackEnv(t, "bounded")
+	ctx := context.Background()
+	policies.SetMaxRenderedBytes(4096)
+	t.Cleanup(func() { policies.SetMaxRenderedBytes(0) })
+	ch := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "big", Version: "0.1.0"},
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {{ repeat 8000 \"x\" | quote }}\n")}},
+	}
+	gate := env.checkGate(ctx, checkEngine(t), nil)
+	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "big", ch, nil, InstallOptions{Gate: gate})
+	require.Error(t, err)
+	require.NotNil(t, gate.refusal)
+	assert.Equal(t, ReasonRenderRefused, gate.refusal.Reason)
+	assert.Contains(t, gate.refusal.Message, "nothing was installed: the manifests Helm rendered went past a bound")
+	err = env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: "big"}, &corev1.ConfigMap{})
+	assert.True(t, apierrors.IsNotFound(err), "installed: %v", err)
+	last, err := env.helm.lastRelease(env.namespace, "big")
+	assert.True(t, last == nil && err == nil, "a release is recorded: %v, %v", last, err)
+}

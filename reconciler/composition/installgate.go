@@ -452,6 +452,21 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 	if err != nil {
 		return nil, fmt.Errorf("reading the manifests to apply: %w", err)
 	}
+	c.mu.Lock()
+	release := c.gate.awaitsManifest
+	c.mu.Unlock()
+	if release {
+		// Helm's own render ran in this process; what it gives may still not pass
+		// the bound the sandbox's render keeps to (a template can tell the two renders
+		// apart: lookup, the revision, the capabilities).
+		if err := policies.CheckRenderedSize("release "+c.gate.release, map[string]string{"manifests": string(data)}); err != nil {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.gate.awaitsManifest = false
+			c.gate.refusal = &GateError{Reason: ReasonRenderRefused, Message: "nothing was installed: the manifests Helm rendered went past a bound: " + err.Error()}
+			return nil, c.gate.refusal
+		}
+	}
 	infos, err := c.inner.Build(bytes.NewReader(data), validate)
 	if err != nil {
 		return nil, err

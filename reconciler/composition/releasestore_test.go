@@ -210,3 +210,17 @@ func TestHelmActsOnlyOnSealedRecords(t *testing.T) {
 	assert.ErrorIs(t, err, driver.ErrReleaseNotFound)
 	assert.False(t, strings.Contains(err.Error(), "tampered"))
 }
+
+// A release too big to be read back is not recorded: recorded, it would leave its
+// composition stuck, every reconcile and its deletion failing to read it.
+func TestAReleaseTooBigToReadBackIsNotRecorded(t *testing.T) {
+	rel := &release.Release{Name: "big", Namespace: "team", Manifest: strings.Repeat("x", maxReleaseJSON)}
+	_, err := encodeRelease(rel)
+	assert.ErrorContains(t, err, "more than the 32 MiB a record may hold: it is not recorded")
+	rel.Manifest = strings.Repeat("x", 1<<20)
+	encoded, err := encodeRelease(rel)
+	require.NoError(t, err)
+	back, err := decodeRelease([]byte(encoded))
+	require.NoError(t, err)
+	assert.Equal(t, rel.Manifest, back.Manifest)
+}

@@ -179,6 +179,9 @@ func TestInstallGateAppliesNothingItRefuses(t *testing.T) {
 		forbidden                   client.Object
 		forbiddenNamespace          string
 		forbiddenName               string
+		// admission is the denial of kubectl apply, for what admission already
+		// refuses as the gate would: it renders the chart for the rendered policy.
+		admission string
 	}{
 		{
 			name: "judged", spec: "{mode: plain}", reason: "PolicyDenied",
@@ -189,11 +192,13 @@ func TestInstallGateAppliesNothingItRefuses(t *testing.T) {
 			name: "elsewhere", spec: "{mode: plain, ns: other-team}", reason: "ObjectOutsideNamespace",
 			message:   "nothing was installed: v1 ConfigMap/elsewhere-data (template gate-check/templates/data.yaml): rendered into namespace other-team, outside the composition's namespace gate",
 			forbidden: &corev1.ConfigMap{}, forbiddenNamespace: "other-team", forbiddenName: "elsewhere-data",
+			admission: "ConfigMap/elsewhere-data: rendered into namespace other-team, outside the composition's namespace gate: nothing is installed outside it [install gate]",
 		},
 		{
 			name: "hooked", spec: "{mode: hook}", reason: "ObjectOutsideNamespace",
 			message:   "nothing was installed: v1 ConfigMap/hooked-hooked (a Helm hook): rendered into namespace other-team, outside the composition's namespace gate",
 			forbidden: &corev1.ConfigMap{}, forbiddenNamespace: "other-team", forbiddenName: "hooked-hooked",
+			admission: "ConfigMap/hooked-hooked: rendered into namespace other-team, outside the composition's namespace gate: nothing is installed outside it [install gate]",
 		},
 		{
 			name: "minter", spec: "{mode: token}", reason: "ForbiddenObject",
@@ -218,6 +223,12 @@ func TestInstallGateAppliesNothingItRefuses(t *testing.T) {
 	} {
 		t.Run(tc.reason+" "+tc.name, func(t *testing.T) {
 			res := cp.Kubectl(ctx, gateCheck(tc.name, tc.spec), "apply", "-f", "-")
+			if tc.admission != "" {
+				require.Error(t, res.Err, "admitted")
+				assert.Contains(t, res.Stderr, tc.admission)
+				absent(t, cp, tc.forbidden, tc.forbiddenNamespace, tc.forbiddenName)
+				return
+			}
 			require.NoError(t, res.Err, "admission judged the spec only, and let it by: %s", res.Stderr)
 			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				assert.Contains(c, readyCondition(c, cp, resource, gateNamespace, tc.name), "False "+tc.reason+" ")
