@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
@@ -119,4 +121,35 @@ deny contains {"msg": sprintf("rendered %v", [obj.metadata.name])} if {
 		assert.False(t, strings.Contains(m, "payroll-registry") || strings.Contains(m, "pci-zone") || strings.Contains(m, "rendered probe"), "judged though it leaves the namespace: %s", m)
 	}
 	assert.Len(t, got, 3, "%q", got)
+}
+
+// HelmOwned reads the chart's labels and annotations as Helm's accessor does before
+// it writes its own back, which is what the cluster gets.
+func TestHelmOwnedReadsMetadataAsHelmDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		labels, want any
+	}{
+		{"strings", map[string]any{"a": "b"}, map[string]any{"a": "b", LabelManagedBy: ManagedByHelm}},
+		{"a null value is empty", map[string]any{"version": nil}, map[string]any{"version": "", LabelManagedBy: ManagedByHelm}},
+		{"a value that is no string drops them all", map[string]any{"on": true, "a": "b"}, map[string]any{LabelManagedBy: ManagedByHelm}},
+		{"no map", "labels", map[string]any{LabelManagedBy: ManagedByHelm}},
+		{"null", nil, map[string]any{LabelManagedBy: ManagedByHelm}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "cm", "labels": tc.labels}}
+			owned := HelmOwned(obj, "rel", "ns", false)
+			assert.Equal(t, tc.want, owned["metadata"].(map[string]any)["labels"])
+
+			// Helm's own: the accessor, then its merge, on the same object.
+			u := &unstructured.Unstructured{Object: runtime.DeepCopyJSON(obj)}
+			labels := u.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[LabelManagedBy] = ManagedByHelm
+			u.SetLabels(labels)
+			assert.Equal(t, u.Object["metadata"].(map[string]any)["labels"], owned["metadata"].(map[string]any)["labels"])
+		})
+	}
 }

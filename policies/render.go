@@ -70,17 +70,31 @@ func HelmOwned(obj map[string]any, name, namespace string, hook bool) map[string
 	return out
 }
 
-// withStrings is a copy of the string map m (a label or annotation map as decoded;
-// anything else counts as empty, as Helm's accessor reads it) with the key-value
-// pairs kv set.
+// withStrings is the label or annotation map m as Helm reads it (stringMap), with the
+// key-value pairs kv set, as Helm writes it back.
 func withStrings(m any, kv ...string) map[string]any {
-	old, _ := m.(map[string]any)
-	out := make(map[string]any, len(old)+len(kv)/2)
-	for k, v := range old {
-		out[k] = v
-	}
+	out := stringMap(m)
 	for i := 0; i+1 < len(kv); i += 2 {
 		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// stringMap is a copy of the label or annotation map m as Helm's accessor reads it
+// (Unstructured.GetLabels, GetAnnotations): a null value is "", and a map with any
+// other value that is not a string, or anything but a map, reads as empty.
+func stringMap(m any) map[string]any {
+	old, _ := m.(map[string]any)
+	out := make(map[string]any, len(old)+2)
+	for k, v := range old {
+		switch v := v.(type) {
+		case string:
+			out[k] = v
+		case nil:
+			out[k] = ""
+		default:
+			return make(map[string]any, 2)
+		}
 	}
 	return out
 }

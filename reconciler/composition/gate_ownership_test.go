@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/gatekeeper"
 )
@@ -135,12 +136,21 @@ func TestTheGateJudgesObjectsAsHelmSendsThem(t *testing.T) {
 			Templates: []*chartcommon.File{{Name: "templates/ic.yaml", Data: []byte(
 				"apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: evil-class\n  namespace: {{ .Release.Namespace }}\nspec:\n  controller: example.com/evil\n")}},
 		}
+		resources := []schema.GroupResource{{Group: "networking.k8s.io", Resource: "ingressclasses"}}
 		gate := env.checkGate(ctx, engine, allowed)
-		_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "ic", ch, nil,
-			InstallOptions{Gate: gate, ClusterResources: []schema.GroupResource{{Group: "networking.k8s.io", Resource: "ingressclasses"}}})
+		_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "ic", ch, nil, InstallOptions{Gate: gate, ClusterResources: resources})
 		require.Error(t, err)
+		require.NotNil(t, gate.refusal)
+		assert.Contains(t, gate.refusal.Message, "IngressClass evil-class is denied [constraint GateCheck/c]")
 		err = env.cp.Client.Get(ctx, client.ObjectKey{Name: "evil-class"}, &networkingv1.IngressClass{})
 		assert.True(t, apierrors.IsNotFound(err), "installed: %v", err)
+
+		// Without the constraint, the same chart installs: the namespace the chart
+		// wrote and Helm's builder dropped is no second reading of the manifests.
+		gate = env.checkGate(ctx, checkEngine(t), allowed)
+		_, _, err = env.helm.UpgradeInstall(ctx, env.namespace, "ic", ch, nil, InstallOptions{Gate: gate, ClusterResources: resources})
+		require.NoError(t, err)
+		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Name: "evil-class"}, &networkingv1.IngressClass{}))
 	})
 }
 
@@ -202,4 +212,38 @@ func TestTheGateBoundsTheManifestsHelmRendered(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "installed: %v", err)
 	last, err := env.helm.lastRelease(env.namespace, "big")
 	assert.True(t, last == nil && err == nil, "a release is recorded: %v, %v", last, err)
+}
+
+// The gate reads a chart's labels and annotations as Helm does (a null is "", a value
+// that is no string drops the map), so the manifest's objects it judged are the ones
+// Helm sends, applied server-side as the release's; a hook that already names the
+// release is still created, never applied onto an object of its name.
+func TestTheGateKnowsTheManifestWhateverItsMetadata(t *testing.T) {
+	env := newAttackEnv(t, "metadata")
+	ctx := context.Background()
+	ch := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "odd", Version: "0.1.0"},
+		Templates: []*chartcommon.File{
+			{Name: "templates/cm.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: odd\n  labels: {version: }\n  annotations: {kept: }\n")},
+			{Name: "templates/hook.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: odd-hook\n  annotations: {helm.sh/hook: pre-install, meta.helm.sh/release-name: odd, meta.helm.sh/release-namespace: metadata}\n")},
+		},
+	}
+	gate := env.checkGate(ctx, checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}]}, parameters: {annotation: meta.helm.sh/release-name}}`), nil)
+	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "odd", ch, nil, InstallOptions{Gate: gate})
+	require.NoError(t, err)
+	operations := func(name string) []string {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: name}, cm))
+		var out []string
+		for _, e := range cm.ManagedFields {
+			out = append(out, e.Manager+"/"+string(e.Operation))
+		}
+		return out
+	}
+	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, operations("odd"), "the manifest's object, applied")
+	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, operations("odd-hook"), "the hook, created")
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: "odd"}, cm))
+	assert.Equal(t, map[string]string{"version": "", "app.kubernetes.io/managed-by": "Helm"}, cm.Labels)
+	assert.Equal(t, map[string]string{"kept": "", "meta.helm.sh/release-name": "odd", "meta.helm.sh/release-namespace": "metadata"}, cm.Annotations)
 }

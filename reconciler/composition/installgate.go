@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +127,9 @@ type installGate struct {
 	awaitsManifest bool
 	judged         []policies.RenderedObject
 	approved       map[string]bool
+	// manifest are the keys of the release manifest's objects as judged: anything
+	// else Helm creates is a hook.
+	manifest map[string]bool
 
 	// leftBehind are the objects of the previous revision that an upgrade removes from
 	// the release but cannot delete, because the controller may not even read them
@@ -167,11 +171,11 @@ func (g *installGate) judgeManifest(manifest string, built []policies.RenderedOb
 	}
 	templates := map[string][]string{}
 	for _, obj := range parsed {
-		key := policies.ObjectKey(obj.Object, g.namespace)
+		key := policies.ObjectKey(g.placed(obj.Object), g.namespace)
 		templates[key] = append(templates[key], obj.Template)
 	}
 	for i := range built {
-		key := policies.ObjectKey(built[i].Object, g.namespace)
+		key := policies.ObjectKey(g.placed(built[i].Object), g.namespace)
 		if len(templates[key]) == 0 {
 			g.refusal = &GateError{Reason: ReasonForbiddenObject, Message: fmt.Sprintf(
 				"nothing was installed: Helm would apply %s, which the rendered manifests as read for the policies do not show: the manifests read two ways, so they are refused",
@@ -199,10 +203,36 @@ func (g *installGate) judgeManifest(manifest string, built []policies.RenderedOb
 	}
 	g.judged = owned
 	g.approved = make(map[string]bool, len(owned))
+	g.manifest = make(map[string]bool, len(owned))
 	for _, obj := range owned {
-		g.approved[policies.ObjectKey(obj.Object, g.namespace)] = true
+		key := policies.ObjectKey(obj.Object, g.namespace)
+		g.approved[key], g.manifest[key] = true, true
 	}
 	return nil
+}
+
+// placed is obj as the API server holds it: without a namespace when the API server
+// says its kind is cluster-scoped (Helm's builder drops one the chart wrote).
+func (g *installGate) placed(obj map[string]any) map[string]any {
+	md, _ := obj["metadata"].(map[string]any)
+	if _, has := md["namespace"]; !has {
+		return obj
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return obj
+	}
+	mapping, err := g.mapper.RESTMapping(gv.WithKind(kind).GroupKind(), gv.Version)
+	if err != nil || mapping.Scope.Name() != meta.RESTScopeNameRoot {
+		return obj
+	}
+	rest := maps.Clone(md)
+	delete(rest, "namespace")
+	out := maps.Clone(obj)
+	out["metadata"] = rest
+	return out
 }
 
 // checkObjects refuses the objects that leave the namespace or that compositions never
@@ -459,7 +489,11 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		// Helm's own render ran in this process; what it gives may still not pass
 		// the bound the sandbox's render keeps to (a template can tell the two renders
 		// apart: lookup, the revision, the capabilities).
-		if err := policies.CheckRenderedSize("release "+c.gate.release, map[string]string{"manifests": string(data)}); err != nil {
+		name := c.gate.release
+		if req := c.gate.request; req != nil && req.Chart != nil {
+			name = req.Chart.Name()
+		}
+		if err := policies.CheckRenderedSize(name, map[string]string{"manifests": unframed(data)}); err != nil {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.gate.awaitsManifest = false
@@ -491,6 +525,20 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		return nil, err
 	}
 	return infos, nil
+}
+
+// unframed is a release manifest without the "---" and "# Source:" lines Helm frames
+// each document with: what the sandbox's bound on rendered bytes counts of it.
+func unframed(data []byte) string {
+	var b strings.Builder
+	b.Grow(len(data))
+	for line := range bytes.Lines(data) {
+		if string(bytes.TrimRight(line, "\n")) == "---" || bytes.HasPrefix(line, []byte("# Source: ")) {
+			continue
+		}
+		b.Write(line)
+	}
+	return b.String()
 }
 
 // keepLive keeps of the release's objects before this upgrade (the request's
@@ -587,7 +635,7 @@ func (c *gatedKubeClient) judge(infos []*resource.Info) error {
 // with a plain create, never merged into an object of the same name that is there:
 // Helm 4 would apply them server-side.
 func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.ClientCreateOption) (*kube.Result, error) {
-	hooks, err := c.unapproved(resources)
+	hooks, err := c.outside(resources, c.gate.manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -596,7 +644,11 @@ func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.Cl
 			return nil, err
 		}
 	}
-	if err := c.judge(hooks); err != nil {
+	unjudged, err := c.outside(resources, c.gate.approved)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.judge(unjudged); err != nil {
 		return nil, err
 	}
 	if len(hooks) > 0 {
@@ -609,7 +661,7 @@ func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.Cl
 // the target that is there and is not the release's (a name claimed through a revision
 // that failed, say) is refused, and nothing more is applied.
 func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...kube.ClientUpdateOption) (*kube.Result, error) {
-	changed, err := c.unapproved(target)
+	changed, err := c.outside(target, c.gate.approved)
 	if err != nil {
 		return nil, err
 	}
@@ -678,9 +730,9 @@ func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.Dele
 	return c.inner.Delete(ours, policy)
 }
 
-// unapproved are the objects of resources whose content, as it is now, the gate has
-// not approved: hooks, and anything changed since it was judged.
-func (c *gatedKubeClient) unapproved(resources kube.ResourceList) ([]*resource.Info, error) {
+// outside are the objects of resources whose content, as it is now, has no key in
+// keys (the gate's approved, or the release manifest's).
+func (c *gatedKubeClient) outside(resources kube.ResourceList, keys map[string]bool) ([]*resource.Info, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*resource.Info
@@ -689,7 +741,7 @@ func (c *gatedKubeClient) unapproved(resources kube.ResourceList) ([]*resource.I
 		if err != nil {
 			return nil, err
 		}
-		if !c.gate.approved[policies.ObjectKey(content, c.gate.namespace)] {
+		if !keys[policies.ObjectKey(content, c.gate.namespace)] {
 			out = append(out, info)
 		}
 	}

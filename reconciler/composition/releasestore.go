@@ -320,7 +320,7 @@ func encodeRelease(rel *release.Release) (string, error) {
 	}
 	if len(raw) > maxReleaseJSON {
 		// Recorded, it could never be read back: the release would be stuck.
-		return "", fmt.Errorf("the release is %d MiB as JSON, more than the %d MiB a record may hold: it is not recorded", len(raw)>>20, maxReleaseJSON>>20)
+		return "", fmt.Errorf("the release is %d bytes as JSON, more than the %d MiB a record may hold: it is not recorded", len(raw), maxReleaseJSON>>20)
 	}
 	var buf bytes.Buffer
 	w, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
