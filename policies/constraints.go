@@ -306,15 +306,21 @@ func withNamespace(obj map[string]any, namespace string) map[string]any {
 // Helm's kube client puts it).
 func (r *Request) placed(obj map[string]any) *gatekeeper.Subject {
 	s := gatekeeper.SubjectOf(obj)
-	switch {
-	case r.clusterScoped(s):
-		if s.Namespace != "" {
-			s.Namespace, s.Object = "", withNamespace(obj, "")
-		}
-	case s.Namespace == "":
-		s.Namespace, s.Object = r.Namespace, withNamespace(obj, r.Namespace)
+	if ns := r.namespaceOf(s); ns != s.Namespace {
+		s.Namespace, s.Object = ns, withNamespace(obj, ns)
 	}
 	return s
+}
+
+// namespaceOf is the namespace the API server will hold s's object in (see placed).
+func (r *Request) namespaceOf(s *gatekeeper.Subject) string {
+	switch {
+	case r.clusterScoped(s):
+		return ""
+	case s.Namespace == "":
+		return r.Namespace
+	}
+	return s.Namespace
 }
 
 // keepToNamespace splits objs into those that stay in r's namespace (or are of a
@@ -328,8 +334,8 @@ func (r *Request) keepToNamespace(objs []RenderedObject) ([]RenderedObject, []Vi
 	var kept []RenderedObject
 	var refused []Violation
 	for i, o := range objs {
-		s := r.placed(o.Object)
-		if s.Namespace == "" || s.Namespace == r.Namespace {
+		ns := r.namespaceOf(gatekeeper.SubjectOf(o.Object))
+		if ns == "" || ns == r.Namespace {
 			if refused != nil {
 				kept = append(kept, o)
 			}
@@ -340,7 +346,7 @@ func (r *Request) keepToNamespace(objs []RenderedObject) ([]RenderedObject, []Vi
 		}
 		refused = append(refused, Violation{
 			Object: o.Ref(), Source: SourceInstallGate, Policy: SourceInstallGate, Action: v1alpha1.EnforcementDeny,
-			Message: fmt.Sprintf("rendered into namespace %s, outside the composition's namespace %s: nothing is installed outside it", s.Namespace, r.Namespace),
+			Message: fmt.Sprintf("rendered into namespace %s, outside the composition's namespace %s: nothing is installed outside it", ns, r.Namespace),
 		})
 	}
 	if refused == nil {

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/api/policy/v1alpha1"
@@ -66,6 +67,12 @@ func newAttackEnv(t *testing.T, namespace string) attackEnv {
 // gate is the gate of one install, as Reconciler.upgrade builds it, with engine's
 // policies (nil: none).
 func (e attackEnv) gate(ctx context.Context, engine *policies.Engine) *installGate {
+	return e.gateAllowing(ctx, engine, nil)
+}
+
+// gateAllowing is gate for a definition that allows the cluster-scoped kinds
+// clusterScoped.
+func (e attackEnv) gateAllowing(ctx context.Context, engine *policies.Engine, clusterScoped map[schema.GroupKind]bool) *installGate {
 	r := &Reconciler{}
 	var request *policies.Request
 	if engine != nil {
@@ -76,7 +83,20 @@ func (e attackEnv) gate(ctx context.Context, engine *policies.Engine) *installGa
 			"spec":     map[string]any{},
 		}, e.namespace)
 	}
-	return r.gate(ctx, e.namespace, request, nil, e.helm.mapper)
+	return r.gate(ctx, e.namespace, request, clusterScoped, e.helm.mapper)
+}
+
+// operations are the managers and operations that wrote the ConfigMap name:
+// "<manager>/Apply" for a server-side apply, "<manager>/Update" for a create.
+func (e attackEnv) operations(t *testing.T, name string) []string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, e.cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.namespace, Name: name}, cm))
+	var out []string
+	for _, entry := range cm.ManagedFields {
+		out = append(out, entry.Manager+"/"+string(entry.Operation))
+	}
+	return out
 }
 
 // victim creates a ConfigMap that belongs to nobody's release: another team's, a
@@ -372,15 +392,6 @@ func TestTheManifestIsAppliedServerSideAndHooksCreated(t *testing.T) {
 	ctx := context.Background()
 	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "shop", hookChart(""), nil, InstallOptions{Gate: env.gate(ctx, nil)})
 	require.NoError(t, err)
-	operations := func(name string) []string {
-		cm := &corev1.ConfigMap{}
-		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: name}, cm))
-		var out []string
-		for _, e := range cm.ManagedFields {
-			out = append(out, e.Manager+"/"+string(e.Operation))
-		}
-		return out
-	}
-	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, operations("shop-app"), "the manifest's object")
-	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, operations("setup"), "the hook, created")
+	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, env.operations(t, "shop-app"), "the manifest's object")
+	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, env.operations(t, "setup"), "the hook, created")
 }

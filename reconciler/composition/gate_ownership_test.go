@@ -72,17 +72,6 @@ func checkEngine(t *testing.T, specs ...string) *policies.Engine {
 	return engine
 }
 
-// checkGate is an install's gate with engine, for a definition that allows clusterScoped.
-func (e attackEnv) checkGate(ctx context.Context, engine *policies.Engine, clusterScoped map[schema.GroupKind]bool) *installGate {
-	r := &Reconciler{Checker: &policies.Checker{Engine: engine}}
-	request := policies.NewRequest("CREATE", map[string]any{
-		"apiVersion": "composition.krateo.io/v1", "kind": "Owned",
-		"metadata": map[string]any{"name": "owned", "namespace": e.namespace},
-		"spec":     map[string]any{},
-	}, e.namespace)
-	return r.gate(ctx, e.namespace, request, clusterScoped, e.helm.mapper)
-}
-
 func configMapChart(name string) *chart.Chart {
 	return &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: name, Version: "0.1.0"},
@@ -103,7 +92,7 @@ func TestTheGateJudgesObjectsAsHelmSendsThem(t *testing.T) {
 
 	t.Run("a constraint selecting Helm's label", func(t *testing.T) {
 		engine := checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}], labelSelector: {matchLabels: {app.kubernetes.io/managed-by: Helm}}}, parameters: {deny: true}}`)
-		gate := env.checkGate(ctx, engine, nil)
+		gate := env.gateAllowing(ctx, engine, nil)
 		_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "selected", configMapChart("selected"), nil, InstallOptions{Gate: gate})
 		require.Error(t, err)
 		require.NotNil(t, gate.refusal)
@@ -116,11 +105,11 @@ func TestTheGateJudgesObjectsAsHelmSendsThem(t *testing.T) {
 		engine := checkEngine(t,
 			`{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}]}, parameters: {annotation: meta.helm.sh/release-name}}`,
 		)
-		gate := env.checkGate(ctx, engine, nil)
+		gate := env.gateAllowing(ctx, engine, nil)
 		_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "attacker", hookChart(""), nil, InstallOptions{Gate: gate})
 		require.NoError(t, err, "the manifest's object and the hook carry the annotation when they are created")
 		engine = checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}]}, parameters: {label: app.kubernetes.io/managed-by}}`)
-		gate = env.checkGate(ctx, engine, nil)
+		gate = env.gateAllowing(ctx, engine, nil)
 		_, _, err = env.helm.UpgradeInstall(ctx, env.namespace, "required", configMapChart("required"), nil, InstallOptions{Gate: gate})
 		require.NoError(t, err, "Helm labels the manifest's objects")
 		got := &corev1.ConfigMap{}
@@ -137,7 +126,7 @@ func TestTheGateJudgesObjectsAsHelmSendsThem(t *testing.T) {
 				"apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: evil-class\n  namespace: {{ .Release.Namespace }}\nspec:\n  controller: example.com/evil\n")}},
 		}
 		resources := []schema.GroupResource{{Group: "networking.k8s.io", Resource: "ingressclasses"}}
-		gate := env.checkGate(ctx, engine, allowed)
+		gate := env.gateAllowing(ctx, engine, allowed)
 		_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "ic", ch, nil, InstallOptions{Gate: gate, ClusterResources: resources})
 		require.Error(t, err)
 		require.NotNil(t, gate.refusal)
@@ -147,7 +136,7 @@ func TestTheGateJudgesObjectsAsHelmSendsThem(t *testing.T) {
 
 		// Without the constraint, the same chart installs: the namespace the chart
 		// wrote and Helm's builder dropped is no second reading of the manifests.
-		gate = env.checkGate(ctx, checkEngine(t), allowed)
+		gate = env.gateAllowing(ctx, checkEngine(t), allowed)
 		_, _, err = env.helm.UpgradeInstall(ctx, env.namespace, "ic", ch, nil, InstallOptions{Gate: gate, ClusterResources: resources})
 		require.NoError(t, err)
 		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Name: "evil-class"}, &networkingv1.IngressClass{}))
@@ -163,7 +152,7 @@ func TestTheGateJudgesAnObjectChangedAfterItWasJudged(t *testing.T) {
 	engine := checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}], labelSelector: {matchLabels: {tier: forbidden}}}, parameters: {deny: true}}`)
 	cfg, err := env.helm.Actions(env.namespace)
 	require.NoError(t, err)
-	gate := env.checkGate(ctx, engine, nil)
+	gate := env.gateAllowing(ctx, engine, nil)
 	gated(cfg, gate, "changed")
 	kc := cfg.KubeClient
 
@@ -202,7 +191,7 @@ func TestTheGateBoundsTheManifestsHelmRendered(t *testing.T) {
 		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {{ repeat 8000 \"x\" | quote }}\n")}},
 	}
-	gate := env.checkGate(ctx, checkEngine(t), nil)
+	gate := env.gateAllowing(ctx, checkEngine(t), nil)
 	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "big", ch, nil, InstallOptions{Gate: gate})
 	require.Error(t, err)
 	require.NotNil(t, gate.refusal)
@@ -228,20 +217,11 @@ func TestTheGateKnowsTheManifestWhateverItsMetadata(t *testing.T) {
 			{Name: "templates/hook.yaml", Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: odd-hook\n  annotations: {helm.sh/hook: pre-install, meta.helm.sh/release-name: odd, meta.helm.sh/release-namespace: metadata}\n")},
 		},
 	}
-	gate := env.checkGate(ctx, checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}]}, parameters: {annotation: meta.helm.sh/release-name}}`), nil)
+	gate := env.gateAllowing(ctx, checkEngine(t, `{match: {kinds: [{apiGroups: [""], kinds: [ConfigMap]}]}, parameters: {annotation: meta.helm.sh/release-name}}`), nil)
 	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "odd", ch, nil, InstallOptions{Gate: gate})
 	require.NoError(t, err)
-	operations := func(name string) []string {
-		cm := &corev1.ConfigMap{}
-		require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: name}, cm))
-		var out []string
-		for _, e := range cm.ManagedFields {
-			out = append(out, e.Manager+"/"+string(e.Operation))
-		}
-		return out
-	}
-	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, operations("odd"), "the manifest's object, applied")
-	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, operations("odd-hook"), "the hook, created")
+	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, env.operations(t, "odd"), "the manifest's object, applied")
+	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, env.operations(t, "odd-hook"), "the hook, created")
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, env.cp.Client.Get(ctx, client.ObjectKey{Namespace: env.namespace, Name: "odd"}, cm))
 	assert.Equal(t, map[string]string{"version": "", "app.kubernetes.io/managed-by": "Helm"}, cm.Labels)
