@@ -13,13 +13,17 @@
 // rbac.ResourceTypes resolved with chartlint's offline RESTMapper.
 //
 // A Plan carries a Hash of its canonical JSON, so that an approval can name the exact
-// plan it approves.
+// plan it approves. Each composition's values are stood for by a digest, keyed
+// (Options.DigestKey) where the plan is kept for others to read, so that the digest
+// confirms no guessed value; a View of the plan shows one namespace its own
+// compositions and the plan's counts, and nothing of the others.
 package plan
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -59,6 +63,20 @@ const DefaultNamespace = "default"
 // translate or conversions that do not compile, or types Compositor does not grant.
 var ErrBadChart = errors.New("cannot plan with the charts")
 
+// ErrAltered means a plan's content is not what its hash (or a view's digest) says: it
+// was changed after it was written.
+var ErrAltered = errors.New("the plan was changed after it was written")
+
+// Digest prefixes of a composition's ValuesDigest.
+const (
+	// KeyedDigest is an HMAC-SHA256 under Options.DigestKey: only the key's holder can
+	// tell which values it stands for.
+	KeyedDigest = "hmac-sha256:"
+	// PlainDigest is a SHA-256, which anyone can compute from a guessed value: only for
+	// plans that print the values beside it (offline).
+	PlainDigest = "sha256:"
+)
+
 // Options say what is moved where.
 type Options struct {
 	// From is the chart version the compositions are pinned to now; To the version
@@ -87,6 +105,11 @@ type Options struct {
 	// FromDigest and ToDigest identify the charts' content for the sandbox, which
 	// then loads each once; empty is unknown.
 	FromDigest, ToDigest string
+	// DigestKey keys each composition's ValuesDigest (KeyedDigest): a plan kept for
+	// others to read must not confirm a guessed value. Equal values under one key give
+	// equal digests, so the plan's hash stays the same while nothing changes. Empty
+	// gives PlainDigest, for plans that show the values anyway.
+	DigestKey []byte
 }
 
 // Plan is what moving the compositions from one chart version to another would do.
@@ -107,8 +130,24 @@ type Plan struct {
 	RBAC    RBACChange `json:"rbac"`
 	Summary Summary    `json:"summary"`
 	// Hash is "sha256:<hex>" of the canonical JSON of the plan without its hash (see
-	// Digest): the same plan has the same hash, any change to it another.
+	// Digest): the same plan has the same hash, any change to it another. A view keeps
+	// the hash of the whole plan it shows part of.
 	Hash string `json:"hash,omitempty"`
+	// Scope is set on a view of the plan (View), and says what it shows.
+	Scope *Scope `json:"scope,omitempty"`
+}
+
+// Scope is what a view of a plan shows: the compositions of one namespace, with the
+// RBAC change and the counts of the whole plan (Plan.Summary).
+type Scope struct {
+	// Namespace is the namespace whose compositions the view lists.
+	Namespace string `json:"namespace"`
+	// Summary counts what the view lists.
+	Summary Summary `json:"summary"`
+	// Digest is "sha256:<hex>" of the view's canonical JSON without this digest: it
+	// tells a view changed by hand, not one written again whole (a view is kept where
+	// its namespace's tenants may write; the whole plan is checked against its hash).
+	Digest string `json:"digest,omitempty"`
 }
 
 // Composition is what the move does to one composition.
@@ -120,8 +159,9 @@ type Composition struct {
 	// Values are its spec once moved: converted to To's version, as To's controller
 	// reads it.
 	Values map[string]any `json:"values,omitempty"`
-	// ValuesDigest is "sha256:<hex>" of Values' JSON: the plan's hash covers the values
-	// through it, so that a plan without them (Redacted) keeps its hash.
+	// ValuesDigest is "hmac-sha256:<hex>" of Values' JSON under Options.DigestKey, or
+	// "sha256:<hex>" without a key: the plan's hash covers the values through it, so
+	// that a plan without them (Redacted) keeps its hash.
 	ValuesDigest string `json:"valuesDigest,omitempty"`
 	// Refused holds why the move cannot go through: each violation of Values under To
 	// (its schema, then the policies), one line each as `compositor validate` prints
@@ -210,16 +250,79 @@ func (p *Plan) Redacted() *Plan {
 
 // Digest is "sha256:<hex>" of the canonical JSON of p without its Hash and its values
 // (Redacted; each composition's ValuesDigest stands for them): encoding/json writes
-// struct fields in order and map keys sorted, so equal plans give equal bytes.
+// struct fields in order and map keys sorted, so equal plans give equal bytes. It is
+// the hash of a whole plan; a view's is Scope.Digest (see Check).
 func (p *Plan) Digest() (string, error) {
 	c := p.Redacted()
 	c.Hash = ""
-	b, err := json.Marshal(c)
+	return jsonDigest(c)
+}
+
+// View is what p shows the namespace given: its compositions, without values, and
+// p's hash, RBAC change and counts. Nothing of another namespace's compositions is in
+// it (their names, objects, refusals or digests), apart from how many there are.
+func (p *Plan) View(namespace string) (*Plan, error) {
+	v := p.Redacted()
+	v.Compositions = slices.DeleteFunc(v.Compositions, func(c Composition) bool { return c.Namespace != namespace })
+	v.Scope = &Scope{Namespace: namespace, Summary: summarize(v.Compositions)}
+	d, err := v.viewDigest()
+	if err != nil {
+		return nil, err
+	}
+	v.Scope.Digest = d
+	return v, nil
+}
+
+// viewDigest is the digest of view v (its Scope set) without Scope.Digest.
+func (p *Plan) viewDigest() (string, error) {
+	c := p.Redacted()
+	scope := *p.Scope
+	scope.Digest = ""
+	c.Scope = &scope
+	return jsonDigest(c)
+}
+
+// Check returns ErrAltered when p's content is not what it says: a whole plan must
+// hash to its Hash, a view to its Scope.Digest.
+func (p *Plan) Check() error {
+	want, got, err := p.Hash, "", error(nil)
+	if p.Scope != nil {
+		want = p.Scope.Digest
+		got, err = p.viewDigest()
+	} else {
+		got, err = p.Digest()
+	}
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("%w: its content hashes to %s, not to the %s it names", ErrAltered, got, want)
+	}
+	return nil
+}
+
+func jsonDigest(v any) (string, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("encoding the plan: %w", err)
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// summarize counts what compositions hold.
+func summarize(compositions []Composition) Summary {
+	var s Summary
+	for _, c := range compositions {
+		s.ToMove++
+		if len(c.Refused) > 0 {
+			s.Refused++
+		}
+		s.Additions += len(c.Added)
+		s.Deletions += len(c.Deleted)
+		s.Changed += len(c.Changed)
+	}
+	return s
 }
 
 // Compute plans moving compositions, objects of From's version of the chart's kind
@@ -264,15 +367,7 @@ func Compute(ctx context.Context, opts Options, compositions []map[string]any) (
 	slices.SortStableFunc(out.Compositions, func(a, b Composition) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
-	for _, c := range out.Compositions {
-		out.Summary.ToMove++
-		if len(c.Refused) > 0 {
-			out.Summary.Refused++
-		}
-		out.Summary.Additions += len(c.Added)
-		out.Summary.Deletions += len(c.Deleted)
-		out.Summary.Changed += len(c.Changed)
-	}
+	out.Summary = summarize(out.Compositions)
 	if out.Hash, err = out.Digest(); err != nil {
 		return nil, err
 	}
@@ -333,6 +428,7 @@ type planner struct {
 	fromDigest       string
 	toDigest         string
 	renderTimeout    time.Duration
+	digestKey        []byte
 }
 
 func newPlanner(opts Options) (*planner, error) {
@@ -346,7 +442,8 @@ func newPlanner(opts Options) (*planner, error) {
 		return nil, fmt.Errorf("%w: moving from chart %s to chart %s: they must be versions of one chart", ErrBadChart, from.Name(), to.Name())
 	}
 	p := &planner{from: from, to: to, checker: opts.Checker, mapper: opts.Mapper, namespace: opts.Namespace,
-		fromDigest: opts.FromDigest, toDigest: opts.ToDigest, renderTimeout: cmp.Or(opts.RenderTimeout, policies.DefaultTimeout)}
+		fromDigest: opts.FromDigest, toDigest: opts.ToDigest, renderTimeout: cmp.Or(opts.RenderTimeout, policies.DefaultTimeout),
+		digestKey: opts.DigestKey}
 	if p.checker == nil {
 		p.checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
 	}
@@ -467,7 +564,7 @@ func (p *planner) composition(ctx context.Context, given map[string]any) Composi
 	if c.Values, err = plainSpec(moved); err != nil {
 		return refuse("cannot be planned: %v", err)
 	}
-	if c.ValuesDigest, err = valuesDigest(c.Values); err != nil {
+	if c.ValuesDigest, err = valuesDigest(p.digestKey, c.Values); err != nil {
 		return refuse("cannot be planned: %v", err)
 	}
 
@@ -795,12 +892,17 @@ func objectField(obj map[string]any, key, path string) (map[string]any, error) {
 	}
 }
 
-// valuesDigest is "sha256:<hex>" of values' JSON.
-func valuesDigest(values map[string]any) (string, error) {
+// valuesDigest is KeyedDigest of values' JSON under key, or PlainDigest without one.
+func valuesDigest(key []byte, values map[string]any) (string, error) {
 	b, err := json.Marshal(values)
 	if err != nil {
 		return "", fmt.Errorf("encoding the values: %w", err)
 	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	if len(key) == 0 {
+		sum := sha256.Sum256(b)
+		return PlainDigest + hex.EncodeToString(sum[:]), nil
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(b)
+	return KeyedDigest + hex.EncodeToString(mac.Sum(nil)), nil
 }
