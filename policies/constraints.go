@@ -63,7 +63,7 @@ func (e *Engine) pendingViolation() Violation {
 	if e.opts.FailOpen {
 		action, msg = v1alpha1.EnforcementWarn, msg+" (admitted: policies fail open)"
 	}
-	return Violation{Message: msg, Source: "constraints", Policy: "constraints", Action: action}
+	return Violation{Message: msg, Source: "constraints", Policy: "constraints", Action: action, Failed: true}
 }
 
 // Constraints returns the Gatekeeper constraints of origin in force.
@@ -275,7 +275,7 @@ func (e *Engine) notReached(ctx context.Context, r *Request, lib *gatekeeper.Lib
 		if n > 1 {
 			what = fmt.Sprintf("%d constraints", n)
 		}
-		out = append(out, Violation{Message: what + " scoped to other namespaces " + msg, Source: "constraints", Policy: "constraints", Action: action})
+		out = append(out, Violation{Message: what + " scoped to other namespaces " + msg, Source: "constraints", Policy: "constraints", Action: action, Failed: true})
 	}
 	return out
 }
@@ -404,7 +404,7 @@ func (e *Engine) constraintFailure(ctx context.Context, c *gatekeeper.Constraint
 	action, msg := e.failureOf(ctx, v1alpha1.EnforcementAction(c.Action), err)
 	id := constraintID(c)
 	logr.FromContextOrDiscard(ctx).Info("constraint evaluation failed", "constraint", id, "error", err.Error())
-	return Violation{Message: msg, Source: "constraint " + id, Policy: id, Action: action}
+	return Violation{Message: msg, Source: "constraint " + id, Policy: id, Action: action, Failed: true}
 }
 
 // renderFailures stands for the constraints that a chart that does not render (err)
@@ -466,7 +466,7 @@ func (e *Engine) renderFailures(ctx context.Context, r *Request, cs []*gatekeepe
 		}
 		out = append(out, Violation{
 			Message: fmt.Sprintf("%s not evaluated: %v%s", what, err, o.note),
-			Source:  "constraints", Policy: "constraints", Action: o.action,
+			Source:  "constraints", Policy: "constraints", Action: o.action, Failed: true,
 		})
 	}
 	return out

@@ -204,6 +204,21 @@ func (e *Engine) Policies() []PolicyInfo {
 // Timeout is the deadline of one request's evaluation.
 func (e *Engine) Timeout() time.Duration { return e.opts.Timeout }
 
+// Version identifies what the engine enforces: the policies, the constraints and
+// whether constraints are still to be read. Two Versions are equal exactly when no
+// policy or constraint was enforced, changed or removed between the calls, so a verdict
+// found under one holds under the other for the same request.
+type Version struct {
+	set         *policySet
+	constraints *map[Origin]*gatekeeper.Library
+	pending     bool
+}
+
+// Version returns what the engine enforces now.
+func (e *Engine) Version() Version {
+	return Version{set: e.set.Load(), constraints: e.constraints.Load(), pending: e.hasPending.Load()}
+}
+
 // Evaluate runs every policy that matches r and returns their violations, whatever
 // their action, in the order of SortViolations. All policies of one request share
 // the engine's deadline; a policy that cannot finish, fails at run time, or needs a
@@ -301,9 +316,9 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 }
 
 // renderOptionsOf are the options r's chart renders with: as `helm install` on a
-// create, as `helm upgrade` on an update.
+// create, as `helm upgrade` on an update or when the release is installed already.
 func renderOptionsOf(r *Request) RenderOptions {
-	return RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE"}
+	return RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE" || r.Installed}
 }
 
 // readHistory tells whether a library tells updates from creations.
@@ -361,7 +376,7 @@ var errNotReached = errors.New("deadline passed before the policy was evaluated"
 func (e *Engine) failure(ctx context.Context, c *compiled, err error) Violation {
 	action, msg := e.failureOf(ctx, c.Action, err)
 	logr.FromContextOrDiscard(ctx).Info("policy evaluation failed", "policy", c.Name, "origin", c.Origin, "error", err.Error())
-	return Violation{Message: msg, Source: "policy " + c.Name, Policy: c.Name, Action: action}
+	return Violation{Message: msg, Source: "policy " + c.Name, Policy: c.Name, Action: action, Failed: true}
 }
 
 // failureOf is what an evaluation that failed with err does, for a policy or

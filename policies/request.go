@@ -52,6 +52,11 @@ type Request struct {
 	ChartDigest string
 	// ReleaseName is the composition's Helm release (its krateo.io/release-name).
 	ReleaseName string
+	// Installed says that the composition's release is installed already, so its chart
+	// renders as `helm upgrade` would whatever the operation: the audit, whose
+	// operation is empty, judges an installed composition as its next upgrade renders,
+	// which is what Helm applied, not as a first install.
+	Installed bool
 	// Rendered, when not nil, are the objects the chart renders for this request,
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.

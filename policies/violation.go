@@ -45,6 +45,10 @@ type Violation struct {
 	Object string
 	// Action is what the violation does to the request. Schema violations always deny.
 	Action v1alpha1.EnforcementAction
+	// Failed says that no answer was had: the policy or constraint could not be
+	// evaluated (a deadline, a runtime error, a chart that did not render, constraints
+	// not read yet), and Message says why. Such a verdict may differ on another try.
+	Failed bool
 }
 
 // IsSchema reports whether v comes from a chart's JSON Schema rather than a policy.

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -59,8 +60,18 @@ type DefinitionCharts interface {
 // MaxAuditExamples of them, ordered by namespace and name.
 //
 // Requests are built as the validating webhook builds them, with an empty operation
-// so that every policy applies whatever its match.operations. The chart's JSON
-// Schema is not checked: the audit is about policies. A policy that cannot be
+// so that every policy applies whatever its match.operations; a composition whose
+// release is installed renders as its next upgrade would, the way Helm applied it. The
+// chart's JSON Schema is not checked: the audit is about policies.
+//
+// A composition is judged in its namespace's lane (policies.CompositionsLane), as its
+// writes are: the renders of one namespace's compositions never take more of the
+// sandbox than that namespace's own writes may. And it is judged again only when
+// something it is judged from changed since the last pass (the object, its namespace's
+// labels, its definition's chart, the policies and constraints in force); otherwise
+// the last verdict stands, and nothing renders. A verdict with a failure in it (a
+// deadline, a chart that did not render) stands for failedVerdictTTL at most, since
+// another try may answer. A policy that cannot be
 // evaluated on an object (runtime error, deadline, a chart that does not render)
 // counts as a violation carrying the engine's message: that object would be refused
 // or warned about on its next write, and the audit says so rather than hiding it.
@@ -79,6 +90,10 @@ type Auditor struct {
 	Charts DefinitionCharts
 	// Interval is the time between the end of one pass and the start of the next.
 	Interval time.Duration
+
+	// verdicts are what earlier passes found of each composition, and from what: a
+	// composition whose inputs are unchanged is not judged again (see verdicts).
+	verdicts verdicts
 }
 
 var _ manager.LeaderElectionRunnable = (*Auditor)(nil)
@@ -116,10 +131,11 @@ func (a *Auditor) Audit(ctx context.Context) error {
 			enforced[p.Name] = true
 		}
 	}
-	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}}
+	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}, seen: map[types.UID]bool{}, engine: a.Engine.Version()}
 	if err := pass.run(ctx); err != nil {
 		return err
 	}
+	a.verdicts.forget(pass.seen)
 	if err := a.writeStatus(ctx, enforced, pass.findings, metav1.Now()); err != nil {
 		return err
 	}
@@ -137,6 +153,11 @@ type auditPass struct {
 	// charts by namespace/name@digest of the definition's version (chart).
 	charts  map[string]chartResult
 	objects int
+	// seen are the compositions this pass looked at; engine is what the engine
+	// enforced when it began. A verdict found under a later version is kept under
+	// this one: the next pass then judges again, which errs on the side of work.
+	seen   map[types.UID]bool
+	engine policies.Version
 }
 
 type chartResult struct {
@@ -250,11 +271,13 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 			r := p.request(obj, generated.Spec.Names.Plural)
 			// The definition admission judges the composition with: the one serving
 			// the kind in its namespace, else the owner.
-			if def := ownership.For(p.definitions, gvk, obj.GetNamespace()); def != nil {
+			def := ownership.For(p.definitions, gvk, obj.GetNamespace())
+			if def != nil {
 				ch := p.chart(ctx, def)
 				r.Describe(def, ch.chart, ch.digest)
 			}
-			p.evaluate(ctx, obj, r)
+			r.Installed = installed(obj)
+			p.evaluateComposition(ctx, obj, r, def == nil || r.Chart != nil)
 		}
 		return nil
 	}, "listing "+kind+" compositions of "+gv.String(), client.MatchingLabelsSelector{Selector: selector})
@@ -296,10 +319,51 @@ func (p *auditPass) request(obj *unstructured.Unstructured, resource string) *po
 	return r
 }
 
+// evaluateComposition records every violation of a composition: the last pass's
+// verdict when nothing it was judged from changed, else a new one, judged in the
+// namespace's lane. A verdict is remembered only when complete: the definition's chart
+// was at hand (keep).
+func (p *auditPass) evaluateComposition(ctx context.Context, obj *unstructured.Unstructured, r *policies.Request, keep bool) {
+	uid := obj.GetUID()
+	p.seen[uid] = true
+	inputs, digested := inputsOf(obj.Object, r.NamespaceLabels, r)
+	now := time.Now()
+	if digested {
+		if found, ok := p.verdicts.recall(uid, inputs, p.engine, now); ok {
+			compositionsAudited.WithLabelValues("unchanged").Inc()
+			p.record(obj, found)
+			return
+		}
+	}
+	compositionsAudited.WithLabelValues("judged").Inc()
+	found := p.Engine.Evaluate(policies.WithLane(ctx, policies.CompositionsLane(obj.GetNamespace())), r)
+	if digested && keep {
+		v := verdict{inputs: inputs, engine: p.engine, found: found}
+		if slices.ContainsFunc(found, func(v policies.Violation) bool { return v.Failed }) {
+			v.expires = now.Add(failedVerdictTTL)
+		}
+		p.verdicts.keep(uid, v)
+	}
+	p.record(obj, found)
+}
+
+// installed tells whether a composition's release is installed, as the controller
+// says in its status (which only Compositor writes): it records the chart digest it
+// installed.
+func installed(obj *unstructured.Unstructured) bool {
+	digest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
+	return digest != ""
+}
+
 // evaluate records every violation of obj.
 func (p *auditPass) evaluate(ctx context.Context, obj *unstructured.Unstructured, r *policies.Request) {
+	p.record(obj, p.Engine.Evaluate(ctx, r))
+}
+
+// record counts obj and adds its violations to the findings.
+func (p *auditPass) record(obj *unstructured.Unstructured, found []policies.Violation) {
 	p.objects++
-	for _, v := range p.Engine.Evaluate(ctx, r) {
+	for _, v := range found {
 		p.findings.add(v.Policy, policyv1alpha1.AuditViolation{
 			APIVersion: obj.GetAPIVersion(),
 			Kind:       obj.GetKind(),
