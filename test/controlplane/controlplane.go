@@ -19,6 +19,7 @@ import (
 
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/api/crds"
+	"github.com/compositor-dev/compositor/certs"
 )
 
 // ControlPlane is a running kube-apiserver and etcd with Compositor's CRDs installed.
@@ -29,6 +30,10 @@ type ControlPlane struct {
 	Client client.Client
 	// Kubeconfig is the path of an admin kubeconfig file for kubectl and helm.
 	Kubeconfig string
+	// WebhookClient is the client certificate the API server presents to admission
+	// webhooks (its AdmissionConfiguration); a webhook server started with
+	// WebhookClient.CAFile as --webhook-client-ca hears it.
+	WebhookClient *certs.APIServerClient
 
 	env *envtest.Environment
 }
@@ -93,6 +98,12 @@ func Start(t testing.TB) *ControlPlane {
 		BinaryAssetsDirectory: BinDir(),
 		CRDs:                  ownCRDs,
 	}
+	// As on a cluster that authenticates the API server to its webhooks.
+	webhookClient, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "webhook-client"))
+	if err != nil {
+		t.Fatalf("minting the API server's webhook client certificate: %v", err)
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", webhookClient.AdmissionConfig)
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting the control plane: %v", err)
@@ -124,7 +135,7 @@ func Start(t testing.TB) *ControlPlane {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &ControlPlane{Config: cfg, Client: c, Kubeconfig: path, env: env}
+	return &ControlPlane{Config: cfg, Client: c, Kubeconfig: path, WebhookClient: webhookClient, env: env}
 }
 
 // Result is what a command printed and how it ended.

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
+	"github.com/compositor-dev/compositor/certs"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/samples"
 )
@@ -142,6 +143,13 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 		CRDs:                  ownCRDs,
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.DataDir}
+	// The API server presents a client certificate to the webhooks, minted at every
+	// start, and Compositor hears no one else on its admission paths.
+	webhookClient, err := certs.WriteAPIServerClient(filepath.Join(opts.DataDir, "webhook-client"))
+	if err != nil {
+		return fmt.Errorf("minting the API server's webhook client certificate: %w", err)
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", webhookClient.AdmissionConfig)
 	cfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting the local control plane: %w", err)
@@ -157,6 +165,9 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 		return err
 	}
 	serve := opts.Serve
+	if serve.WebhookClientCA == "" {
+		serve.WebhookClientCA, serve.WebhookClientNames = webhookClient.CAFile, []string{certs.APIServerClientName}
+	}
 	// The sample charts are served on loopback, and so are a developer's own.
 	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartfetch.LoopbackNetworks()...)
 	webhook, err := stableWebhookAddr(opts.DataDir, serve.WebhookAddr)

@@ -68,6 +68,13 @@ type ServeOptions struct {
 	WebhookURL string
 	// WebhookTimeout is how long the API server waits for a webhook's answer.
 	WebhookTimeout time.Duration
+	// WebhookClientCA is a PEM file of the CAs that sign the client certificate the
+	// API server presents to the webhooks; when set, the admission webhooks hear no
+	// other caller. Empty: any caller that reaches the port is heard.
+	WebhookClientCA string
+	// WebhookClientNames, with WebhookClientCA, are the identities (common name or DNS
+	// name) one of which that certificate must carry; empty admits any the CA signed.
+	WebhookClientNames []string
 	// ChartCacheDir holds downloaded chart archives, keyed by digest.
 	ChartCacheDir string
 	// AllowChartNetworks are address ranges refused by default (loopback, RFC 1918,
@@ -222,6 +229,8 @@ func (o *ServeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookService, "webhook-service", o.WebhookService, "Service through which the API server reaches the webhooks")
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "Base https:// URL of the webhooks for a server outside the cluster; replaces --webhook-service")
 	fs.DurationVar(&o.WebhookTimeout, "webhook-timeout", o.WebhookTimeout, "How long the API server waits for a webhook (1s to 30s)")
+	fs.StringVar(&o.WebhookClientCA, "webhook-client-ca", o.WebhookClientCA, "PEM file of the CA that signs the client certificate the API server presents to webhooks (its AdmissionConfiguration's kubeConfigFile); the admission webhooks then refuse every other caller before reading its request. Re-read when it changes")
+	fs.StringSliceVar(&o.WebhookClientNames, "webhook-client-name", o.WebhookClientNames, "With --webhook-client-ca, the identities (common name or DNS name of the client certificate) the API server may present; empty admits any certificate the CA signed")
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
 	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 	fs.StringVar(&o.PolicyDir, "policy-dir", o.PolicyDir, "Directory of *.rego policies, reloaded when its files change")
@@ -312,6 +321,9 @@ func (o *ServeOptions) Validate() error {
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace must not be empty"))
+	}
+	if len(o.WebhookClientNames) > 0 && o.WebhookClientCA == "" {
+		errs = append(errs, errors.New("--webhook-client-name needs --webhook-client-ca"))
 	}
 	if err := o.Limits.Validate(); err != nil {
 		errs = append(errs, err)

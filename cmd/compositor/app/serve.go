@@ -174,6 +174,10 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-bind-address: %w", err)
 	}
+	clientAuth, err := webhookClientAuth(opts)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cache.Options{SyncPeriod: &opts.Sync, ByObject: cachedByObject()},
@@ -190,19 +194,36 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 		// one manager in a process over its life (the e2e tests do), and the global
 		// check would refuse the second.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		WebhookServer: webhook.NewServer(webhook.Options{
+		// With --webhook-client-ca, only the API server is heard on the admission paths.
+		WebhookServer: clientAuth.Server(webhook.NewServer(webhook.Options{
 			Host: host,
 			Port: port,
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 				c.MinVersion = tls.VersionTLS12
 				c.GetCertificate = provider.GetCertificate
+				if clientAuth != nil {
+					clientAuth.ConfigureTLS(c)
+				}
 			}},
-		}),
+		})),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// webhookClientAuth authenticates the webhooks' callers by --webhook-client-ca; nil
+// without it.
+func webhookClientAuth(opts *ServeOptions) (*webhooks.ClientAuth, error) {
+	if opts.WebhookClientCA == "" {
+		return nil, nil
+	}
+	auth, err := webhooks.NewClientAuth(opts.WebhookClientCA, opts.WebhookClientNames)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-client-ca: %w", err)
+	}
+	return auth, nil
 }
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
