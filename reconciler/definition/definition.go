@@ -79,8 +79,13 @@ type Reconciler struct {
 	// Checker judges, in the plan of a rollout, the compositions' values under the
 	// new chart version: its schema and the policies; nil checks the schema only.
 	Checker *policies.Checker
+	// MasterKey is Compositor's master key (the release seal key): the plans of
+	// rollouts key their digests with a key derived from it (PlanDigestKey), and a
+	// rollout cannot plan without it.
+	MasterKey []byte
 
 	follower *follower // the following mode, where Kinds runs on every replica
+	narrowed sync.Map  // "<uid> <plan hash>" of the kept plans narrowed (narrowKeptPlan)
 
 	cachesOnce sync.Once
 	checked    *lru.Cache // conversion checks done (checkConversions)

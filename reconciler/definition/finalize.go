@@ -41,6 +41,9 @@ func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.Composition
 			return ctrl.Result{RequeueAfter: waitForCompositions}, err
 		}
 	}
+	if err := r.plans().Forget(ctx, def); err != nil {
+		return ctrl.Result{}, err
+	}
 	controllerutil.RemoveFinalizer(def, vocab.DefinitionFinalizer)
 	return ctrl.Result{}, r.Client.Update(ctx, def)
 }

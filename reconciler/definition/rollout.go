@@ -26,9 +26,7 @@
 package definition
 
 import (
-	"bytes"
 	"cmp"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,7 +45,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -76,8 +73,10 @@ const (
 	EventPlanFailed      = "RolloutPlanFailed"
 )
 
-// PlanConfigMapName is the ConfigMap, in a definition's namespace, that keeps its
-// rollout's whole plan, as gzipped JSON under PlanConfigMapKey.
+// PlanConfigMapName is the ConfigMap, in a definition's namespace, that keeps the view
+// of its rollout's plan for that namespace (plan.Plan.View), as gzipped JSON under
+// PlanConfigMapKey; the whole plan is in Compositor's namespace
+// (WholePlanConfigMapName).
 func PlanConfigMapName(definition string) string { return planConfigMapPrefix + definition }
 
 // upgradeSettings is spec.upgrade with its defaults.
@@ -165,15 +164,22 @@ func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.Compo
 		switch ro.Phase {
 		case "", corev1alpha1.RolloutAwaitingApproval:
 			next, err = r.planRollout(ctx, def, api, fetched)
+		default:
+			r.narrowKeptPlan(ctx, def)
+		}
+		switch ro.Phase {
 		case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
 			next, err = r.progress(ctx, def, api)
 		case corev1alpha1.RolloutRollingBack:
 			err = r.rollBack(ctx, def, api)
 		}
 	}
-	dropped, dropErr := r.dropUnusedRetained(ctx, def, api)
-	if dropped && (next == 0 || next > time.Second) {
+	changed, removal, dropErr := r.dropUnusedRetained(ctx, def, api, time.Now())
+	if changed && (next == 0 || next > time.Second) {
 		next = time.Second
+	}
+	if removal > 0 && (next == 0 || next > removal) {
+		next = removal
 	}
 	return next, errors.Join(err, dropErr)
 }
@@ -207,7 +213,7 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 		ro.Message = message
 		return r.Poll, nil
 	}
-	ro.Plan = summarize(p)
+	ro.Plan = summarize(p, def.Namespace)
 	kept := r.keepPlan(ctx, def, p)
 	settings := settingsOf(def)
 	risky := p.Summary.Refused > 0 || p.Summary.Deletions > 0
@@ -238,9 +244,14 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 	ro.Stayed, ro.Pending = nil, nil
 	for _, c := range p.Compositions {
 		name := c.Namespace + "/" + c.Name
-		if len(c.Refused) > 0 {
+		switch {
+		case len(c.Refused) > 0 && c.Namespace == def.Namespace:
 			ro.Stayed = append(ro.Stayed, clip(name+": "+c.Refused[0]))
-		} else {
+		case len(c.Refused) > 0:
+			// A refusal may quote the values it refuses, which the definition's
+			// namespace may not read: the whole plan says why.
+			ro.Stayed = append(ro.Stayed, clip(name+": refused by the plan"))
+		default:
 			ro.Pending = append(ro.Pending, name)
 		}
 	}
@@ -277,22 +288,31 @@ func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.Composit
 			compositions = append(compositions, items[i].Object)
 		}
 	}
+	// The digests of the values are keyed: the plan is kept where others read it.
+	key, err := PlanDigestKey(r.MasterKey)
+	if err != nil {
+		return nil, err
+	}
 	// One worker: planning a thousand compositions takes seconds of CPU, and the
 	// webhooks in this process keep the other cores.
 	return plan.Compute(ctx, plan.Options{
 		From: fromChart, To: fetched.Chart, FromDigest: from.Status.Digest, ToDigest: fetched.Digest,
-		Checker: r.Checker, Workers: 1,
+		Checker: r.Checker, Workers: 1, DigestKey: key,
 	}, compositions)
 }
 
-// summarize is the status's summary of p.
-func summarize(p *plan.Plan) corev1alpha1.PlanSummary {
+// summarize is the status's summary of p: its counts, and the refusals and deletions
+// of the compositions of namespace, the definition's, which reads the status.
+func summarize(p *plan.Plan, namespace string) corev1alpha1.PlanSummary {
 	s := corev1alpha1.PlanSummary{
 		Hash: p.Hash, ToMove: int32(p.Summary.ToMove), Refused: int32(p.Summary.Refused),
 		Additions: int32(p.Summary.Additions), Deletions: int32(p.Summary.Deletions), Changes: int32(p.Summary.Changed),
 		RBACGained: p.RBAC.Gained, RBACLost: p.RBAC.Lost,
 	}
 	for _, c := range p.Compositions {
+		if c.Namespace != namespace {
+			continue
+		}
 		name := c.Namespace + "/" + c.Name
 		if len(c.Refused) > 0 {
 			if len(s.RefusedCompositions) == summaryEntries {
@@ -312,49 +332,39 @@ func summarize(p *plan.Plan) corev1alpha1.PlanSummary {
 	return s
 }
 
-// keepPlan writes the whole plan, without the compositions' values (Plan.Redacted),
-// to the definition's plan ConfigMap, which it owns, for compositor plan DEFINITION:
-// the definition's namespace sees what the move does, not what other namespaces'
-// compositions hold. It is for people to read: nothing of Compositor reads it back. A
-// ConfigMap of that name that Compositor did not write is left alone.
+// keepPlan keeps p for compositor plan DEFINITION (see plankeeper.go): whole in
+// Compositor's namespace, and the view of def's namespace there.
 func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(p.Redacted()); err != nil {
-		return fmt.Errorf("encoding the plan: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("encoding the plan: %w", err)
-	}
-	cm := &corev1.ConfigMap{}
-	key := client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}
-	err := r.Live.Get(ctx, key, cm) // not the cache: it would watch every ConfigMap
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-			Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionName: def.Name}}}
-	case err != nil:
-		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
-	case cm.Labels[vocab.LabelManagedBy] != vocab.ManagedBy || !metav1.IsControlledBy(cm, def):
-		return fmt.Errorf("ConfigMap %s exists and is not Compositor's: it is left alone", key)
-	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], buf.Bytes()):
-		return nil
-	}
-	cm.Data = map[string]string{"hash": p.Hash}
-	cm.BinaryData = map[string][]byte{PlanConfigMapKey: buf.Bytes()}
-	if err := controllerutil.SetControllerReference(def, cm, r.Client.Scheme()); err != nil {
+	if err := r.plans().Keep(ctx, def, p); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Keeping the plan")
 		return err
 	}
-	if cm.ResourceVersion == "" {
-		err = r.Client.Create(ctx, cm)
-	} else {
-		err = r.Client.Update(ctx, cm)
-	}
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Writing the plan ConfigMap", "configmap", key)
-		return fmt.Errorf("writing ConfigMap %s: %w", key, err)
-	}
 	return nil
+}
+
+// plans is where the reconciler keeps plans.
+func (r *Reconciler) plans() *PlanKeeper {
+	return &PlanKeeper{Client: r.Client, Live: r.Live, Namespace: r.compositorNamespace()}
+}
+
+// narrowKeptPlan replaces, once per definition and plan in this process, a whole plan
+// an earlier Compositor kept in def's namespace with its view (PlanKeeper.Narrow): a
+// rollout past its plan does not keep its plan again. It is tried again at the next
+// reconciliation when it fails.
+func (r *Reconciler) narrowKeptPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition) {
+	ro := def.Status.Rollout
+	if ro == nil || ro.Plan.Hash == "" {
+		return
+	}
+	done := string(def.UID) + " " + ro.Plan.Hash
+	if _, ok := r.narrowed.Load(done); ok {
+		return
+	}
+	if err := r.plans().Narrow(ctx, def); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Narrowing the plan an earlier Compositor kept in the definition's namespace")
+		return
+	}
+	r.narrowed.Store(done, true)
 }
 
 // progress checks the moved compositions, rolls back when too many failed, moves the
@@ -631,42 +641,71 @@ func (r *Reconciler) compositionObjects(ctx context.Context, kind, via, version 
 	return list.Items, nil
 }
 
-// dropUnusedRetained stops retaining the versions no composition is pinned to any more,
-// and removes their controllers and RBAC; the CRD drops them at the next
-// reconciliation (pruneVersions). It reports whether it dropped one.
-func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (bool, error) {
+// dropUnusedRetained deprecates the retained versions no composition is pinned to any
+// more, and removes their controllers and RBAC: such a version stays served, deprecated,
+// until its RemoveAfter (the definition's DeprecatedVersionGracePeriod from now), so
+// that clients still speaking it keep working while they move; then it stops retaining
+// it, and the CRD drops it at the next reconciliation (pruneVersions). A deprecated
+// version that compositions are pinned to again is retained again, as any other.
+// changed reports whether the retained versions changed; removal is how long until the
+// next deprecated version is to be removed, 0 when none is.
+func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, now time.Time) (changed bool, removal time.Duration, err error) {
 	var kept []corev1alpha1.ServedChart
 	for _, ret := range def.Status.Retained {
 		gv, err := schema.ParseGroupVersion(ret.APIVersion)
 		if err != nil || gv.Version == api.Version {
+			changed = true
 			continue
 		}
 		items, err := r.compositions(ctx, api, api.Version, gv.Version)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if len(items) > 0 {
+			if ret.Deprecated() {
+				ret.RemoveAfter, changed = nil, true
+			}
 			kept = append(kept, ret)
 			// Its release role may delete what the version served now creates, so
 			// that a composition moved back removes it.
 			if err := r.applyRetainedRBAC(ctx, def, api, ret); err != nil {
-				return false, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
+				return false, 0, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
 			}
 			if r.Kinds != nil {
 				// Served again after a restart of the leader.
 				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {
-					return false, err
+					return false, 0, err
 				}
 			}
 			continue
 		}
-		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
-			return false, err
+		if !ret.Deprecated() {
+			// Its last composition moved: nothing runs its chart any more.
+			if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
+				return false, 0, err
+			}
+			changed = true
+			grace := def.DeprecatedVersionGracePeriod()
+			if grace == 0 {
+				continue
+			}
+			ret.RemoveAfter = &metav1.Time{Time: now.Add(grace).Truncate(time.Second)}
+			r.event(def, corev1.EventTypeNormal, "VersionDeprecated", fmt.Sprintf(
+				"%s is deprecated: no composition runs it any more; it stays served for the clients that still speak it until %s, and writes through it land on %s",
+				ret.APIVersion, ret.RemoveAfter.UTC().Format(time.RFC3339), api.APIVersion()))
 		}
+		if left := ret.RemoveAfter.Sub(now); left > 0 {
+			kept = append(kept, ret)
+			if removal == 0 || left < removal {
+				removal = left
+			}
+			continue
+		}
+		changed = true
+		r.event(def, corev1.EventTypeNormal, "VersionRemoved", fmt.Sprintf("%s is no longer served: its grace period as a deprecated version ended", ret.APIVersion))
 	}
-	dropped := len(kept) < len(def.Status.Retained)
 	def.Status.Retained = kept
-	return dropped, nil
+	return changed, removal, nil
 }
 
 // event records an event on the definition, its message within what an event holds.

@@ -45,6 +45,9 @@ type PlanOptions struct {
 	// Kubeconfig is the cluster of `compositor plan DEFINITION` ("" as kubectl finds
 	// it); -n is then the definition's namespace, else the kubeconfig's.
 	Kubeconfig string
+	// CompositorNamespace is where Compositor runs and keeps whole plans
+	// (--compositor-namespace); "" is compositor-system.
+	CompositorNamespace string
 }
 
 func newPlanCommand() *cobra.Command {
@@ -55,8 +58,13 @@ func newPlanCommand() *cobra.Command {
 		Long: `plan DEFINITION shows the plan a definition's rollout follows in the cluster: the
 one its status names by hash (status.rollout.plan.hash, which
 compositor.dev/approve-plan approves), as Compositor computed it when the definition's
-chart version changed, read from ConfigMap compositor-plan-DEFINITION and checked
-against that hash.
+chart version changed. The whole plan, every namespace's compositions, is read from
+ConfigMap compositor-plan.<definition's UID> of Compositor's namespace, which only the
+platform reads, and checked against that hash. Whoever may not read it (a tenant of the
+definition's namespace) gets that namespace's view, ConfigMap compositor-plan-DEFINITION
+of the definition's namespace: the plan's counts and hash, and only the compositions
+of that namespace. Neither holds the compositions' values: a keyed digest stands for
+them.
 
 plan --from --to -f computes, without a cluster, what moving compositions of one chart version
 (--from) to another (--to) would do, before anything moves:
@@ -118,6 +126,7 @@ version, --from-version or --to-version.`,
 	fs.StringVarP(&opts.Output, "output", "o", opts.Output, "Output format: text, yaml or json")
 	fs.StringVarP(&opts.Namespace, "namespace", "n", opts.Namespace, "Offline: namespace of the compositions that name none; with DEFINITION: its namespace")
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", opts.Kubeconfig, "With DEFINITION: kubeconfig of the cluster (default as kubectl finds it)")
+	fs.StringVar(&opts.CompositorNamespace, "compositor-namespace", defaultCompositorNamespace, "With DEFINITION: the namespace Compositor runs in, which keeps the whole plan")
 	fs.StringVar(&opts.PolicyDir, "policy-dir", opts.PolicyDir, "Directory of *.rego policies, as the server's --policy-dir")
 	fs.StringSliceVar(&opts.DisabledBuiltins, "disable-builtin-policy", opts.DisabledBuiltins, "Built-in policy to switch off (repeatable), as the server's flag: "+joinIDs())
 	fs.StringSliceVar(&opts.EnabledBuiltins, "enable-builtin-policy", opts.EnabledBuiltins, "Built-in policy off by default to switch on (repeatable), as the server's flag: "+strings.Join(policies.OptInBuiltinIDs(), ", "))
@@ -251,6 +260,10 @@ func FormatPlan(p *plan.Plan) string {
 		fmt.Fprintf(&b, "RBAC loses: %s\n", strings.Join(p.RBAC.Lost, ", "))
 	}
 	fmt.Fprintf(&b, "Plan %s\n", p.Hash)
+	if v := p.Scope; v != nil {
+		fmt.Fprintf(&b, "View of namespace %s: its %s (%d refused, %s deleted); the %d others are in other namespaces, which the whole plan shows the platform\n",
+			v.Namespace, count(v.Summary.ToMove, "composition", "compositions"), v.Summary.Refused, count(v.Summary.Deletions, "object", "objects"), s.ToMove-v.Summary.ToMove)
+	}
 	for _, c := range p.Compositions {
 		verdict := "moves"
 		if len(c.Refused) > 0 {

@@ -1,10 +1,8 @@
 package app
 
 import (
-	"bytes"
-	"compress/gzip"
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -19,9 +17,6 @@ import (
 	"github.com/compositor-dev/compositor/plan"
 	"github.com/compositor-dev/compositor/reconciler/definition"
 )
-
-// maxPlanBytes bounds the plan a ConfigMap may inflate to.
-const maxPlanBytes = 64 << 20
 
 // kubeconfigFor is the REST config and namespace of kubeconfig ("" follows $KUBECONFIG
 // and ~/.kube/config, as kubectl does).
@@ -59,8 +54,11 @@ func clusterClient(kubeconfig string) (client.Client, string, error) {
 }
 
 // RunPlanDefinition prints the plan the rollout of definition namespace/name follows
-// ("" is the kubeconfig's namespace): the one its status names by hash, read from the
-// ConfigMap Compositor keeps it in, checked against that hash.
+// ("" is the kubeconfig's namespace), the one its status names by hash: whole, from
+// Compositor's namespace (opts.CompositorNamespace), checked against that hash, to
+// whoever may read it (the platform); else the view of the definition's namespace,
+// which lists only that namespace's compositions, to its tenants; else an error that
+// names both ConfigMaps.
 func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, namespace, name string) error {
 	c, current, err := clusterClient(opts.Kubeconfig)
 	if err != nil {
@@ -77,12 +75,9 @@ func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, na
 	if ro == nil || ro.Plan.Hash == "" {
 		return fmt.Errorf("CompositionDefinition %s/%s has no plan: no chart version change has moved its compositions yet", namespace, name)
 	}
-	p, err := readKeptPlan(ctx, c, namespace, name)
+	p, err := readKeptPlan(ctx, c, cmp.Or(opts.CompositorNamespace, defaultCompositorNamespace), def)
 	if err != nil {
 		return err
-	}
-	if p.Hash != ro.Plan.Hash {
-		return fmt.Errorf("the plan kept in ConfigMap %s/%s is %s, and the rollout follows %s: it is being rewritten, try again", namespace, definition.PlanConfigMapName(name), p.Hash, ro.Plan.Hash)
 	}
 	header := fmt.Sprintf("Rollout %s → %s: %s", ro.FromVersion, ro.ToVersion, ro.Phase)
 	if ro.Message != "" {
@@ -91,38 +86,55 @@ func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, na
 	return writePlan(out, p, opts.Output, header+"\n")
 }
 
-// readKeptPlan reads the plan of definition name from its ConfigMap, and checks that its
-// content is what its hash says.
-func readKeptPlan(ctx context.Context, c client.Client, namespace, name string) (*plan.Plan, error) {
+// defaultCompositorNamespace is where `compositor serve` runs unless told otherwise.
+const defaultCompositorNamespace = "compositor-system"
+
+// readKeptPlan reads the plan def's rollout follows: the whole plan from
+// compositorNamespace, else, when that may not be read or is not there, the view of
+// def's namespace. Either must be what Compositor wrote (plan.Plan.Check) and name the
+// hash def's status names.
+func readKeptPlan(ctx context.Context, c client.Client, compositorNamespace string, def *corev1alpha1.CompositionDefinition) (*plan.Plan, error) {
+	whole := client.ObjectKey{Namespace: compositorNamespace, Name: definition.WholePlanConfigMapName(def.UID)}
+	p, wholeErr := readPlanConfigMap(ctx, c, whole, def)
+	if wholeErr == nil {
+		return p, nil
+	}
+	if !apierrors.IsForbidden(wholeErr) && !apierrors.IsNotFound(wholeErr) {
+		return nil, wholeErr
+	}
+	view := client.ObjectKey{Namespace: def.Namespace, Name: definition.PlanConfigMapName(def.Name)}
+	p, viewErr := readPlanConfigMap(ctx, c, view, def)
+	switch {
+	case viewErr == nil:
+		return p, nil
+	case apierrors.IsNotFound(wholeErr) && apierrors.IsNotFound(viewErr):
+		return nil, fmt.Errorf("neither ConfigMap %s (the whole plan) nor %s (the view of namespace %s) holds a plan yet: Compositor writes them as it plans (is %s Compositor's namespace? --compositor-namespace)",
+			whole, view, def.Namespace, compositorNamespace)
+	case apierrors.IsForbidden(wholeErr) && apierrors.IsForbidden(viewErr):
+		return nil, fmt.Errorf("you may not read ConfigMap %s (the whole plan, the platform's) nor %s (the view of namespace %s, its tenants'): %w",
+			whole, view, def.Namespace, viewErr)
+	}
+	return nil, fmt.Errorf("reading the whole plan: %w; reading the view of namespace %s: %w", wholeErr, def.Namespace, viewErr)
+}
+
+// readPlanConfigMap reads the plan ConfigMap key keeps for def, and checks it.
+func readPlanConfigMap(ctx context.Context, c client.Client, key client.ObjectKey, def *corev1alpha1.CompositionDefinition) (*plan.Plan, error) {
 	cm := &corev1.ConfigMap{}
-	key := client.ObjectKey{Namespace: namespace, Name: definition.PlanConfigMapName(name)}
 	if err := c.Get(ctx, key, cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("ConfigMap %s holds no plan yet: Compositor writes it as it plans", key)
-		}
 		return nil, fmt.Errorf("reading the plan from ConfigMap %s: %w", key, err)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[definition.PlanConfigMapKey]))
-	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s: %s is not a gzipped plan: %w", key, definition.PlanConfigMapKey, err)
-	}
-	raw, err := io.ReadAll(io.LimitReader(zr, maxPlanBytes+1))
-	if err != nil || len(raw) > maxPlanBytes {
-		return nil, fmt.Errorf("ConfigMap %s: %s is not a gzipped plan of at most %d bytes (%v)", key, definition.PlanConfigMapKey, maxPlanBytes, err)
-	}
-	// Numbers as written: a float64 would change an integer past 2^53, and the hash.
-	p := &plan.Plan{}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(p); err != nil {
-		return nil, fmt.Errorf("ConfigMap %s: decoding the plan: %w", key, err)
-	}
-	digest, err := p.Digest()
+	p, err := definition.DecodeKeptPlan(cm)
 	if err != nil {
 		return nil, err
 	}
-	if digest != p.Hash {
-		return nil, fmt.Errorf("ConfigMap %s: the plan's content hashes to %s, not to the %s it names: it was changed after Compositor wrote it", key, digest, p.Hash)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s: %w", key, err)
+	}
+	if p.Scope != nil && p.Scope.Namespace != def.Namespace {
+		return nil, fmt.Errorf("ConfigMap %s holds the view of namespace %s, not of %s", key, p.Scope.Namespace, def.Namespace)
+	}
+	if want := def.Status.Rollout.Plan.Hash; p.Hash != want {
+		return nil, fmt.Errorf("the plan kept in ConfigMap %s is %s, and the rollout follows %s: it is being rewritten, try again", key, p.Hash, want)
 	}
 	return p, nil
 }

@@ -358,6 +358,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		ControllerImage:    opts.ControllerImage,
 		AllowChartNetworks: opts.AllowChartNetworks,
 		Checker:            checker,
+		MasterKey:          sealKey,
 	}
 	// One runtime for every generated kind: the release bindings of each served version
 	// and, in-process, its composition controller.

@@ -1,0 +1,240 @@
+// Where a rollout's plan is kept, and who may read it.
+//
+// The whole plan names every composition it moves, in every namespace the definition
+// serves: their names, releases, the objects each gains and loses (whose names often
+// carry values) and a keyed digest of each one's values. It is kept in Compositor's
+// own namespace, which only the platform reads. The definition's namespace, whose
+// tenants read its ConfigMaps, gets a view (plan.Plan.View): the whole plan's counts,
+// hash and RBAC change, and only the compositions of that namespace.
+//
+// Two ConfigMaps per plan, whatever the number of namespaces: a view in each
+// composition namespace would be a write in hundreds of namespaces every time the plan
+// changes (it is computed again at each reconciliation while it waits for approval,
+// and any composition's change changes it), and left behind in namespaces Compositor
+// otherwise does not write. A tenant of another namespace sees its own compositions,
+// and asks the platform for the plan.
+
+package definition
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/plan"
+)
+
+const (
+	// planDigestPurpose labels the key the plan's digests are keyed with, derived from
+	// the master key so that no other use of it shares the key.
+	planDigestPurpose = "compositor.dev/plan-digest/v1"
+	// wholePlanPrefix names the whole plans in Compositor's namespace; the dot keeps
+	// them apart from the views (planConfigMapPrefix and a definition's name).
+	wholePlanPrefix = "compositor-plan."
+	// planScopeKey, in a view's data, is the namespace it shows; a plan ConfigMap of
+	// a definition's namespace without it holds a whole plan, as Compositor kept it
+	// before views.
+	planScopeKey = "scope"
+	// planHashKey is the hash of the (whole) plan, in the data of both.
+	planHashKey = "hash"
+	// maxKeptPlanBytes bounds the plan a kept ConfigMap may inflate to.
+	maxKeptPlanBytes = 64 << 20
+)
+
+// WholePlanConfigMapName is the ConfigMap, in Compositor's namespace, that keeps the
+// whole plan of the definition of that UID, as gzipped JSON under PlanConfigMapKey. A
+// UID, as the name of a definition in any namespace would not fit.
+func WholePlanConfigMapName(uid types.UID) string { return wholePlanPrefix + string(uid) }
+
+// PlanDigestKey derives, from Compositor's master key (the release seal key), the key
+// of the plans' per-composition digests.
+func PlanDigestKey(master []byte) ([]byte, error) {
+	if len(master) == 0 {
+		return nil, errors.New("no master key to derive the plan's digest key from")
+	}
+	return hkdf.Key(sha256.New, master, nil, planDigestPurpose, sha256.Size)
+}
+
+// PlanKeeper keeps rollouts' plans for compositor plan DEFINITION (see the top of
+// this file). It is for people to read: nothing of Compositor reads a plan back but to
+// narrow what an earlier Compositor kept.
+type PlanKeeper struct {
+	// Client writes; Live reads, not through the cache, which would watch every
+	// ConfigMap.
+	Client client.Client
+	Live   client.Reader
+	// Namespace is Compositor's, where whole plans are kept; empty keeps none.
+	Namespace string
+}
+
+// Keep writes the whole plan p of def, without values, to Compositor's namespace,
+// then its view to def's namespace. A ConfigMap of either name that is not
+// Compositor's plan of def is left alone, and reported.
+func (k *PlanKeeper) Keep(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
+	if k.Namespace == "" {
+		return errors.New("no namespace of Compositor's to keep the whole plan in")
+	}
+	whole := p.Redacted()
+	whole.Scope = nil
+	if err := k.write(ctx, def, client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}, whole, false); err != nil {
+		return err
+	}
+	view, err := p.View(def.Namespace)
+	if err != nil {
+		return err
+	}
+	return k.write(ctx, def, client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}, view, true)
+}
+
+// Narrow replaces a whole plan an earlier Compositor kept in def's namespace with its
+// view, moving the whole plan to Compositor's namespace. Nothing is done when the
+// ConfigMap is a view already, absent, or not Compositor's. A plan kept there that
+// does not decode or check is replaced by a view of the counts alone, which the status
+// has.
+func (k *PlanKeeper) Narrow(ctx context.Context, def *corev1alpha1.CompositionDefinition) error {
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}
+	if err := k.Live.Get(ctx, key, cm); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if _, view := cm.Data[planScopeKey]; view || !ownedPlan(cm, def, true) {
+		return nil
+	}
+	p, err := DecodeKeptPlan(cm)
+	if err == nil && p.Scope == nil {
+		err = p.Check()
+	}
+	if err != nil || p.Scope != nil {
+		ctrl.LoggerFrom(ctx).Info("Replacing a kept plan that does not check with its counts", "configmap", key, "error", err)
+		p = countsOnly(def)
+	}
+	return k.Keep(ctx, def, p)
+}
+
+// countsOnly is a plan of the counts def's status has, which lists no composition.
+func countsOnly(def *corev1alpha1.CompositionDefinition) *plan.Plan {
+	ro := def.Status.Rollout
+	s := ro.Plan
+	return &plan.Plan{
+		Kind: def.Status.Kind, From: ro.From, To: ro.To, FromVersion: ro.FromVersion, ToVersion: ro.ToVersion,
+		RBAC: plan.RBACChange{Gained: s.RBACGained, Lost: s.RBACLost}, Hash: s.Hash,
+		Summary: plan.Summary{ToMove: int(s.ToMove), Refused: int(s.Refused), Additions: int(s.Additions), Deletions: int(s.Deletions), Changed: int(s.Changes)},
+	}
+}
+
+// Forget deletes def's whole plan from Compositor's namespace: it cannot be owned by
+// def, which is in another namespace. def's view goes with def, its owner.
+func (k *PlanKeeper) Forget(ctx context.Context, def *corev1alpha1.CompositionDefinition) error {
+	if k.Namespace == "" {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}
+	if err := k.Live.Get(ctx, key, cm); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !ownedPlan(cm, def, false) {
+		return nil
+	}
+	if err := k.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the whole plan %s: %w", key, err)
+	}
+	return nil
+}
+
+// ownedPlan tells whether cm is a plan Compositor kept for def: labelled as such and,
+// in def's namespace (owned), controlled by def.
+func ownedPlan(cm *corev1.ConfigMap, def *corev1alpha1.CompositionDefinition, owned bool) bool {
+	l := cm.Labels
+	if l[vocab.LabelManagedBy] != vocab.ManagedBy || l[vocab.LabelDefinitionName] != def.Name {
+		return false
+	}
+	if owned {
+		return metav1.IsControlledBy(cm, def)
+	}
+	return l[vocab.LabelDefinitionNamespace] == def.Namespace
+}
+
+// write keeps p in the ConfigMap of key, owned by def when owned (in def's namespace),
+// else labelled with def's namespace and name.
+func (k *PlanKeeper) write(ctx context.Context, def *corev1alpha1.CompositionDefinition, key client.ObjectKey, p *plan.Plan, owned bool) error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(p); err != nil {
+		return fmt.Errorf("encoding the plan: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("encoding the plan: %w", err)
+	}
+	data := map[string]string{planHashKey: p.Hash}
+	if p.Scope != nil {
+		data[planScopeKey] = p.Scope.Namespace
+	}
+	cm := &corev1.ConfigMap{}
+	err := k.Live.Get(ctx, key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: def.Namespace, vocab.LabelDefinitionName: def.Name}}}
+	case err != nil:
+		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
+	case !ownedPlan(cm, def, owned):
+		return fmt.Errorf("ConfigMap %s exists and is not Compositor's plan of %s/%s: it is left alone", key, def.Namespace, def.Name)
+	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], buf.Bytes()) && maps.Equal(cm.Data, data):
+		return nil
+	}
+	cm.Data = data
+	cm.BinaryData = map[string][]byte{PlanConfigMapKey: buf.Bytes()}
+	if owned {
+		if err := controllerutil.SetControllerReference(def, cm, k.Client.Scheme()); err != nil {
+			return err
+		}
+	}
+	if cm.ResourceVersion == "" {
+		err = k.Client.Create(ctx, cm)
+	} else {
+		err = k.Client.Update(ctx, cm)
+	}
+	if err != nil {
+		return fmt.Errorf("writing ConfigMap %s: %w", key, err)
+	}
+	return nil
+}
+
+// DecodeKeptPlan decodes the plan a ConfigMap keeps, numbers as written (a float64
+// would change an integer past 2^53, and the hash). It does not Check it.
+func DecodeKeptPlan(cm *corev1.ConfigMap) (*plan.Plan, error) {
+	key := client.ObjectKeyFromObject(cm)
+	zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[PlanConfigMapKey]))
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s: %s is not a gzipped plan: %w", key, PlanConfigMapKey, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, maxKeptPlanBytes+1))
+	if err != nil || len(raw) > maxKeptPlanBytes {
+		return nil, fmt.Errorf("ConfigMap %s: %s is not a gzipped plan of at most %d bytes (%v)", key, PlanConfigMapKey, maxKeptPlanBytes, err)
+	}
+	p := &plan.Plan{}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(p); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s: decoding the plan: %w", key, err)
+	}
+	return p, nil
+}
