@@ -174,12 +174,9 @@ func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.Compo
 			err = r.rollBack(ctx, def, api)
 		}
 	}
-	changed, removal, dropErr := r.dropUnusedRetained(ctx, def, api, time.Now())
-	if changed && (next == 0 || next > time.Second) {
+	dropped, dropErr := r.dropUnusedRetained(ctx, def, api)
+	if dropped && (next == 0 || next > time.Second) {
 		next = time.Second
-	}
-	if removal > 0 && (next == 0 || next > removal) {
-		next = removal
 	}
 	return next, errors.Join(err, dropErr)
 }
@@ -641,71 +638,42 @@ func (r *Reconciler) compositionObjects(ctx context.Context, kind, via, version 
 	return list.Items, nil
 }
 
-// dropUnusedRetained deprecates the retained versions no composition is pinned to any
-// more, and removes their controllers and RBAC: such a version stays served, deprecated,
-// until its RemoveAfter (the definition's DeprecatedVersionGracePeriod from now), so
-// that clients still speaking it keep working while they move; then it stops retaining
-// it, and the CRD drops it at the next reconciliation (pruneVersions). A deprecated
-// version that compositions are pinned to again is retained again, as any other.
-// changed reports whether the retained versions changed; removal is how long until the
-// next deprecated version is to be removed, 0 when none is.
-func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, now time.Time) (changed bool, removal time.Duration, err error) {
+// dropUnusedRetained stops retaining the versions no composition is pinned to any more,
+// and removes their controllers and RBAC; the CRD drops them at the next
+// reconciliation (pruneVersions). It reports whether it dropped one.
+func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (bool, error) {
 	var kept []corev1alpha1.ServedChart
 	for _, ret := range def.Status.Retained {
 		gv, err := schema.ParseGroupVersion(ret.APIVersion)
 		if err != nil || gv.Version == api.Version {
-			changed = true
 			continue
 		}
 		items, err := r.compositions(ctx, api, api.Version, gv.Version)
 		if err != nil {
-			return false, 0, err
+			return false, err
 		}
 		if len(items) > 0 {
-			if ret.Deprecated() {
-				ret.RemoveAfter, changed = nil, true
-			}
 			kept = append(kept, ret)
 			// Its release role may delete what the version served now creates, so
 			// that a composition moved back removes it.
 			if err := r.applyRetainedRBAC(ctx, def, api, ret); err != nil {
-				return false, 0, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
+				return false, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
 			}
 			if r.Kinds != nil {
 				// Served again after a restart of the leader.
 				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {
-					return false, 0, err
+					return false, err
 				}
 			}
 			continue
 		}
-		if !ret.Deprecated() {
-			// Its last composition moved: nothing runs its chart any more.
-			if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
-				return false, 0, err
-			}
-			changed = true
-			grace := def.DeprecatedVersionGracePeriod()
-			if grace == 0 {
-				continue
-			}
-			ret.RemoveAfter = &metav1.Time{Time: now.Add(grace).Truncate(time.Second)}
-			r.event(def, corev1.EventTypeNormal, "VersionDeprecated", fmt.Sprintf(
-				"%s is deprecated: no composition runs it any more; it stays served for the clients that still speak it until %s, and writes through it land on %s",
-				ret.APIVersion, ret.RemoveAfter.UTC().Format(time.RFC3339), api.APIVersion()))
+		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
+			return false, err
 		}
-		if left := ret.RemoveAfter.Sub(now); left > 0 {
-			kept = append(kept, ret)
-			if removal == 0 || left < removal {
-				removal = left
-			}
-			continue
-		}
-		changed = true
-		r.event(def, corev1.EventTypeNormal, "VersionRemoved", fmt.Sprintf("%s is no longer served: its grace period as a deprecated version ended", ret.APIVersion))
 	}
+	dropped := len(kept) < len(def.Status.Retained)
 	def.Status.Retained = kept
-	return changed, removal, nil
+	return dropped, nil
 }
 
 // event records an event on the definition, its message within what an event holds.
