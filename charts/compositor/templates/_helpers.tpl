@@ -32,3 +32,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "compositor.certSecret" -}}
 {{ include "compositor.fullname" . }}-webhook-tls
 {{- end -}}
+
+{{/*
+The ConfigMap holding the CA of the API server's webhook client certificate
+(webhook.clientAuth), empty when the webhooks hear any caller.
+*/}}
+{{- define "compositor.webhookClientCA" -}}
+{{- if .Values.webhook.clientAuth.existingConfigMap -}}
+{{ .Values.webhook.clientAuth.existingConfigMap }}
+{{- else if .Values.webhook.clientAuth.caBundle -}}
+{{ include "compositor.fullname" . }}-webhook-client-ca
+{{- end -}}
+{{- end -}}
