@@ -241,8 +241,9 @@ func cachedOwningDefinition(ctx context.Context, cached client.Reader, req *Requ
 // compositionChecks are the validations every composition write goes through. cached
 // reads Helm's release records from a cache, names the release names of compositions
 // (see uniqueReleaseName).
-func compositionChecks(cached client.Reader, names releaseNameUsers) Chain {
+func compositionChecks(cached client.Reader, names releaseNameUsers, identities string) Chain {
 	return Chain{
+		identityNamespaceCheck{namespace: identities},
 		CheckFunc(checkReleaseName),
 		CheckFunc(checkPaused),
 		CheckFunc(checkPlacement),

@@ -80,6 +80,10 @@ type Options struct {
 	// Revisions proves the CompositionRevisions a rollback restores (the release
 	// seal); without it, rollbacks are refused.
 	Revisions RevisionVerifier
+	// Namespace is Compositor's own, where the controllers' identities live: no
+	// composition is created there, and only the controllers' ServiceAccounts of it
+	// write statuses (see identityNamespaceCheck, StatusGuard).
+	Namespace string
 }
 
 // Register mounts the admission handlers on srv.
@@ -94,10 +98,10 @@ func Register(srv webhook.Server, opts Options) {
 // newHandlers returns the admission handlers of /mutate and /validate.
 func newHandlers(opts Options) (*Mutator, *Validator) {
 	v := &Validator{
-		Compositions: compositionChecks(opts.Cached, releaseNames(opts.ReleaseNames)),
+		Compositions: compositionChecks(opts.Cached, releaseNames(opts.ReleaseNames), opts.Namespace),
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
-		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached},
+		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached, Namespace: opts.Namespace},
 		limits:       opts.Limits,
 		lanes:        newLanes(opts.LaneConcurrency),
 	}

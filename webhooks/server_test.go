@@ -36,7 +36,7 @@ func (noObjects) Get(_ context.Context, key client.ObjectKey, obj client.Object,
 func handlers() map[string]http.Handler {
 	return map[string]http.Handler{
 		MutatePath:   guard(&Mutator{Definitions: noObjects{}}),
-		ValidatePath: guard(&Validator{Compositions: compositionChecks(noObjects{}, nil)}),
+		ValidatePath: guard(&Validator{Compositions: compositionChecks(noObjects{}, nil, "")}),
 	}
 }
 

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -33,11 +34,12 @@ const StatusPath = "/validate-status"
 //     learn theirs at start; every replica of one installation shares it);
 //   - the composition controllers it runs, in process (impersonating) or as the
 //     generated Deployments: each acts as the ServiceAccount generated for one
-//     definition's version, named rbac.ServiceAccountName in the definition's namespace.
-//     Such a ServiceAccount may write the status of that kind and version only, and only
-//     when a definition in its namespace reports serving that version: a tenant's
-//     ServiceAccount of the same name in a namespace without such a definition is
-//     refused.
+//     definition's version, named rbac.ServiceAccountName in Compositor's namespace
+//     (Namespace), where no tenant writes. Such a ServiceAccount may write the status
+//     of that kind and version only, and only of a composition its definition owns
+//     (ownership.For): the definition of the composition's namespace, else the owner.
+//     While no definition serves the version (each is being deleted), the controllers
+//     of those that still report it may, as each still uninstalls.
 //
 // Any other user, cluster administrators included, is refused with the reason. The
 // check reads nothing but the cached definitions of the request's version, so
@@ -49,6 +51,10 @@ type StatusGuard struct {
 	// Definitions reads CompositionDefinitions from a cache indexed by
 	// ownership.IndexServed; nil knows no definition, so only Users may write.
 	Definitions client.Reader
+	// Namespace is Compositor's, where the controllers' ServiceAccounts live
+	// (rbac.Options.IdentityNamespace). Empty looks for them in their definitions'
+	// namespaces, as before they moved (tests without a chart store).
+	Namespace string
 }
 
 var _ admission.Handler = &StatusGuard{}
@@ -80,31 +86,42 @@ func (g *StatusGuard) Handle(ctx context.Context, ar admission.Request) admissio
 		}
 		servers = list.Items
 	}
-	if mayWriteStatus(ar.UserInfo, g.Users, ar.Kind, ar.Resource, servers) {
+	if mayWriteStatus(ar.UserInfo, g.Users, g.Namespace, ar.Namespace, ar.Kind, ar.Resource, servers) {
 		return admission.Allowed("")
 	}
 	return statusRefused(ar)
 }
 
-// mayWriteStatus tells whether user may write the status of a composition of kind,
-// written through resource: user is one of Compositor's own users, or the ServiceAccount
-// of the composition controller that a definition among servers runs for kind's
-// version (servers are the definitions whose status reports kind; any others are
-// ignored).
-func mayWriteStatus(user authenticationv1.UserInfo, users []string, kind metav1.GroupVersionKind, resource metav1.GroupVersionResource, servers []corev1alpha1.CompositionDefinition) bool {
+// mayWriteStatus tells whether user may write the status of a composition of kind in
+// namespace, written through resource: user is one of Compositor's own users, or the
+// ServiceAccount, in identities (Compositor's namespace), of the composition controller
+// of the definition among servers that owns the composition (ownership.For). servers
+// are the definitions whose status reports kind; any others are ignored.
+func mayWriteStatus(user authenticationv1.UserInfo, users []string, identities, namespace string, kind metav1.GroupVersionKind,
+	resource metav1.GroupVersionResource, servers []corev1alpha1.CompositionDefinition) bool {
 	if user.Username == "" {
 		return false
 	}
 	if slices.Contains(users, user.Username) {
 		return true
 	}
-	namespace, name, err := serviceaccount.SplitUsername(user.Username)
-	if err != nil || name != rbac.ServiceAccountName(resource.Resource, resource.Version) {
+	saNamespace, name, err := serviceaccount.SplitUsername(user.Username)
+	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(servers, func(def corev1alpha1.CompositionDefinition) bool {
-		// Being deleted counts: its controller still writes while it uninstalls.
-		return def.Namespace == namespace && ownership.Reports(&def, schema.GroupVersionKind(kind)) && def.Status.Resource == resource.Resource
+	gvk := schema.GroupVersionKind(kind)
+	reports := slices.DeleteFunc(slices.Clone(servers), func(def corev1alpha1.CompositionDefinition) bool {
+		return !ownership.Reports(&def, gvk) || def.Status.Resource != resource.Resource
+	})
+	var writers []corev1alpha1.CompositionDefinition
+	if owner := ownership.For(reports, gvk, namespace); owner != nil {
+		writers = []corev1alpha1.CompositionDefinition{*owner}
+	} else {
+		// Being deleted counts while nothing serves: each controller still uninstalls.
+		writers = reports
+	}
+	return slices.ContainsFunc(writers, func(def corev1alpha1.CompositionDefinition) bool {
+		return saNamespace == cmp.Or(identities, def.Namespace) && name == rbac.ServiceAccountName(def.Namespace, resource.Resource, resource.Version)
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/ownership"
 )
 
@@ -96,57 +97,77 @@ func statusWrite(user, version string) admission.Request {
 	}}
 }
 
+// controllerOf is the user a definition's controller of version acts as: its
+// ServiceAccount in Compositor's namespace.
+func controllerOf(definitionNamespace, version string) string {
+	return "system:serviceaccount:compositor-system:" + rbac.ServiceAccountName(definitionNamespace, "fireworksapps", version)
+}
+
 // TestOnlyCompositorWritesTheStatusOfCompositions decides, for each user, whether its
 // write of a composition's status is admitted: Compositor's own user and the
-// ServiceAccount of the controller a definition runs for the kind and version are;
-// anyone else is refused with a message naming the user, including a ServiceAccount
-// named like a generated controller where no definition of that version lives, the
-// controller of another version or kind, and cluster administrators.
+// ServiceAccount, in Compositor's namespace, of the controller of the definition that
+// owns the composition (ownership.For) are; anyone else is refused with a message
+// naming the user, including the controller of another definition of the same version
+// (another team's), a ServiceAccount named like a generated controller in any other
+// namespace (the definition's own, where its tenants write), the controller of
+// another version or kind, and cluster administrators.
 func TestOnlyCompositorWritesTheStatusOfCompositions(t *testing.T) {
-	const (
-		compositor = "system:serviceaccount:compositor-system:compositor"
-		controller = "system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-5-controller"
-	)
+	const compositor = "system:serviceaccount:compositor-system:compositor"
+	controller := controllerOf("fireworksapp-system", "v1-1-5")
 	leaving := servingDefinition("leaving", "fireworksapp", "FireworksApp", "fireworksapps", "v1-1-5")
 	leaving.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	gone := servingDefinition("gone", "fireworksapp", "FireworksApp", "fireworksapps", "v0-9-0")
+	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	defs := newIndexedDefinitions(t,
+		// The owner of v1-1-5 (the oldest): the compositions of namespaces without a
+		// definition of their own are its.
 		servingDefinition("fireworksapp-system", "fireworksapp-1-1-5", "FireworksApp", "fireworksapps", "v1-1-5"),
 		// Another team's definition of the same version: its controller owns the
-		// compositions of its namespace.
+		// compositions of its namespace, and only those.
 		servingDefinition("team-b", "fireworksapp", "FireworksApp", "fireworksapps", "v1-1-5"),
-		// Being deleted: its controller still uninstalls, and says so in the status.
+		// Being deleted: it owns nothing while another serves the version.
 		leaving,
+		// Being deleted, and nothing else serves its version: its controller still
+		// uninstalls, and says so in the status.
+		gone,
 		// A namespace whose definition serves another version, another one whose
 		// definition serves another kind.
 		servingDefinition("upgraded", "fireworksapp", "FireworksApp", "fireworksapps", "v1-1-6"),
 		servingDefinition("others", "otherapp", "OtherApp", "otherapps", "v1-1-5"),
 	)
-	guard := &StatusGuard{Users: []string{compositor}, Definitions: defs}
+	guard := &StatusGuard{Users: []string{compositor}, Definitions: defs, Namespace: "compositor-system"}
 
 	for _, tc := range []struct {
-		name, user, version string
-		allowed             bool
+		name, user, namespace, version string
+		allowed                        bool
 	}{
-		{"Compositor itself", compositor, "v1-1-5", true},
-		{"the generated controller of the version", controller, "v1-1-5", true},
-		{"the controller of another team's definition of the version", "system:serviceaccount:team-b:fireworksapps-v1-1-5-controller", "v1-1-5", true},
-		{"the controller of a definition being deleted", "system:serviceaccount:leaving:fireworksapps-v1-1-5-controller", "v1-1-5", true},
-		{"the controller of the version in the namespace that serves the next one", "system:serviceaccount:upgraded:fireworksapps-v1-1-6-controller", "v1-1-6", true},
+		{"Compositor itself", compositor, "team-a", "v1-1-5", true},
+		{"the controller of the definition that owns the composition", controller, "team-a", "v1-1-5", true},
+		{"another team's controller, in its own namespace", controllerOf("team-b", "v1-1-5"), "team-b", "v1-1-5", true},
+		{"the controller of the version in the namespace that serves the next one", controllerOf("upgraded", "v1-1-6"), "team-a", "v1-1-6", true},
+		{"the controller of a definition being deleted, when none serves its version", controllerOf("gone", "v0-9-0"), "team-a", "v0-9-0", true},
 
-		{"the tenant", "alice", "v1-1-5", false},
-		{"a cluster administrator", "kubernetes-admin", "v1-1-5", false},
-		{"nobody", "", "v1-1-5", false},
-		{"a tenant's ServiceAccount named like the controller", "system:serviceaccount:team-a:fireworksapps-v1-1-5-controller", "v1-1-5", false},
-		{"another ServiceAccount of the definition's namespace", "system:serviceaccount:fireworksapp-system:default", "v1-1-5", false},
-		{"the controller writing through a version its definition does not serve", controller, "v1-1-6", false},
-		{"the controller of a version no longer served there", "system:serviceaccount:upgraded:fireworksapps-v1-1-5-controller", "v1-1-5", false},
-		{"the controller of another kind", "system:serviceaccount:others:otherapps-v1-1-5-controller", "v1-1-5", false},
-		{"a name like the controller's for another kind", "system:serviceaccount:others:fireworksapps-v1-1-5-controller", "v1-1-5", false},
-		{"a user whose name only begins like the controller's", controller + ":x", "v1-1-5", false},
-		{"Compositor's namespace, another name", "system:serviceaccount:compositor-system:fireworksapps-v1-1-5-controller", "v1-1-5", false},
+		{"the tenant", "alice", "team-a", "v1-1-5", false},
+		{"a cluster administrator", "kubernetes-admin", "team-a", "v1-1-5", false},
+		{"nobody", "", "team-a", "v1-1-5", false},
+		{"another team's controller, for a composition its definition does not own", controllerOf("team-b", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"the owner's controller, in a namespace with a definition of its own", controller, "team-b", "v1-1-5", false},
+		{"the controller of a definition being deleted while another serves", controllerOf("leaving", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"the controller's name in the definition's namespace", "system:serviceaccount:fireworksapp-system:" + rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"the name the controller had in the definition's namespace", "system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-5-controller", "team-a", "v1-1-5", false},
+		{"a tenant's ServiceAccount named like the controller", "system:serviceaccount:team-a:fireworksapps-v1-1-5-controller", "team-a", "v1-1-5", false},
+		{"another ServiceAccount of the definition's namespace", "system:serviceaccount:fireworksapp-system:default", "team-a", "v1-1-5", false},
+		{"the controller writing through a version its definition does not serve", controller, "team-a", "v1-1-6", false},
+		{"the controller of a version no longer served there", controllerOf("upgraded", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"the controller of another kind", "system:serviceaccount:compositor-system:" + rbac.ServiceAccountName("others", "otherapps", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"a name like the controller's for another kind", controllerOf("others", "v1-1-5"), "team-a", "v1-1-5", false},
+		{"a user whose name only begins like the controller's", controller + ":x", "team-a", "v1-1-5", false},
+		{"Compositor's namespace, another name", "system:serviceaccount:compositor-system:fireworksapps-v1-1-5-controller", "team-a", "v1-1-5", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := guard.Handle(context.Background(), statusWrite(tc.user, tc.version))
+			req := statusWrite(tc.user, tc.version)
+			req.Namespace = tc.namespace
+			resp := guard.Handle(context.Background(), req)
 			if tc.allowed {
 				assert.True(t, resp.Allowed, "refused: %+v", resp.Result)
 				return
@@ -155,14 +176,14 @@ func TestOnlyCompositorWritesTheStatusOfCompositions(t *testing.T) {
 			require.NotNil(t, resp.Result)
 			assert.Equal(t, int32(http.StatusForbidden), resp.Result.Code)
 			assert.Equal(t, metav1.StatusReasonForbidden, resp.Result.Reason)
-			assert.Equal(t, `user "`+tc.user+`" may not write the status of FireworksApp team-a/web: only Compositor writes the status of compositions`, resp.Result.Message)
+			assert.Equal(t, `user "`+tc.user+`" may not write the status of FireworksApp `+tc.namespace+`/web: only Compositor writes the status of compositions`, resp.Result.Message)
 		})
 	}
 }
 
 func TestStatusGuardFailsClosed(t *testing.T) {
 	ctx := context.Background()
-	controller := "system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-5-controller"
+	controller := controllerOf("fireworksapp-system", "v1-1-5")
 
 	t.Run("definitions that cannot be read", func(t *testing.T) {
 		defs := newIndexedDefinitions(t)
@@ -208,7 +229,7 @@ func TestStatusWritesSkipTheCompositionChecks(t *testing.T) {
 			called++
 			return field.ErrorList{field.Forbidden(field.NewPath("spec"), "checked")}, nil
 		})},
-		status: &StatusGuard{Users: []string{"compositor"}, Definitions: defs},
+		status: &StatusGuard{Users: []string{"compositor"}, Definitions: defs, Namespace: "compositor-system"},
 	}
 	write := func(user string) admission.Request {
 		req := statusWrite(user, "v1-1-5")
@@ -217,7 +238,7 @@ func TestStatusWritesSkipTheCompositionChecks(t *testing.T) {
 		return req
 	}
 
-	assert.True(t, v.Handle(ctx, write("system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-5-controller")).Allowed)
+	assert.True(t, v.Handle(ctx, write(controllerOf("fireworksapp-system", "v1-1-5"))).Allowed)
 	refused := v.Handle(ctx, write("alice"))
 	require.False(t, refused.Allowed)
 	assert.Contains(t, refused.Result.Message, `user "alice" may not write the status of FireworksApp team-a/web`)

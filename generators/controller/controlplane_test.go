@@ -23,10 +23,12 @@ func TestControlPlaneAcceptsDeployment(t *testing.T) {
 	ctx := t.Context()
 	c := cp.Client
 
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   "fireworksapp-system",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-	}}))
+	for _, ns := range []string{"fireworksapp-system", "compositor-system"} {
+		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name:   ns,
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+		}}))
+	}
 	def := definition(map[string]string{"krateo.io/connector-verbose": "true"})
 	def.UID = ""
 	require.NoError(t, c.Create(ctx, def))
@@ -50,6 +52,7 @@ func TestControlPlaneAcceptsDeployment(t *testing.T) {
 	require.NoError(t, c.Create(ctx, d))
 	var got appsv1.Deployment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(d), &got))
-	assert.Equal(t, def.UID, got.OwnerReferences[0].UID)
+	assert.Empty(t, got.OwnerReferences, "no owner across namespaces")
+	assert.Equal(t, def.Namespace, got.Labels["compositor.dev/definition-namespace"], "its labels name the definition")
 	assert.Equal(t, d.Spec.Template.Spec.Containers[0].Args, got.Spec.Template.Spec.Containers[0].Args)
 }

@@ -1,8 +1,10 @@
 // Package controller generates the Deployment that runs the composition controller of
 // one served version of a generated API (docs/architecture.md#controllers):
 // `compositor controller` under the ServiceAccount that generators/rbac creates for
-// that version, hardened to the "restricted" Pod Security Standard and owned by its
-// CompositionDefinition. It is a pure function; the reconciler applies the result.
+// that version, hardened to the "restricted" Pod Security Standard, in Compositor's
+// own namespace (which no tenant writes) and labelled with its definition's identity
+// labels: an owner reference cannot cross namespaces. It is a pure function; the
+// reconciler applies the result.
 package controller
 
 import (
@@ -44,10 +46,14 @@ const (
 
 // Options describe the controller of one served version.
 type Options struct {
-	// Definition owns the Deployment and gives its namespace; its annotation
-	// krateo.io/connector-verbose: "true" turns on debug logs (CORE_PROVIDER_DEBUG).
-	// Its name and UID must be set.
+	// Definition is the controller's; the controller acts for the definitions of its
+	// namespace (--namespace). Its annotation krateo.io/connector-verbose: "true" turns
+	// on debug logs (CORE_PROVIDER_DEBUG). Its name and UID must be set.
 	Definition *corev1alpha1.CompositionDefinition
+	// Namespace is Compositor's, where the Deployment runs beside its ServiceAccount
+	// (rbac.Options.IdentityNamespace). Empty means the definition's namespace, the
+	// layout before issue #46, where the Deployment is owned by the definition.
+	Namespace string
 	// Plural is the generated CRD's resource, e.g. fireworksapps.
 	Plural string
 	// Version is the served CRD version, e.g. v1-1-5.
@@ -81,10 +87,10 @@ type Options struct {
 // sealing Helm's release records (rbac.ReleaseSealSecret).
 const ReleaseSealSecret = rbac.ReleaseSealSecret
 
-// Name returns the name of the controller Deployment of a version; it is also the name
-// of its ServiceAccount (rbac.ServiceAccountName).
-func Name(plural, version string) string {
-	return rbac.ServiceAccountName(plural, version)
+// Name returns the name of the controller Deployment of a version of a definition of
+// namespace; it is also the name of its ServiceAccount (rbac.ServiceAccountName).
+func Name(namespace, plural, version string) string {
+	return rbac.ServiceAccountName(namespace, plural, version)
 }
 
 // DefaultResources are the requests and limits of a controller: mostly idle, with
@@ -139,21 +145,25 @@ func Deployment(opts Options) *appsv1.Deployment {
 	}
 	maps.Copy(labels, selector)
 
+	meta := metav1.ObjectMeta{
+		Name:      Name(def.Namespace, opts.Plural, opts.Version),
+		Namespace: opts.Namespace,
+		Labels:    labels,
+	}
+	if opts.Namespace == "" || opts.Namespace == def.Namespace {
+		meta.Namespace = def.Namespace
+		meta.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion:         corev1alpha1.GroupVersion.String(),
+			Kind:               "CompositionDefinition",
+			Name:               def.Name,
+			UID:                def.UID,
+			Controller:         ptr.To(true),
+			BlockOwnerDeletion: ptr.To(true),
+		}}
+	}
 	return &appsv1.Deployment{
-		TypeMeta: metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      Name(opts.Plural, opts.Version),
-			Namespace: def.Namespace,
-			Labels:    labels,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         corev1alpha1.GroupVersion.String(),
-				Kind:               "CompositionDefinition",
-				Name:               def.Name,
-				UID:                def.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
+		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas:             ptr.To[int32](1),
 			RevisionHistoryLimit: ptr.To[int32](2),
@@ -169,7 +179,7 @@ func Deployment(opts Options) *appsv1.Deployment {
 
 func podSpec(opts Options, def *corev1alpha1.CompositionDefinition, resources corev1.ResourceRequirements) corev1.PodSpec {
 	return corev1.PodSpec{
-		ServiceAccountName: rbac.ServiceAccountName(opts.Plural, opts.Version),
+		ServiceAccountName: rbac.ServiceAccountName(def.Namespace, opts.Plural, opts.Version),
 		EnableServiceLinks: ptr.To(false),
 		// Time for a Helm action under way to finish, so that no release is left
 		// pending when the controller is replaced.
@@ -190,6 +200,8 @@ func podSpec(opts Options, def *corev1alpha1.CompositionDefinition, resources co
 				"--group", opts.Group,
 				"--version", opts.Version,
 				"--resource", opts.Plural,
+				// The pod runs in Compositor's namespace, not the definition's.
+				"--namespace", def.Namespace,
 				"--health-probe-bind-address", ":" + strconv.Itoa(HealthPort),
 				"--metrics-bind-address", ":" + strconv.Itoa(MetricsPort),
 			}, releaseSealArgs(opts.ReleaseSealNamespace), chartArchiveArgs(opts.ChartArchiveNamespace),

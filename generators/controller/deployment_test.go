@@ -33,7 +33,7 @@ func definition(annotations map[string]string) *corev1alpha1.CompositionDefiniti
 }
 
 func fireworksOptions(def *corev1alpha1.CompositionDefinition) Options {
-	return Options{Definition: def, Plural: "fireworksapps", Version: "v1-1-5"}
+	return Options{Definition: def, Namespace: "compositor-system", Plural: "fireworksapps", Version: "v1-1-5"}
 }
 
 func TestGoldenFireworksApp(t *testing.T) {
@@ -48,22 +48,19 @@ func TestDeployment(t *testing.T) {
 	def := definition(nil)
 	d := Deployment(fireworksOptions(def))
 
-	assert.Equal(t, "fireworksapps-v1-1-5-controller", d.Name)
-	assert.Equal(t, "fireworksapp-system", d.Namespace)
-	assert.Equal(t, []metav1.OwnerReference{{
-		APIVersion: "core.krateo.io/v1alpha1", Kind: "CompositionDefinition", Name: def.Name, UID: def.UID,
-		Controller: ptrTrue(), BlockOwnerDeletion: ptrTrue(),
-	}}, d.OwnerReferences)
+	assert.Equal(t, rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), d.Name)
+	assert.Equal(t, "compositor-system", d.Namespace, "in Compositor's namespace, which no tenant writes")
+	assert.Empty(t, d.OwnerReferences, "no owner reference across namespaces: the identity labels name the definition")
 
 	pod := d.Spec.Template.Spec
-	assert.Equal(t, rbac.ServiceAccountName("fireworksapps", "v1-1-5"), pod.ServiceAccountName, "runs as the generated ServiceAccount")
+	assert.Equal(t, rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), pod.ServiceAccountName, "runs as the generated ServiceAccount")
 	assert.Equal(t, int32(1), *d.Spec.Replicas)
 	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type, "two controllers never run Helm on one release")
 	c := container(d)
 	assert.Equal(t, DefaultImage, c.Image)
 	assert.Equal(t, []string{"compositor"}, c.Command)
 	assert.Equal(t, []string{"controller", "--group", "composition.krateo.io", "--version", "v1-1-5", "--resource", "fireworksapps",
-		"--health-probe-bind-address", ":8081", "--metrics-bind-address", ":8080"}, c.Args)
+		"--namespace", "fireworksapp-system", "--health-probe-bind-address", ":8081", "--metrics-bind-address", ":8080"}, c.Args)
 	assert.NotContains(t, c.Env, corev1.EnvVar{Name: "CORE_PROVIDER_DEBUG", Value: "true"})
 
 	selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
@@ -123,6 +120,20 @@ func TestDeploymentOptions(t *testing.T) {
 
 	quiet := Deployment(fireworksOptions(definition(map[string]string{vocab.AnnotationConnectorVerbose: "false"})))
 	assert.NotContains(t, container(quiet).Env, corev1.EnvVar{Name: "CORE_PROVIDER_DEBUG", Value: "true"})
+}
+
+// Without Compositor's namespace (the layout before identities moved), the Deployment
+// is the definition's, owned by it.
+func TestDeploymentInTheDefinitionNamespace(t *testing.T) {
+	def := definition(nil)
+	opts := fireworksOptions(def)
+	opts.Namespace = ""
+	d := Deployment(opts)
+	assert.Equal(t, "fireworksapp-system", d.Namespace)
+	assert.Equal(t, []metav1.OwnerReference{{
+		APIVersion: "core.krateo.io/v1alpha1", Kind: "CompositionDefinition", Name: def.Name, UID: def.UID,
+		Controller: ptrTrue(), BlockOwnerDeletion: ptrTrue(),
+	}}, d.OwnerReferences)
 }
 
 func ptrTrue() *bool { v := true; return &v }

@@ -7,9 +7,10 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // ErrUnsafe means RBAC objects break an invariant of Check. Generate never returns
@@ -31,15 +32,18 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //   - nothing in the RBAC group, and no write on a type Refused refuses;
 //   - no Secrets in the roles bound cluster-wide (CompositionsRole, ClusterRole):
 //     Helm's release Secrets are only reachable through per-namespace ReleaseBindings;
-//   - no subresources in the chart's rights (ReleaseRole, ClusterRole);
-//   - the CredentialsRole, if any, only gets one Secret by name in the ServiceAccount's
+//   - no subresources but the compositions' own status and finalizers, and those only
+//     in the ReleaseRole, bound per namespace;
+//   - the CredentialsRole, if any, only gets one Secret by name in the definition's
 //     namespace;
 //   - the ChartArchiveRole, if any, only gets one Secret by name, a kept chart archive
 //     (chart-<hex>), in the namespace of its RoleBinding;
 //   - the ReleaseSealRole, if any, only gets Secret ReleaseSealSecret, by name (and
 //     reads ConfigMap ConstraintsConfigMap, by name), in the
 //     namespace of its RoleBinding;
-//   - every binding binds its own role to the ServiceAccount only.
+//   - every binding binds its own role to the ServiceAccount only (and, while an
+//     installation moves, to the one it had in the definition namespace,
+//     LegacySubject).
 func Check(objs *Objects) error {
 	if objs == nil {
 		return fmt.Errorf("%w: no objects", ErrUnsafe)
@@ -55,17 +59,23 @@ func Check(objs *Objects) error {
 		add("ClusterRole and ClusterBinding come together")
 	}
 
+	// The compositions' own subresources, in the role bound per namespace only.
+	own := func(group, resource string) bool {
+		return group == objs.compositions.Group &&
+			(resource == objs.compositions.Resource+"/status" || resource == objs.compositions.Resource+"/finalizers")
+	}
+	none := func(string, string) bool { return false }
 	type role struct {
 		role         *rbacv1.ClusterRole
 		clusterWide  bool
-		subresources bool
+		subresources func(group, resource string) bool
 	}
 	roles := []role{
-		{objs.CompositionsRole, true, true},
-		{objs.ReleaseRole, false, false},
+		{objs.CompositionsRole, true, none},
+		{objs.ReleaseRole, false, own},
 	}
 	if objs.ClusterRole != nil {
-		roles = append(roles, role{objs.ClusterRole, true, false})
+		roles = append(roles, role{objs.ClusterRole, true, none})
 	}
 	for _, r := range roles {
 		checkRole(r.role, r.clusterWide, r.subresources, add)
@@ -77,10 +87,7 @@ func Check(objs *Objects) error {
 		if ref != want {
 			add("%s %s refers to %s %s, not to %s", kind, name, ref.Kind, ref.Name, role.Name)
 		}
-		only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
-		if !slices.Equal(subjects, only) {
-			add("%s %s binds %v, not only ServiceAccount %s/%s", kind, name, subjects, sa.Namespace, sa.Name)
-		}
+		checkSubjects(objs, kind+" "+name, subjects, add)
 	}
 	b := objs.CompositionsBinding
 	checkBinding("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects, objs.CompositionsRole)
@@ -100,14 +107,13 @@ func Check(objs *Objects) error {
 }
 
 // checkCredentials asserts that the CredentialsRole reads one named Secret in the
-// ServiceAccount's namespace, bound to the ServiceAccount only.
+// definition's namespace, bound to the ServiceAccount only.
 func checkCredentials(objs *Objects, add func(string, ...any)) {
-	sa := objs.ServiceAccount
-	checkSecretReader("Credentials", objs.CredentialsRole, objs.CredentialsBinding, sa, add,
+	checkSecretReader("Credentials", objs.CredentialsRole, objs.CredentialsBinding, objs, add,
 		func(secret string) bool { return !strings.Contains(secret, "*") }, "one named Secret")
 	if role, binding := objs.CredentialsRole, objs.CredentialsBinding; role != nil && binding != nil &&
-		(role.Namespace != sa.Namespace || binding.Namespace != sa.Namespace) {
-		add("Role %s and RoleBinding %s must be in the ServiceAccount's namespace %s", role.Name, binding.Name, sa.Namespace)
+		(role.Namespace != objs.definitionNamespace || binding.Namespace != objs.definitionNamespace) {
+		add("Role %s and RoleBinding %s must be in the definition's namespace %s", role.Name, binding.Name, objs.definitionNamespace)
 	}
 }
 
@@ -115,7 +121,7 @@ func checkCredentials(objs *Objects, add func(string, ...any)) {
 // name, bound in its own namespace to the ServiceAccount only.
 func checkChartArchive(objs *Objects, add func(string, ...any)) {
 	role, binding := objs.ChartArchiveRole, objs.ChartArchiveBinding
-	checkSecretReader("ChartArchive", role, binding, objs.ServiceAccount, add, keptArchiveName.MatchString, "one kept chart archive")
+	checkSecretReader("ChartArchive", role, binding, objs, add, keptArchiveName.MatchString, "one kept chart archive")
 	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
 		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
 	}
@@ -132,7 +138,7 @@ func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 			role.Rules = role.Rules[:n-1]
 		}
 	}
-	checkSecretReader("ReleaseSeal", role, binding, objs.ServiceAccount, add,
+	checkSecretReader("ReleaseSeal", role, binding, objs, add,
 		func(secret string) bool { return secret == ReleaseSealSecret }, "the release seal Secret "+ReleaseSealSecret)
 	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
 		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
@@ -142,7 +148,7 @@ func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 // checkSecretReader asserts that role gets one Secret by a name allowed (what names
 // it) and that binding binds role, and only role, to the ServiceAccount only. kind
 // prefixes the fields' names in what it reports.
-func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBinding, sa *corev1.ServiceAccount,
+func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBinding, objs *Objects,
 	add func(string, ...any), allowed func(secret string) bool, what string) {
 	if (role == nil) != (binding == nil) {
 		add("%sRole and %sBinding come together", kind, kind)
@@ -158,8 +164,18 @@ func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBindi
 	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
 		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)
 	}
-	if only := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}; !slices.Equal(binding.Subjects, only) {
-		add("RoleBinding %s binds %v, not only ServiceAccount %s/%s", binding.Name, binding.Subjects, sa.Namespace, sa.Name)
+	checkSubjects(objs, "RoleBinding "+binding.Name, binding.Subjects, add)
+}
+
+// checkSubjects asserts that a binding names the ServiceAccount first, and besides it
+// at most the one it had in the definition namespace (LegacySubject), while an
+// installation moves.
+func checkSubjects(objs *Objects, what string, subjects []rbacv1.Subject, add func(string, ...any)) {
+	sa := objs.ServiceAccount
+	self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
+	legacy := LegacySubject(objs.definitionNamespace, objs.labels[vocab.LabelResource], objs.labels[vocab.LabelVersion])
+	if !slices.Equal(subjects, []rbacv1.Subject{self}) && !slices.Equal(subjects, []rbacv1.Subject{self, legacy}) {
+		add("%s binds %v, not only ServiceAccount %s/%s", what, subjects, sa.Namespace, sa.Name)
 	}
 }
 
@@ -171,7 +187,7 @@ func equalRules(a, b rbacv1.PolicyRule) bool {
 		slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.ResourceNames, b.ResourceNames) && len(a.NonResourceURLs) == 0
 }
 
-func checkRole(role *rbacv1.ClusterRole, clusterWide, subresources bool, add func(string, ...any)) {
+func checkRole(role *rbacv1.ClusterRole, clusterWide bool, subresources func(group, resource string) bool, add func(string, ...any)) {
 	name := "ClusterRole " + role.Name
 	if role.AggregationRule != nil {
 		add("%s aggregates other roles", name)
@@ -208,7 +224,7 @@ func checkRole(role *rbacv1.ClusterRole, clusterWide, subresources bool, add fun
 				if clusterWide && group == "" && (resource == "secrets" || strings.HasPrefix(resource, "secrets/")) {
 					add("%s grants Secrets cluster-wide", at)
 				}
-				if !subresources && strings.Contains(resource, "/") {
+				if strings.Contains(resource, "/") && !subresources(group, resource) {
 					add("%s grants the subresource %s", at, what)
 				}
 			}

@@ -76,7 +76,7 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 	objs, err := Generate(opts)
 	require.NoError(t, err)
 
-	for _, ns := range []string{"fireworksapp-system", "team-a", "team-b", "team-c"} {
+	for _, ns := range []string{"compositor-system", "fireworksapp-system", "team-a", "team-b", "team-c"} {
 		require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	for _, o := range append(objs.List(), objs.ReleaseBinding("team-a")) {
@@ -178,9 +178,16 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 			attrs   authorizationv1.ResourceAttributes
 			allowed bool
 		}{
+			// A Deployment's informer lists and watches; it writes compositions and
+			// their status only where the release role is bound (team-a).
 			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "watch", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},
-			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "status"}, true},
-			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "finalizers"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "status"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "finalizers"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "patch", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "status"}, false},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "finalizers"}, false},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "patch", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "get", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},
 			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "create", Resource: "events"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "list", Group: "core.krateo.io", Resource: "compositiondefinitions"}, true},
 			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "create", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},

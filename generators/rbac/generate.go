@@ -1,6 +1,7 @@
 package rbac
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,8 +46,28 @@ var ErrInvalidOptions = errors.New("invalid RBAC options")
 
 // Options describe one served version of a definition's generated API.
 type Options struct {
-	// Namespace is the definition's namespace; the ServiceAccount lives there.
+	// Namespace is the definition's namespace. Its tenants may write there, so nothing
+	// of the controller's identity lives there but the Role reading the chart's
+	// credentials Secret (which is there too).
 	Namespace string
+	// IdentityNamespace is Compositor's own namespace, which no tenant writes: the
+	// ServiceAccount lives there, and so does the controller Deployment. A Pod, a token
+	// Secret or a TokenRequest can only use a ServiceAccount of its own namespace, so no
+	// tenant of Namespace can mount or mint the controller's token. Empty means
+	// Namespace, the layout before issue #46, left only to offline previews (compositor
+	// lint) and tests: compositor serve always knows its namespace.
+	IdentityNamespace string
+	// WatchCompositions grants list and watch on the kind's compositions in every
+	// namespace: a controller Deployment's informer needs them, as it cannot know
+	// which namespaces it will be bound in before it starts. An in-process controller
+	// reads through Compositor's informers and gets no cluster-wide read.
+	WatchCompositions bool
+	// FormerServiceAccount, while an installation moves from the layout where the
+	// ServiceAccount lived in Namespace (LegacyServiceAccountName), makes every
+	// binding name that ServiceAccount too, so that the controller still running as it
+	// keeps its rights until the new one serves. Nothing else may be bound besides the
+	// ServiceAccount.
+	FormerServiceAccount bool
 	// DefinitionName, when set, is recorded in LabelDefinitionName.
 	DefinitionName string
 	// Plural is the generated CRD's resource, e.g. fireworksapps.
@@ -83,7 +105,8 @@ type Options struct {
 // the definition namespace, plural and version, so two definitions of one chart
 // version in two namespaces never share an object.
 type Names struct {
-	// ServiceAccount, in the definition namespace.
+	// ServiceAccount, in Compositor's namespace (Options.IdentityNamespace); also the
+	// name of the controller Deployment.
 	ServiceAccount string
 	// CompositionsRole names the ClusterRole on the compositions and its
 	// ClusterRoleBinding.
@@ -106,9 +129,31 @@ type Names struct {
 	ReleaseSeal string
 }
 
+// identityPrefixLen is how much of "<namespace>-<plural>-<version>" a ServiceAccount
+// name keeps before its hash: with the dash and 10 hex digits, 63 characters, a valid
+// DNS label and label value whatever the lengths of its parts.
+const identityPrefixLen = 52
+
 // ServiceAccountName returns the name of the ServiceAccount (and of the controller
-// Deployment) of one served version: <plural>-<version>-controller.
-func ServiceAccountName(plural, version string) string {
+// Deployment) of one served version of a definition of namespace, in Compositor's
+// namespace: "<namespace>-<plural>-<version>", cut to 52 characters, a dash and the
+// first 10 hex digits of the SHA-256 of "<namespace>/<plural>/<version>". Every
+// definition namespace gets its own, so two teams' definitions of one chart version
+// never share an identity; the readable part says whose it is.
+func ServiceAccountName(namespace, plural, version string) string {
+	readable := namespace + "-" + plural + "-" + version
+	if len(readable) > identityPrefixLen {
+		readable = readable[:identityPrefixLen]
+	}
+	sum := sha256.Sum256([]byte(namespace + "/" + plural + "/" + version))
+	return readable + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// LegacyServiceAccountName is the name the ServiceAccount and the controller
+// Deployment of a version had, in the definition's namespace, before they moved to
+// Compositor's: <plural>-<version>-controller. Compositor removes such objects,
+// found by their identity labels, once the new ones serve.
+func LegacyServiceAccountName(plural, version string) string {
 	return plural + "-" + version + "-controller"
 }
 
@@ -116,7 +161,7 @@ func ServiceAccountName(plural, version string) string {
 func NamesFor(namespace, plural, version string) Names {
 	prefix := "compositor:" + namespace + ":" + plural + "-" + version
 	return Names{
-		ServiceAccount:   ServiceAccountName(plural, version),
+		ServiceAccount:   ServiceAccountName(namespace, plural, version),
 		CompositionsRole: prefix + ":compositions",
 		ReleaseRole:      prefix + ":release",
 		ClusterRole:      prefix + ":cluster",
@@ -163,13 +208,16 @@ func LabelValue(s string) string {
 type Objects struct {
 	// ServiceAccount the version's controller runs as.
 	ServiceAccount *corev1.ServiceAccount
-	// CompositionsRole lets the controller read and update its compositions in every
-	// namespace, record events and read definitions.
+	// CompositionsRole lets the controller record events and read definitions and
+	// policies in every namespace, and, with Options.WatchCompositions, list and watch
+	// its compositions. Writing them is the ReleaseRole's.
 	CompositionsRole *rbacv1.ClusterRole
 	// CompositionsBinding binds CompositionsRole cluster-wide.
 	CompositionsBinding *rbacv1.ClusterRoleBinding
-	// ReleaseRole holds the chart's namespaced rights and Helm's release Secrets. It is
-	// never bound cluster-wide: ReleaseBinding binds it in one namespace.
+	// ReleaseRole holds the chart's namespaced rights, Helm's release Secrets, and the
+	// rights on the compositions themselves (get, update, their status and finalizers).
+	// It is never bound cluster-wide: ReleaseBinding binds it in one namespace, where
+	// the definition owns compositions.
 	ReleaseRole *rbacv1.ClusterRole
 	// ClusterRole holds the chart's cluster-scoped rights; nil when it has none.
 	ClusterRole *rbacv1.ClusterRole
@@ -185,18 +233,23 @@ type Objects struct {
 	// nil without Options.ChartArchiveNamespace.
 	ChartArchiveRole *rbacv1.Role
 	// ChartArchiveBinding binds ChartArchiveRole, in Compositor's namespace, to the
-	// ServiceAccount in the definition namespace; nil with it.
+	// ServiceAccount; nil with it.
 	ChartArchiveBinding *rbacv1.RoleBinding
 	// ReleaseSealRole lets the controller get Secret ReleaseSealSecret, by name, in
 	// Compositor's namespace: the key that seals Helm's release records; nil without
 	// Options.ReleaseSealNamespace.
 	ReleaseSealRole *rbacv1.Role
 	// ReleaseSealBinding binds ReleaseSealRole, in Compositor's namespace, to the
-	// ServiceAccount in the definition namespace; nil with it.
+	// ServiceAccount; nil with it.
 	ReleaseSealBinding *rbacv1.RoleBinding
 
-	releaseBindingName string
-	labels             map[string]string
+	releaseBindingName  string
+	labels              map[string]string
+	definitionNamespace string
+	compositions        schema.GroupResource
+	// subjects every binding names: the ServiceAccount, and while an installation
+	// moves (Options.FormerServiceAccount) the one it had in the definition namespace.
+	subjects []rbacv1.Subject
 }
 
 // Generate returns the RBAC objects of one definition version. They pass Check.
@@ -228,31 +281,38 @@ func Generate(opts Options) (*Objects, error) {
 
 	sa := &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-		ObjectMeta: objectMeta(names.ServiceAccount, opts.Namespace, labels),
+		ObjectMeta: objectMeta(names.ServiceAccount, cmp.Or(opts.IdentityNamespace, opts.Namespace), labels),
 	}
-	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	if opts.FormerServiceAccount {
+		subjects = append(subjects, LegacySubject(opts.Namespace, opts.Plural, opts.Version))
+	}
 	objs := &Objects{
-		ServiceAccount:     sa,
-		CompositionsRole:   clusterRole(names.CompositionsRole, labels, compositionRules(opts.Group, opts.Plural)),
-		ReleaseRole:        clusterRole(names.ReleaseRole, labels, releaseRules(namespaced, removedOnly(opts.RemovedTypes, namespaced))),
-		releaseBindingName: names.ReleaseBinding,
-		labels:             labels,
+		ServiceAccount:   sa,
+		CompositionsRole: clusterRole(names.CompositionsRole, labels, compositionRules(opts.Group, opts.Plural, opts.WatchCompositions)),
+		ReleaseRole: clusterRole(names.ReleaseRole, labels, releaseRules(opts.Group, opts.Plural, namespaced,
+			removedOnly(opts.RemovedTypes, namespaced))),
+		releaseBindingName:  names.ReleaseBinding,
+		labels:              labels,
+		definitionNamespace: opts.Namespace,
+		compositions:        schema.GroupResource{Group: opts.Group, Resource: opts.Plural},
+		subjects:            subjects,
 	}
-	objs.CompositionsBinding = clusterRoleBinding(objs.CompositionsRole, subject)
+	objs.CompositionsBinding = clusterRoleBinding(objs.CompositionsRole, subjects)
 	if len(cluster) > 0 {
 		objs.ClusterRole = clusterRole(names.ClusterRole, labels, typeRules(cluster, HelmVerbs))
-		objs.ClusterBinding = clusterRoleBinding(objs.ClusterRole, subject)
+		objs.ClusterBinding = clusterRoleBinding(objs.ClusterRole, subjects)
 	}
 	if opts.CredentialsSecret != "" {
-		objs.CredentialsRole, objs.CredentialsBinding = secretReader(names.Credentials, opts.Namespace, opts.CredentialsSecret, labels, subject)
+		objs.CredentialsRole, objs.CredentialsBinding = secretReader(names.Credentials, opts.Namespace, opts.CredentialsSecret, labels, subjects)
 	}
 	if opts.ChartArchiveNamespace != "" {
 		objs.ChartArchiveRole, objs.ChartArchiveBinding = secretReader(names.ChartArchive, opts.ChartArchiveNamespace,
-			chartfetch.KeptArchiveSecretName(opts.ChartDigest), labels, subject)
+			chartfetch.KeptArchiveSecretName(opts.ChartDigest), labels, subjects)
 	}
 	if opts.ReleaseSealNamespace != "" {
 		objs.ReleaseSealRole, objs.ReleaseSealBinding = secretReader(names.ReleaseSeal, opts.ReleaseSealNamespace,
-			ReleaseSealSecret, labels, subject)
+			ReleaseSealSecret, labels, subjects)
 		// And, in the same namespace, the Gatekeeper constraints serve enforces.
 		objs.ReleaseSealRole.Rules = append(objs.ReleaseSealRole.Rules, constraintsRule())
 	}
@@ -262,9 +322,15 @@ func Generate(opts Options) (*Objects, error) {
 	return objs, nil
 }
 
+// LegacySubject is the ServiceAccount a version's controller ran as before it moved to
+// Compositor's namespace: LegacyServiceAccountName in the definition namespace.
+func LegacySubject(namespace, plural, version string) rbacv1.Subject {
+	return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: LegacyServiceAccountName(plural, version), Namespace: namespace}
+}
+
 // secretReader is a Role named name in namespace that may get the one Secret secret
-// there, and its RoleBinding of the same name to subject.
-func secretReader(name, namespace, secret string, labels map[string]string, subject rbacv1.Subject) (*rbacv1.Role, *rbacv1.RoleBinding) {
+// there, and its RoleBinding of the same name to subjects.
+func secretReader(name, namespace, secret string, labels map[string]string, subjects []rbacv1.Subject) (*rbacv1.Role, *rbacv1.RoleBinding) {
 	role := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
 		ObjectMeta: objectMeta(name, namespace, labels),
@@ -274,7 +340,7 @@ func secretReader(name, namespace, secret string, labels map[string]string, subj
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
 		ObjectMeta: objectMeta(name, namespace, labels),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{subject},
+		Subjects:   slices.Clone(subjects),
 	}
 	return role, binding
 }
@@ -293,6 +359,7 @@ func (o Options) validate() error {
 	var problems []string
 	for _, f := range []struct{ name, value string }{
 		{"namespace", o.Namespace}, {"plural", o.Plural}, {"version", o.Version},
+		{"identity namespace", cmp.Or(o.IdentityNamespace, o.Namespace)},
 	} {
 		for _, msg := range validation.IsDNS1123Label(f.value) {
 			problems = append(problems, fmt.Sprintf("%s %q: %s", f.name, f.value, msg))
@@ -331,16 +398,29 @@ func (o Options) validate() error {
 }
 
 // ReleaseBinding returns the RoleBinding, in namespace, of ReleaseRole to the
-// ServiceAccount: it lets the controller install releases in that namespace only.
+// ServiceAccount: it lets the controller write its compositions and install their
+// releases in that namespace only.
 func (o *Objects) ReleaseBinding(namespace string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
 		ObjectMeta: objectMeta(o.releaseBindingName, namespace, o.labels),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.ReleaseRole.Name},
-		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Name: o.ServiceAccount.Name, Namespace: o.ServiceAccount.Namespace,
-		}},
+		Subjects:   slices.Clone(o.subjects),
 	}
+}
+
+// WithFormer returns objects whose release bindings also name the ServiceAccount the
+// version's controller ran as in the definition namespace (LegacySubject), as
+// Options.FormerServiceAccount does for the others: while an installation moves, the
+// controller Deployment still running as it keeps its rights until the new one
+// serves.
+func (o *Objects) WithFormer() *Objects {
+	out := *o
+	legacy := LegacySubject(o.definitionNamespace, o.labels[vocab.LabelResource], o.labels[vocab.LabelVersion])
+	if !slices.Contains(o.subjects, legacy) {
+		out.subjects = append(slices.Clone(o.subjects), legacy)
+	}
+	return &out
 }
 
 // List returns the objects in the order to apply them: the ServiceAccount, the roles,
@@ -403,23 +483,25 @@ func clusterRole(name string, labels map[string]string, rules []rbacv1.PolicyRul
 	}
 }
 
-func clusterRoleBinding(role *rbacv1.ClusterRole, subject rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+func clusterRoleBinding(role *rbacv1.ClusterRole, subjects []rbacv1.Subject) *rbacv1.ClusterRoleBinding {
 	return &rbacv1.ClusterRoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"},
 		ObjectMeta: objectMeta(role.Name, "", role.Labels),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{subject},
+		Subjects:   slices.Clone(subjects),
 	}
 }
 
-// compositionRules let a controller reconcile the compositions of its resource in any
-// namespace: read and update them, their status and finalizers, record events, and
-// read definitions.
-func compositionRules(group, plural string) []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"get", "list", "patch", "update", "watch"}},
-		{APIGroups: []string{group}, Resources: []string{plural + "/status"}, Verbs: []string{"get", "patch", "update"}},
-		{APIGroups: []string{group}, Resources: []string{plural + "/finalizers"}, Verbs: []string{"update"}},
+// compositionRules are what a controller needs in every namespace: record events,
+// read definitions, namespaces and policies and, with watch, list and watch the
+// compositions of its resource (a Deployment's informer). Writing compositions is
+// bound per namespace (compositionWriteRules).
+func compositionRules(group, plural string, watch bool) []rbacv1.PolicyRule {
+	var rules []rbacv1.PolicyRule
+	if watch {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"list", "watch"}})
+	}
+	return append(rules, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{eventsGroup}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{vocab.DefinitionGroup}, Resources: []string{vocab.DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
@@ -427,14 +509,26 @@ func compositionRules(group, plural string) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 		// To judge what it installs with the rendered policies, as admission does.
 		{APIGroups: []string{vocab.PolicyGroup}, Resources: []string{vocab.PolicyResource}, Verbs: []string{"get", "list", "watch"}},
+	}...)
+}
+
+// compositionWriteRules let a controller reconcile the compositions of its resource in
+// the namespace where they are bound: read and update them, their status and
+// finalizers.
+func compositionWriteRules(group, plural string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{plural + "/status"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{plural + "/finalizers"}, Verbs: []string{"update"}},
 	}
 }
 
-// releaseRules grant HelmVerbs on the chart's namespaced types, RemovalVerbs on the
-// types it removes, Helm's release storage on Secrets, unless the chart's own Secrets
-// already cover it, and the compositions' CompositionRevisions (RevisionRule).
-func releaseRules(namespaced, removed []ResourceType) []rbacv1.PolicyRule {
-	rules := append(typeRules(namespaced, HelmVerbs), typeRules(removed, RemovalVerbs)...)
+// releaseRules grant the compositions of group and plural (compositionWriteRules),
+// HelmVerbs on the chart's namespaced types, RemovalVerbs on the types it removes,
+// Helm's release storage on Secrets, unless the chart's own Secrets already cover it,
+// and the compositions' CompositionRevisions (RevisionRule).
+func releaseRules(group, plural string, namespaced, removed []ResourceType) []rbacv1.PolicyRule {
+	rules := slices.Concat(compositionWriteRules(group, plural), typeRules(namespaced, HelmVerbs), typeRules(removed, RemovalVerbs))
 	if !slices.ContainsFunc(namespaced, func(t ResourceType) bool { return t.Group == "" && t.Resource == "secrets" }) {
 		rules = append(rules, rbacv1.PolicyRule{
 			APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: slices.Clone(ReleaseStorageVerbs),

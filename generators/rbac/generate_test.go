@@ -2,6 +2,7 @@ package rbac
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,11 +28,13 @@ func fireworksOptions(t testing.TB, chartVersion string, types []ResourceType) O
 	version, err := crd.VersionName(chartVersion)
 	require.NoError(t, err)
 	return Options{
-		Namespace:      "fireworksapp-system",
-		DefinitionName: "fireworksapp-" + strings.TrimPrefix(version, "v"),
-		Plural:         plural,
-		Version:        version,
-		Types:          types,
+		Namespace:         "fireworksapp-system",
+		IdentityNamespace: "compositor-system",
+		WatchCompositions: true,
+		DefinitionName:    "fireworksapp-" + strings.TrimPrefix(version, "v"),
+		Plural:            plural,
+		Version:           version,
+		Types:             types,
 	}
 }
 
@@ -62,18 +65,27 @@ func TestGoldenFireworksApp(t *testing.T) {
 
 var helmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "watch"}
 
+// compositionWrites are the rights on the compositions, bound per namespace.
+var compositionWrites = []rbacv1.PolicyRule{
+	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
+	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
+}
+
 // The rules, listed exactly (the golden files show them too).
 func TestGenerateFireworksAppRules(t *testing.T) {
 	releaseStorage := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}}
 	revisions := rbacv1.PolicyRule{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositionrevisions"}, Verbs: []string{"create", "delete", "get", "list", "update"}}
 	want := map[string][]rbacv1.PolicyRule{
 		"1.1.5": {
+			compositionWrites[0], compositionWrites[1], compositionWrites[2],
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 			releaseStorage,
 			revisions,
 		},
 		"2.0.0": {
+			compositionWrites[0], compositionWrites[1], compositionWrites[2],
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: helmVerbs},
@@ -81,10 +93,10 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 			revisions,
 		},
 	}
+	// Cluster-wide the controller only lists and watches its compositions (a
+	// Deployment's informer); it writes them where the release role is bound.
 	compositions := []rbacv1.PolicyRule{
-		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "list", "patch", "update", "watch"}},
-		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
-		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},
@@ -97,8 +109,8 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 			objs, err := Generate(fireworksOptions(t, v, types[v]))
 			require.NoError(t, err)
 			version := "v" + strings.ReplaceAll(v, ".", "-")
-			assert.Equal(t, "fireworksapps-"+version+"-controller", objs.ServiceAccount.Name)
-			assert.Equal(t, "fireworksapp-system", objs.ServiceAccount.Namespace)
+			assert.Equal(t, ServiceAccountName("fireworksapp-system", "fireworksapps", version), objs.ServiceAccount.Name)
+			assert.Equal(t, "compositor-system", objs.ServiceAccount.Namespace, "the identity lives in Compositor's namespace")
 			assert.Equal(t, "compositor:fireworksapp-system:fireworksapps-"+version+":compositions", objs.CompositionsRole.Name)
 			assert.Equal(t, "compositor:fireworksapp-system:fireworksapps-"+version+":release", objs.ReleaseRole.Name)
 			assert.Equal(t, rules, objs.ReleaseRole.Rules)
@@ -111,7 +123,7 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 			assert.Equal(t, "team-a", rb.Namespace)
 			assert.Equal(t, "compositor:fireworksapp-system:fireworksapps-"+version, rb.Name)
 			assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: objs.ReleaseRole.Name}, rb.RoleRef)
-			assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: objs.ServiceAccount.Name, Namespace: "fireworksapp-system"}}, rb.Subjects)
+			assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: objs.ServiceAccount.Name, Namespace: "compositor-system"}}, rb.Subjects)
 		})
 	}
 }
@@ -136,7 +148,7 @@ func TestGenerateClusterScopedTypes(t *testing.T) {
 func TestGenerateChartSecrets(t *testing.T) {
 	objs, err := Generate(fireworksOptions(t, "1.1.5", []ResourceType{kubeType(t, "", "Secret"), kubeType(t, "", "ConfigMap")}))
 	require.NoError(t, err)
-	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: helmVerbs}, RevisionRule()}, objs.ReleaseRole.Rules)
+	assert.Equal(t, append(slices.Clone(compositionWrites), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: helmVerbs}, RevisionRule()), objs.ReleaseRole.Rules)
 	for _, r := range objs.CompositionsRole.Rules {
 		assert.NotContains(t, r.Resources, "secrets")
 	}
@@ -231,7 +243,9 @@ func TestGenerateCredentialsRole(t *testing.T) {
 	assert.Equal(t, "fireworksapp-system", role.Namespace)
 	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"repo-password"}}}, role.Rules)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, binding.RoleRef)
-	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: objs.ServiceAccount.Name, Namespace: "fireworksapp-system"}}, binding.Subjects)
+	assert.Equal(t, "fireworksapp-system", binding.Namespace)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: objs.ServiceAccount.Name, Namespace: "compositor-system"}}, binding.Subjects,
+		"the Role in the definition's namespace binds the ServiceAccount in Compositor's")
 	assert.Contains(t, objs.List(), client.Object(role))
 	assert.Contains(t, objs.List(), client.Object(binding))
 
@@ -267,6 +281,7 @@ func TestGenerateRemovedTypes(t *testing.T) {
 	objs, err := Generate(opts)
 	require.NoError(t, err)
 	assert.Equal(t, []rbacv1.PolicyRule{
+		compositionWrites[0], compositionWrites[1], compositionWrites[2],
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"delete", "get"}},

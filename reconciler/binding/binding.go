@@ -1,6 +1,9 @@
 // Package binding keeps the release RoleBinding of each served version of a generated
 // kind in the namespaces that hold its compositions, for the version's controller,
-// whose identity cannot bind itself.
+// whose identity cannot bind itself. The release role holds all the controller may do
+// in a namespace: write its compositions and their status, and install their
+// releases; so a controller reaches only the namespaces where its definition owns
+// compositions.
 package binding
 
 import (
@@ -41,13 +44,21 @@ type Reconciler struct {
 	DefinitionNamespace string
 	// RBAC is the version's generated RBAC, which makes its release binding.
 	RBAC *rbac.Objects
+	// Former, when set and true, makes the binding name also the ServiceAccount the
+	// controller had in the definition's namespace before identities moved to
+	// Compositor's (rbac.Objects.WithFormer), while its Deployment still runs.
+	Former func() bool
 }
 
 // Reconcile binds the release role in the namespace when compositions of the version
 // are there and the definition owns them, and removes the binding otherwise.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	namespace := req.Name
-	binding := r.RBAC.ReleaseBinding(namespace)
+	objs := r.RBAC
+	if r.Former != nil && r.Former() {
+		objs = objs.WithFormer()
+	}
+	binding := objs.ReleaseBinding(namespace)
 	held, err := r.holdsCompositions(ctx, r.Compositions, r.NewList(), namespace)
 	if err == nil && !held {
 		// The cache may not have seen a composition created a moment ago, whose

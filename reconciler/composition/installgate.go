@@ -39,6 +39,9 @@ const (
 	ReasonObjectOutsideNamespace = "ObjectOutsideNamespace"
 	ReasonForbiddenObject        = "ForbiddenObject"
 	ReasonReleaseConflict        = "ReleaseConflict"
+	// ReasonIdentityNamespace: the composition is in Compositor's own namespace, which
+	// holds the identities Compositor and its controllers run as.
+	ReasonIdentityNamespace = "IdentityNamespace"
 )
 
 // GateError is a refusal to install: Reason is the condition reason, Message names
@@ -105,6 +108,10 @@ type installGate struct {
 	ctx context.Context
 	// namespace is the composition's: every object stays in it.
 	namespace string
+	// identities is Compositor's own namespace, where the ServiceAccounts it and its
+	// controllers run as live; nothing is created there (checkObjects). Empty when
+	// the controller does not know it.
+	identities string
 	// mapper tells namespaced kinds from cluster-scoped ones.
 	mapper meta.RESTMapper
 	// clusterScoped are the cluster-scoped kinds the definition allows.
@@ -155,7 +162,7 @@ func (g *installGate) forUninstall() *installGate {
 		creating.Uninstall = true
 		request = &creating
 	}
-	return &installGate{ctx: g.ctx, namespace: g.namespace, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: request}
+	return &installGate{ctx: g.ctx, namespace: g.namespace, identities: g.identities, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: request}
 }
 
 // judgeManifest judges the objects Helm built from the release's manifest, as the
@@ -238,6 +245,15 @@ func (g *installGate) placed(obj map[string]any) map[string]any {
 // checkObjects refuses the objects that leave the namespace or that compositions never
 // create, naming every one of them; the first refusal's reason is the condition's.
 func (g *installGate) checkObjects(objs []policies.RenderedObject) error {
+	if len(objs) > 0 && g.identities != "" && g.namespace == g.identities {
+		// One rule over where identities live, whatever the objects: a Pod, any
+		// workload's template, a token Secret or a TokenRequest can use a ServiceAccount
+		// of its own namespace only, so nothing of a release is created in this one.
+		g.refusal = &GateError{Reason: ReasonIdentityNamespace, Message: fmt.Sprintf(
+			"nothing was installed: namespace %s is Compositor's own, which holds the identities Compositor and its controllers run as; no composition installs there",
+			g.namespace)}
+		return g.refusal
+	}
 	var refusals []*GateError
 	for _, obj := range objs {
 		if refused := g.checkObject(obj); refused != nil {
@@ -441,6 +457,17 @@ func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string
 	}
 }
 
+// identityNamespace is Compositor's own namespace, as the controller knows it: where
+// the chart archives are kept, which is where the generated ServiceAccounts live
+// (rbac.Options.IdentityNamespace). In process Compositor's chart store has it; a
+// generated Deployment is given it (--chart-archive-namespace).
+func (r *Reconciler) identityNamespace() string {
+	if r.Charts == nil || r.Charts.Store == nil {
+		return ""
+	}
+	return r.Charts.Store.Namespace
+}
+
 // gate is the gate of one install or upgrade of the composition.
 func (r *Reconciler) gate(ctx context.Context, namespace string, request *policies.Request, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) *installGate {
 	if request != nil {
@@ -448,7 +475,7 @@ func (r *Reconciler) gate(ctx context.Context, namespace string, request *polici
 		// server says it is (the definition's annotation may list a namespaced kind).
 		request.ClusterScoped = clusterScoped
 	}
-	g := &installGate{ctx: ctx, namespace: namespace, mapper: mapper, request: request, clusterScoped: clusterScoped, awaitsManifest: true}
+	g := &installGate{ctx: ctx, namespace: namespace, identities: r.identityNamespace(), mapper: mapper, request: request, clusterScoped: clusterScoped, awaitsManifest: true}
 	if r.Checker != nil {
 		g.policies = r.Checker.Engine
 	}

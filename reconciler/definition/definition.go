@@ -90,6 +90,8 @@ type Reconciler struct {
 	cachesOnce sync.Once
 	checked    *lru.Cache // conversion checks done (checkConversions)
 	typesOf    *lru.Cache // chart digest → the resource types it creates (removedTypes)
+
+	legacyRemoved sync.Map // legacyKey → true: identities of before the move, removed (removeLegacyIdentity)
 }
 
 // Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD
@@ -138,6 +140,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1alpha1.CompositionDefinition{}, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}).
+		// Controller Deployments in Compositor's namespace carry no owner reference to a
+		// definition of another namespace: their identity labels name it.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.definitionsOfController)).
 		// A generated CRD changed by hand is put back; a Secret with chart credentials
 		// that changes makes its definitions fetch again. Secrets are watched by their
 		// metadata only: Compositor never caches their contents.

@@ -10,11 +10,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
@@ -40,6 +43,12 @@ const (
 // Deployment may also get Secret rbac.ReleaseSealSecret there, the key that seals
 // Helm's release records: without it the controller acts on no release, so failing to
 // grant it fails the version.
+//
+// The controller's ServiceAccount and Deployment live in Compositor's namespace, which
+// no tenant writes, whatever namespace the definition is in. An installation from
+// before, whose identities are in the definition's namespace, moves without a gap
+// (moveIdentity): the new ones are made first, the old ones removed once the new
+// ones serve.
 func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string, api *generatedAPI) (archiveErr, err error) {
 	opts, objs, err := r.versionRBAC(ctx, def, ch, digest, api)
 	if err != nil {
@@ -49,19 +58,30 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		return nil, err
 	}
 	if r.Kinds != nil {
+		r.Kinds.SetFormerIdentity(def.Namespace, api.Plural, api.Version, opts.FormerServiceAccount)
 		if err := r.serveVersion(ctx, def, api); err != nil {
 			return archiveErr, err
 		}
 		if r.Kinds.InProcess {
-			return archiveErr, nil
+			// The version's client impersonates the new ServiceAccount from its start:
+			// the old one serves nothing any more.
+			return archiveErr, r.removeLegacyIdentity(ctx, def, api.Plural, api.Version)
 		}
 	}
+	return archiveErr, r.applyController(ctx, def, api, opts, objs)
+}
+
+// applyController applies the controller Deployment of api's version, in Compositor's
+// namespace, under the RBAC of opts and objs; then, once it serves, removes the one
+// that ran in the definition's namespace before (moveIdentity).
+func (r *Reconciler) applyController(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, opts rbac.Options, objs *rbac.Objects) error {
 	if objs.ReleaseSealRole == nil {
-		return archiveErr, &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: errors.New(
+		return &condition.Error{Reason: ReasonApplyFailed, Terminal: true, Err: errors.New(
 			"Compositor's namespace, which keeps the release seal, is unknown here, so no controller Deployment could prove Helm's release records")}
 	}
-	return archiveErr, ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
+	err := ssa.Apply(ctx, r.Client, controller.Deployment(controller.Options{
 		Definition:         def,
+		Namespace:          opts.IdentityNamespace,
 		Plural:             api.Plural,
 		Version:            api.Version,
 		Group:              vocab.CompositionGroup,
@@ -73,6 +93,138 @@ func (r *Reconciler) applyWorkloads(ctx context.Context, def *corev1alpha1.Compo
 		// With the RBAC above, the controller reads the key that seals the releases.
 		ReleaseSealNamespace: opts.ReleaseSealNamespace,
 	}))
+	if err != nil {
+		return err
+	}
+	if opts.FormerServiceAccount {
+		// The old controller keeps its rights until the new one serves; the new
+		// Deployment's status brings the definition back here (definitionsOfController).
+		return nil
+	}
+	return r.removeLegacyIdentity(ctx, def, api.Plural, api.Version)
+}
+
+// formerIdentity tells whether the controller of a version still runs, as a Deployment,
+// under the ServiceAccount it had in the definition's namespace before identities
+// moved to Compositor's (rbac.LegacyServiceAccountName), while the new Deployment does
+// not serve yet: then every binding names both ServiceAccounts
+// (rbac.Options.FormerServiceAccount), so that writes and installs go on throughout
+// the move. In process there is nothing to wait for: the version's client
+// impersonates the new ServiceAccount from its start.
+func (r *Reconciler) formerIdentity(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) (bool, error) {
+	if (r.Kinds != nil && r.Kinds.InProcess) || r.compositorNamespace() == "" {
+		return false, nil
+	}
+	legacy, err := r.legacyController(ctx, def.Namespace, plural, version)
+	if err != nil || legacy == nil {
+		return false, err
+	}
+	current := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: r.compositorNamespace(), Name: controller.Name(def.Namespace, plural, version)}
+	switch err := r.Client.Get(ctx, key, current); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return !serves(current), nil
+}
+
+// legacyController is the controller Deployment a version had in the definition's
+// namespace before identities moved to Compositor's, or nil.
+func (r *Reconciler) legacyController(ctx context.Context, namespace, plural, version string) (*appsv1.Deployment, error) {
+	legacy := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: namespace, Name: rbac.LegacyServiceAccountName(plural, version)}
+	switch err := r.Client.Get(ctx, key, legacy); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	for k, v := range rbac.IdentityLabels(namespace, plural, version) {
+		if legacy.Labels[k] != v {
+			return nil, nil // not Compositor's
+		}
+	}
+	return legacy, nil
+}
+
+// serves tells whether a controller Deployment runs: its current generation is
+// observed and Available, with a replica available.
+func serves(d *appsv1.Deployment) bool {
+	if d.Status.ObservedGeneration < d.Generation || d.Status.AvailableReplicas < 1 {
+		return false
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// removeLegacyIdentity removes what a version's controller had in the definition's
+// namespace before identities moved to Compositor's: its Deployment and its
+// ServiceAccount, found by name and identity labels. Once per version and process:
+// nothing makes them again.
+func (r *Reconciler) removeLegacyIdentity(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
+	ns := r.compositorNamespace()
+	if ns == "" {
+		return nil // the identities have not moved
+	}
+	key := legacyKey{uid: def.UID, plural: plural, version: version}
+	if _, done := r.legacyRemoved.Load(key); done {
+		return nil
+	}
+	legacy, err := r.legacyController(ctx, def.Namespace, plural, version)
+	if err != nil {
+		return err
+	}
+	if legacy != nil {
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, legacy, client.Preconditions{UID: &legacy.UID})); err != nil {
+			return fmt.Errorf("removing the controller Deployment %s/%s, which Compositor ran before identities moved to %s: %w",
+				legacy.Namespace, legacy.Name, ns, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Removed the controller Deployment of the definition's namespace: the one in Compositor's namespace serves",
+			"namespace", legacy.Namespace, "name", legacy.Name)
+	}
+	err = r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(def.Namespace),
+		client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version)),
+		client.MatchingFields{"metadata.name": rbac.LegacyServiceAccountName(plural, version)})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the ServiceAccount %s/%s, which Compositor made before identities moved to %s: %w",
+			def.Namespace, rbac.LegacyServiceAccountName(plural, version), ns, err)
+	}
+	r.legacyRemoved.Store(key, true)
+	return nil
+}
+
+// legacyKey names one version of one definition whose former identity is removed.
+type legacyKey struct {
+	uid             types.UID
+	plural, version string
+}
+
+// definitionsOfController maps a controller Deployment in Compositor's namespace,
+// which no owner reference can tie to its definition in another, to that definition,
+// by its identity labels: its status tells when a move of identities may end.
+func (r *Reconciler) definitionsOfController(ctx context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
+	ns, name := l[vocab.LabelDefinitionNamespace], l[vocab.LabelDefinitionName]
+	if l[vocab.LabelManagedBy] != vocab.ManagedBy || ns == "" || name == "" || obj.GetNamespace() != r.compositorNamespace() {
+		return nil
+	}
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, d := range list.Items {
+		if rbac.LabelValue(d.Name) == name {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&d)})
+		}
+	}
+	return out
 }
 
 // versionRBAC generates the RBAC of the controller of api's version: what the chart's
@@ -108,7 +260,14 @@ func (r *Reconciler) versionRBAC(ctx context.Context, def *corev1alpha1.Composit
 		// another namespace already.
 		opts.CredentialsSecret = c.PasswordRef.Name
 	}
+	opts.IdentityNamespace = r.compositorNamespace()
 	inProcess := r.Kinds != nil && r.Kinds.InProcess
+	// A Deployment's informer lists its compositions in every namespace; in process,
+	// Compositor's informers do.
+	opts.WatchCompositions = !inProcess
+	if opts.FormerServiceAccount, err = r.formerIdentity(ctx, def, api.Plural, api.Version); err != nil {
+		return rbac.Options{}, nil, err
+	}
 	if ns := r.compositorNamespace(); ns != "" && !inProcess {
 		// In-process controllers read the archives with Compositor's own client, and
 		// have the seal from Compositor.
@@ -212,14 +371,28 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 		}
 	}
 	labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
-	deployment := &appsv1.Deployment{}
-	deployment.Namespace, deployment.Name = def.Namespace, controller.Name(plural, version)
+	// The controller and its ServiceAccount are in Compositor's namespace, where no
+	// owner reference to the definition can take them; those of an installation from
+	// before the move are in the definition's.
+	identityNamespaces := []string{def.Namespace}
+	deployments := []client.ObjectKey{{Namespace: def.Namespace, Name: rbac.LegacyServiceAccountName(plural, version)}}
+	if ns := r.compositorNamespace(); ns != "" {
+		if ns != def.Namespace {
+			identityNamespaces = append(identityNamespaces, ns)
+		}
+		deployments = append(deployments, client.ObjectKey{Namespace: ns, Name: controller.Name(def.Namespace, plural, version)})
+	}
 	var errs []error
-	for _, del := range []func() error{
-		func() error { return r.Client.Delete(ctx, deployment) },
-		func() error {
-			return r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(def.Namespace), labels)
-		},
+	var dels []func() error
+	for _, key := range deployments {
+		dels = append(dels, func() error { return r.deleteController(ctx, key, def.Namespace, plural, version) })
+	}
+	for _, ns := range identityNamespaces {
+		dels = append(dels, func() error {
+			return r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(ns), labels)
+		})
+	}
+	for _, del := range append(dels, []func() error{
 		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRoleBinding{}, labels) },
 		func() error { return r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRole{}, labels) },
 		func() error {
@@ -231,7 +404,7 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 		func() error { return r.deleteChartArchiveRole(ctx, def.Namespace, plural, version) },
 		func() error { return r.deleteReleaseSealRole(ctx, def.Namespace, plural, version) },
 		func() error { return r.deleteRoleBindings(ctx, labels) },
-	} {
+	}...) {
 		if err := client.IgnoreNotFound(del()); err != nil {
 			errs = append(errs, err)
 		}
@@ -240,6 +413,21 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 		return fmt.Errorf("removing the controller of %s %s: %w", plural, version, err)
 	}
 	return nil
+}
+
+// deleteController deletes the controller Deployment of key if it carries the identity
+// labels of the version: Compositor's namespace holds others' Deployments.
+func (r *Reconciler) deleteController(ctx context.Context, key client.ObjectKey, namespace, plural, version string) error {
+	d := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, key, d); err != nil {
+		return err
+	}
+	for k, v := range rbac.IdentityLabels(namespace, plural, version) {
+		if d.Labels[k] != v {
+			return nil
+		}
+	}
+	return r.Client.Delete(ctx, d, client.Preconditions{UID: &d.UID})
 }
 
 // deleteCredentialsRole removes the credentials Role and RoleBinding of a version
@@ -333,7 +521,7 @@ func (r *Reconciler) applyRetainedRBAC(ctx context.Context, def *corev1alpha1.Co
 		return fmt.Errorf("reading chart %s of the retained version %s: %w", retained.Chart, gv.Version, err)
 	}
 	version := &generatedAPI{ChartName: api.ChartName, ChartVersion: retained.Chart, Kind: api.Kind, Plural: api.Plural, Version: gv.Version}
-	_, objs, err := r.versionRBAC(ctx, def, ch, retained.Digest, version)
+	opts, objs, err := r.versionRBAC(ctx, def, ch, retained.Digest, version)
 	if err != nil {
 		return fmt.Errorf("generating the RBAC of the retained version %s: %w", gv.Version, err)
 	}
@@ -341,6 +529,21 @@ func (r *Reconciler) applyRetainedRBAC(ctx context.Context, def *corev1alpha1.Co
 	// controller fetches from the chart source meanwhile.
 	if _, err := r.applyVersionRBAC(ctx, def, version, objs); err != nil {
 		return fmt.Errorf("applying the RBAC of the retained version %s: %w", gv.Version, err)
+	}
+	if r.Kinds != nil {
+		r.Kinds.SetFormerIdentity(def.Namespace, version.Plural, version.Version, opts.FormerServiceAccount)
+		if r.Kinds.InProcess {
+			return r.removeLegacyIdentity(ctx, def, version.Plural, version.Version)
+		}
+	}
+	// A retained version's controller from before identities moved to Compositor's
+	// namespace moves like the current one's.
+	legacy, err := r.legacyController(ctx, def.Namespace, version.Plural, version.Version)
+	if err != nil || legacy == nil {
+		return err
+	}
+	if err := r.applyController(ctx, def, version, opts, objs); err != nil {
+		return fmt.Errorf("moving the controller of the retained version %s to Compositor's namespace: %w", gv.Version, err)
 	}
 	return nil
 }

@@ -112,10 +112,10 @@ func TestRetainedVersionsRBAC(t *testing.T) {
 	assert.Equal(t, [][]string{rbac.RemovalVerbs}, rulesOn(role, ingresses), "1.1.5's controller may delete 2.0.0's Ingresses, no more")
 	assert.Equal(t, [][]string{rbac.HelmVerbs}, rulesOn(role, rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}), "its own types, from its own chart")
 	sa := &corev1.ServiceAccount{}
-	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "platform", Name: rbac.ServiceAccountName("fireworksapps", "v1-1-5")}, sa))
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "platform", Name: rbac.ServiceAccountName("platform", "fireworksapps", "v1-1-5")}, sa))
 
 	deployment := &appsv1.Deployment{}
-	err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "platform", Name: controller.Name("fireworksapps", "v1-1-5")}, deployment)
+	err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "platform", Name: controller.Name("platform", "fireworksapps", "v1-1-5")}, deployment)
 	assert.True(t, apierrors.IsNotFound(err), "no controller Deployment: %v", err)
 
 	// Again: nothing changes; the charts' types are kept by digest.

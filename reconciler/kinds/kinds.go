@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -127,6 +129,10 @@ type Runtime struct {
 	queued     chan struct{}                                 // closed when queue is set
 
 	versions lightinformer.Set[VersionKey, *servedVersion]
+	// formers are the versions whose controller Deployment still runs as the
+	// ServiceAccount of the definition's namespace, while identities move to
+	// Compositor's (SetFormerIdentity): their release bindings name both.
+	formers sync.Map
 }
 
 // request is one piece of work of a served version: a composition to reconcile, or,
@@ -301,6 +307,45 @@ func (k *Runtime) Ensure(ctx context.Context, def *corev1alpha1.CompositionDefin
 	return err
 }
 
+// SetFormerIdentity says whether the version's controller Deployment still runs as the
+// ServiceAccount it had in the definition's namespace before identities moved to
+// Compositor's (rbac.LegacySubject): while it does, the release bindings name that
+// ServiceAccount too, so that it installs until the new Deployment serves. The
+// definition reconciler says so before Ensure, and again once the new one serves; a
+// change rebinds every namespace of the version.
+func (k *Runtime) SetFormerIdentity(namespace, plural, version string, former bool) {
+	key := VersionKey{Namespace: namespace, Plural: plural, Version: version}
+	if _, was := k.formers.Load(key); was == former {
+		return
+	}
+	if former {
+		k.formers.Store(key, true)
+	} else {
+		k.formers.Delete(key)
+	}
+	select {
+	case <-k.queued:
+	default:
+		return // every binding is reconciled when the version starts
+	}
+	if v := k.version(key); v != nil {
+		seen := map[string]bool{}
+		for _, item := range v.informer.Store().List() {
+			if obj, err := meta.Accessor(item); err == nil && !seen[obj.GetNamespace()] {
+				seen[obj.GetNamespace()] = true
+				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
+			}
+		}
+	}
+}
+
+// former tells whether the version's release bindings name the ServiceAccount of the
+// definition's namespace too (SetFormerIdentity).
+func (k *Runtime) former(key VersionKey) bool {
+	_, ok := k.formers.Load(key)
+	return ok
+}
+
 // Stop stops serving the version and waits until its informer has stopped; the
 // definition reconciler deletes its RBAC and bindings. Requests of the version still
 // queued are dropped when they come up.
@@ -309,6 +354,7 @@ func (k *Runtime) Stop(namespace, plural, version string) {
 	if k.versions.Stop(key) {
 		k.rates.forget(key)
 	}
+	k.formers.Delete(key)
 }
 
 // Served are the versions served now.
@@ -352,7 +398,8 @@ func (k *Runtime) newInformer(key VersionKey, handler toolscache.ResourceEventHa
 
 // newVersion builds what serves one version, not yet started.
 func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key VersionKey, gvk schema.GroupVersionKind) (*servedVersion, error) {
-	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: vocab.CompositionGroup})
+	objs, err := rbac.Generate(rbac.Options{Namespace: def.Namespace, IdentityNamespace: k.identityNamespace(),
+		DefinitionName: def.Name, Plural: key.Plural, Version: key.Version, Group: vocab.CompositionGroup})
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
@@ -368,11 +415,12 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		NewList:             func() client.ObjectList { return k.newCompositionList(gvk) },
 		DefinitionNamespace: def.Namespace,
 		RBAC:                objs,
+		Former:              func() bool { return k.former(key) },
 	}
 	if !k.InProcess {
 		return v, nil
 	}
-	cfg := impersonating(k.Config, key)
+	cfg := impersonating(k.Config, objs.ServiceAccount)
 	direct, err := client.New(cfg, client.Options{Scheme: k.scheme, Mapper: k.mapper})
 	if err != nil {
 		return nil, err
@@ -569,14 +617,27 @@ var ownershipChanged = predicate.TypedFuncs[*corev1alpha1.CompositionDefinition]
 		before.DeletionTimestamp.IsZero() != after.DeletionTimestamp.IsZero()
 }}
 
-// impersonating is cfg acting as the version's generated ServiceAccount.
-func impersonating(cfg *rest.Config, key VersionKey) *rest.Config {
+// impersonating is cfg acting as the version's generated ServiceAccount sa, which
+// lives in Compositor's namespace (rbac.Options.IdentityNamespace).
+func impersonating(cfg *rest.Config, sa *corev1.ServiceAccount) *rest.Config {
 	out := rest.CopyConfig(cfg)
 	out.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + key.Namespace + ":" + rbac.ServiceAccountName(key.Plural, key.Version),
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + key.Namespace, "system:authenticated"},
+		UserName: serviceaccount.MakeUsername(sa.Namespace, sa.Name),
+		Groups:   serviceaccount.MakeGroupNames(sa.Namespace),
 	}
+	out.Impersonate.Groups = append(out.Impersonate.Groups, "system:authenticated")
 	return out
+}
+
+// identityNamespace is Compositor's namespace, where the generated ServiceAccounts
+// live (rbac.Options.IdentityNamespace): the one whose Secrets keep the charts. Empty
+// leaves them in the definitions' namespaces, as before issue #46 (tests without a
+// chart store).
+func (k *Runtime) identityNamespace() string {
+	if k.Charts == nil || k.Charts.Store == nil {
+		return ""
+	}
+	return k.Charts.Store.Namespace
 }
 
 // cachedReads is a client whose reads come from caches: the version's compositions

@@ -274,6 +274,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		LaneConcurrency: opts.LaneConcurrency,
 		Unbounded:       opts.UnboundedAdmission,
 		Revisions:       revisions,
+		Namespace:       opts.Namespace,
 	})
 	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine}).SetupWithManager(mgr); err != nil {
 		return nil, err
