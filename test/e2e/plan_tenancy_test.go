@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/chartfetch"
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/plan"
+	definitionctl "github.com/compositor-dev/compositor/reconciler/definition"
+	"github.com/compositor-dev/compositor/test/controlplane"
+	"github.com/compositor-dev/compositor/test/samplecharts"
+)
+
+// TestPlanTellsATeamNamespaceOnlyItsOwn: a definition in team-a's namespace serves a
+// composition of team-a and one of payroll. When its chart version changes, a tenant of
+// team-a (a Role on ConfigMaps and definitions there) reads the plan's counts and
+// team-a's composition, and nothing of payroll's: not its name, its objects, its
+// refusal or a digest that a guess of its values computed with plain SHA-256 would
+// confirm; the whole plan is out of its reach. The platform's compositor plan prints
+// both namespaces.
+func TestPlanTellsATeamNamespaceOnlyItsOwn(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) {
+		o.Controllers = app.ControllersInProcess
+		o.AllowChartNetworks = chartfetch.LoopbackNetworks()
+	})
+	repo := rolloutRepository(t)
+	ctx := context.Background()
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+		return res.Stdout
+	}
+	definitionAt := func(version string) string {
+		return definition(repo.URL, "team-a", "fireworksapp", version) + "  upgrade: {approval: Always}\n"
+	}
+	kubectl("", "create", "namespace", "team-a")
+	kubectl("", "create", "namespace", "payroll")
+	kubectl(definitionAt("1.1.5"), "apply", "-f", "-")
+	kubectl("", "wait", "compositiondefinition", "fireworksapp", "-n", "team-a", "--for", "condition=Ready=True", "--timeout", "120s")
+	// payroll's has 6 replicas, which 2.0.0 refuses, saying so.
+	compositions := `apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: web, namespace: team-a}
+spec: {replicaCount: 1, service: {type: ClusterIP}}
+---
+apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: payroll-eu-v2-enterprise, namespace: payroll}
+spec: {replicaCount: 6, service: {type: ClusterIP, port: 9443}}
+`
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, compositions, "apply", "-f", "-")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 250*time.Millisecond)
+
+	kubectl(definitionAt("2.0.0"), "apply", "-f", "-")
+	def := &corev1alpha1.CompositionDefinition{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "fireworksapp"}, def))
+		if ro := def.Status.Rollout; assert.NotNil(c, ro) {
+			assert.Equal(c, corev1alpha1.RolloutAwaitingApproval, ro.Phase, ro.Message)
+		}
+	}, 2*time.Minute, 250*time.Millisecond)
+	ro := def.Status.Rollout
+	assert.EqualValues(t, 2, ro.Plan.ToMove)
+	assert.EqualValues(t, 1, ro.Plan.Refused)
+	assert.Empty(t, ro.Plan.RefusedCompositions, "the status, which team-a reads, names no refusal of payroll's")
+	assert.NotContains(t, strings.Join(ro.Plan.DeletedObjects, "\n"), "payroll")
+
+	// What an attacker computes offline from a guess (here, the right one): the plain
+	// SHA-256 of the values once moved, as an unkeyed plan names them.
+	guesses := guessedDigests(t, cp)
+	require.Len(t, guesses, 2)
+
+	// The tenant of team-a.
+	require.NoError(t, cp.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tenant"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},
+	}}))
+	require.NoError(t, cp.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tenant"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "tenant"}},
+	}))
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant"}
+	tenant, err := client.New(cfg, client.Options{Scheme: cp.Client.Scheme()})
+	require.NoError(t, err)
+
+	// Every ConfigMap the tenant may read in team-a says nothing of payroll's.
+	var view string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cms := &corev1.ConfigMapList{}
+		if !assert.NoError(c, tenant.List(ctx, cms, client.InNamespace("team-a"))) {
+			return
+		}
+		view = ""
+		for _, cm := range cms.Items {
+			b, _ := json.Marshal(cm)
+			for _, s := range append([]string{"payroll"}, guesses...) {
+				assert.NotContains(c, string(b), s, "ConfigMap %s", cm.Name)
+			}
+			if cm.Name == definitionctl.PlanConfigMapName("fireworksapp") {
+				view = inflatePlan(t, cm.BinaryData[definitionctl.PlanConfigMapKey])
+			}
+		}
+		assert.Contains(c, view, ro.Plan.Hash)
+	}, time.Minute, 250*time.Millisecond)
+	for _, s := range append([]string{"payroll"}, guesses...) {
+		assert.NotContains(t, view, s)
+	}
+	assert.NotContains(t, view, `"values"`)
+	assert.Contains(t, view, `"name":"web"`)
+	assert.Contains(t, view, `"namespace":"team-a"`)
+	assert.Contains(t, view, `"summary":{"toMove":2,"refused":1`)
+	assert.Contains(t, view, plan.KeyedDigest, "team-a's own digest is keyed too")
+
+	whole := client.ObjectKey{Namespace: app.NewServeOptions().Namespace, Name: definitionctl.WholePlanConfigMapName(def.UID)}
+	assert.True(t, apierrors.IsForbidden(tenant.Get(ctx, whole, &corev1.ConfigMap{})), "the tenant may not read the whole plan")
+
+	// The whole plan has both, keyed.
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, cp.Client.Get(ctx, whole, cm))
+	all := inflatePlan(t, cm.BinaryData[definitionctl.PlanConfigMapKey])
+	assert.Contains(t, all, "payroll-eu-v2-enterprise")
+	for _, g := range guesses {
+		assert.NotContains(t, all, g)
+	}
+
+	// The platform's compositor plan prints every namespace; the tenant's, its own.
+	var out bytes.Buffer
+	require.NoError(t, app.RunPlanDefinition(ctx, &out, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "Plan "+ro.Plan.Hash)
+	assert.Contains(t, out.String(), "\npayroll/payroll-eu-v2-enterprise (release payroll-eu-v2-enterprise): refused\n")
+	assert.Contains(t, out.String(), "\nteam-a/web (release web): moves\n")
+	out.Reset()
+	path := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	require.NoError(t, os.WriteFile(path, cp.UserKubeconfig(t, "tenant"), 0o600))
+	require.NoError(t, app.RunPlanDefinition(ctx, &out, &app.PlanOptions{Kubeconfig: path, Output: "json"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), ro.Plan.Hash)
+	assert.Contains(t, out.String(), `"name": "web"`)
+	for _, s := range append([]string{"payroll"}, guesses...) {
+		assert.NotContains(t, out.String(), s)
+	}
+}
+
+// guessedDigests are the hex SHA-256 digests of the values of the v1-1-5 compositions
+// once moved to the 2.0.0 of rolloutRepository, as a plan without a key computes them.
+func guessedDigests(t *testing.T, cp *controlplane.ControlPlane) []string {
+	t.Helper()
+	from, err := samplecharts.Load("1.1.5")
+	require.NoError(t, err)
+	to, err := samplecharts.Load("2.0.0")
+	require.NoError(t, err)
+	to.Schema = bytes.Replace(to.Schema, []byte(`"maximum": 20`), []byte(`"maximum": 4`), 1)
+	to.Templates = slices.DeleteFunc(to.Templates, func(f *chartcommon.File) bool { return f.Name == "templates/configmap.yaml" })
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("composition.krateo.io/v1-1-5")
+	list.SetKind("FireworksAppList")
+	require.NoError(t, cp.Client.List(context.Background(), list))
+	var objs []map[string]any
+	for _, item := range list.Items {
+		objs = append(objs, item.Object)
+	}
+	p, err := plan.Compute(context.Background(), plan.Options{From: from, To: to}, objs)
+	require.NoError(t, err)
+	var out []string
+	for _, c := range p.Compositions {
+		b, err := json.Marshal(c.Values)
+		require.NoError(t, err)
+		sum := sha256.Sum256(b)
+		require.Equal(t, plan.PlainDigest+hex.EncodeToString(sum[:]), c.ValuesDigest)
+		out = append(out, hex.EncodeToString(sum[:]))
+	}
+	return out
+}
+
+func inflatePlan(t *testing.T, b []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	require.NoError(t, err)
+	raw, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	return string(raw)
+}
