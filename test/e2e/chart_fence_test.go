@@ -8,12 +8,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -52,6 +56,8 @@ func TestDeploymentChartFencesCompositorsRights(t *testing.T) {
 		assert.Contains(t, res.Stderr, want)
 	}
 	waitForFence(t, cp)
+	controllerSA := rbac.ServiceAccountName("team-a", "fireworksapps", "v1-1-5")
+	const onlyController = "may only bind the controller ServiceAccount team-a-fireworksapps-v1-1-5-<hash> of compositor-system"
 
 	// The labels of one definition version, as generators/rbac sets them.
 	const labels = `labels:
@@ -80,7 +86,7 @@ metadata:
   name: compositor:team-a:fireworksapps-v1-1-5:cluster
   `+labels+`
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]
+subjects: [{kind: ServiceAccount, name: `+controllerSA+`, namespace: compositor-system}]
 `)
 		refused(t, "lacks the labels app.kubernetes.io/managed-by=compositor", `
 apiVersion: rbac.authorization.k8s.io/v1
@@ -100,7 +106,30 @@ subjects: [{kind: ServiceAccount, name: compositor, namespace: compositor-system
 	})
 
 	t.Run("a RoleBinding to an arbitrary ServiceAccount", func(t *testing.T) {
-		refused(t, "may only bind the controller ServiceAccount team-a/fireworksapps-v1-1-5-controller", `
+		// The controller's ServiceAccount lives in Compositor's namespace: one of its
+		// name in the definition's namespace, where tenants write, is bound only
+		// beside it, while an installation moves.
+		refused(t, onlyController, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5
+  namespace: team-a
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:release"}
+subjects: [{kind: ServiceAccount, name: `+controllerSA+`, namespace: team-a}]
+`)
+		refused(t, onlyController, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5
+  namespace: team-a
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:release"}
+subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]
+`)
+		refused(t, onlyController, `
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
@@ -164,7 +193,7 @@ rules: ` + rules + "\n"
 		res = cp.Kubectl(ctx, genuine, "create", "-f", "-")
 		require.NoError(t, res.Err, res.Stderr)
 		t.Cleanup(func() { _ = cp.Kubectl(ctx, genuine, "delete", "-f", "-") })
-		refused(t, "may only bind the controller ServiceAccount team-a/fireworksapps-v1-1-5-controller", `
+		refused(t, onlyController, `
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
@@ -182,7 +211,7 @@ metadata:
   namespace: compositor-system
   `+labels+`
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: compositor}
-subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]
+subjects: [{kind: ServiceAccount, name: `+controllerSA+`, namespace: compositor-system}]
 `)
 	})
 
@@ -201,6 +230,28 @@ subjects: [{kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespa
 apiVersion: apps/v1
 kind: Deployment
 metadata:
+  name: `+controllerSA+`
+  namespace: compositor-system
+  `+labels+`
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec:
+      serviceAccountName: `+controllerSA+`
+      hostPID: true
+      containers: [{name: c, image: busybox}]
+`, "create", "-f", "-")
+		require.Error(t, res.Err)
+		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-controllers'")
+		assert.Contains(t, res.Stderr, "must run as ServiceAccount "+controllerSA+", unprivileged, without host namespaces")
+		// The controller runs in Compositor's namespace only: a Deployment in the
+		// definition's namespace, whose tenants could exec into it or read its token,
+		// is refused, by RBAC before the policy.
+		res = asCompositor(`
+apiVersion: apps/v1
+kind: Deployment
+metadata:
   name: fireworksapps-v1-1-5-controller
   namespace: team-a
   `+labels+`
@@ -210,16 +261,14 @@ spec:
     metadata: {labels: {app: x}}
     spec:
       serviceAccountName: fireworksapps-v1-1-5-controller
-      hostPID: true
       containers: [{name: c, image: busybox}]
 `, "create", "-f", "-")
 		require.Error(t, res.Err)
-		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-controllers'")
-		assert.Contains(t, res.Stderr, "must run as ServiceAccount fireworksapps-v1-1-5-controller, unprivileged, without host namespaces")
+		assert.Contains(t, res.Stderr, "forbidden")
 		res = asCompositor(`
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: miner, namespace: kube-system}
+metadata: {name: miner, namespace: compositor-system}
 spec:
   selector: {matchLabels: {app: x}}
   template:
@@ -240,7 +289,10 @@ spec:
 
 	t.Run("what Compositor generates is admitted", func(t *testing.T) {
 		objs, err := rbac.Generate(rbac.Options{
-			Namespace: "team-a", DefinitionName: "fireworks", Plural: "fireworksapps", Version: "v1-1-5",
+			Namespace: "team-a", IdentityNamespace: "compositor-system", WatchCompositions: true,
+			// While an installation moves: the bindings name the old ServiceAccount too.
+			FormerServiceAccount: true,
+			DefinitionName:       "fireworks", Plural: "fireworksapps", Version: "v1-1-5",
 			Types: []rbac.ResourceType{
 				{Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true},
 				{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true},
@@ -257,7 +309,10 @@ spec:
 		require.NoError(t, err)
 		require.NotNil(t, objs.ReleaseSealRole)
 		var manifests []string
-		for _, obj := range append(objs.List(), objs.ReleaseBinding("team-a"), objs.ReleaseBinding("default")) {
+		def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "fireworks", UID: "u"}}
+		deployment := controller.Deployment(controller.Options{Definition: def, Namespace: "compositor-system", Plural: "fireworksapps", Version: "v1-1-5",
+			ReleaseSealNamespace: "compositor-system", ChartArchiveNamespace: "compositor-system"})
+		for _, obj := range append(objs.List(), objs.ReleaseBinding("team-a"), objs.ReleaseBinding("default"), deployment) {
 			data, err := yaml.Marshal(obj)
 			require.NoError(t, err)
 			manifests = append(manifests, string(data))
@@ -272,6 +327,8 @@ spec:
 		roles := &rbacv1.ClusterRoleList{}
 		require.NoError(t, cp.Client.List(ctx, roles, selector))
 		assert.Empty(t, roles.Items)
+		require.NoError(t, impersonated.Delete(ctx, deployment))
+		require.NoError(t, impersonated.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace("compositor-system"), selector))
 		// The Roles in Compositor's namespace, by name, as deleteWorkloads does.
 		for _, obj := range []client.Object{objs.ReleaseSealBinding, objs.ReleaseSealRole, objs.ChartArchiveBinding, objs.ChartArchiveRole} {
 			require.NoError(t, impersonated.Delete(ctx, obj), "%T %s", obj, obj.GetName())
@@ -305,8 +362,8 @@ func kubectlAsCompositor(cp *controlplane.ControlPlane, stdin string, args ...st
 func waitForFence(t *testing.T, cp *controlplane.ControlPlane) {
 	t.Helper()
 	probes := map[string][]string{
-		"compositor-generated-rbac":        {"create", "serviceaccount", "probe", "-n", "default"},
-		"compositor-generated-controllers": {"create", "deployment", "probe", "-n", "default", "--image", "probe"},
+		"compositor-generated-rbac":        {"create", "serviceaccount", "probe", "-n", "compositor-system"},
+		"compositor-generated-controllers": {"create", "deployment", "probe", "-n", "compositor-system", "--image", "probe"},
 		"compositor-generated-crds":        {"delete", "crd", "compositiondefinitions.core.krateo.io"},
 	}
 	for policy, args := range probes {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -72,7 +74,9 @@ func TestControllerActsAsTheGeneratedIdentity(t *testing.T) {
 		assert.Equal(c, "False", status)
 		assert.Contains(c, message, "forbidden")
 		// Helm looks the object up before it creates it; either is refused.
-		assert.Regexp(c, `User "system:serviceaccount:probes:rbacprobes-v0-1-0-controller" cannot (get|create) resource "serviceaccounts"`, message)
+		// The generated identity lives in Compositor's namespace, not the definition's.
+		sa := "system:serviceaccount:compositor-system:" + rbac.ServiceAccountName("probes", "rbacprobes", "v0-1-0")
+		assert.Regexp(c, `User "`+regexp.QuoteMeta(sa)+`" cannot (get|create) resource "serviceaccounts"`, message)
 	}, 2*time.Minute, 250*time.Millisecond)
 	err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "probes", Name: "refused-probe"}, &corev1.ServiceAccount{})
 	assert.Error(t, err, "the ServiceAccount was never created")
