@@ -87,20 +87,26 @@ type PlanKeeper struct {
 // Keep writes the whole plan p of def, without values, to Compositor's namespace,
 // then its view to def's namespace. A ConfigMap of either name that is not
 // Compositor's plan of def is left alone, and reported.
+//
+// Without a Namespace the whole plan is not kept, and that is reported; the view is
+// written all the same, so that no whole plan stays in def's namespace.
 func (k *PlanKeeper) Keep(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
+	var wholeErr error
 	if k.Namespace == "" {
-		return errors.New("no namespace of Compositor's to keep the whole plan in")
-	}
-	whole := p.Redacted()
-	whole.Scope = nil
-	if err := k.write(ctx, def, client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}, whole, false); err != nil {
-		return err
+		wholeErr = errors.New("no namespace of Compositor's to keep the whole plan in")
+	} else {
+		whole := p.Redacted()
+		whole.Scope = nil
+		// The whole plan first: where there is a view, the whole plan is there too.
+		if err := k.write(ctx, def, client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}, whole, false); err != nil {
+			return err
+		}
 	}
 	view, err := p.View(def.Namespace)
 	if err != nil {
-		return err
+		return errors.Join(wholeErr, err)
 	}
-	return k.write(ctx, def, client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}, view, true)
+	return errors.Join(wholeErr, k.write(ctx, def, client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}, view, true))
 }
 
 // Narrow replaces a whole plan an earlier Compositor kept in def's namespace with its
