@@ -42,6 +42,15 @@ func init() {
 	metrics.Registry.MustRegister(unauthenticatedTotal)
 }
 
+// A refused caller without a certificate is answered after refusalDelay, so that one
+// connection asks at most about once a second and, while it waits, costs a timer and
+// not CPU; at most maxHeldRefusals wait at once, and past them a refusal is answered at
+// once and its connection closed, so that the next request pays for a handshake.
+const (
+	refusalDelay    = time.Second
+	maxHeldRefusals = 512
+)
+
 // caReloadInterval is how often the client CA file is looked at for a change: a
 // mounted Secret or ConfigMap is replaced in place when its CA rotates.
 const caReloadInterval = 10 * time.Second
@@ -59,6 +68,9 @@ type ClientAuth struct {
 	file  string
 	names []string
 
+	// held are the refusals waiting out refusalDelay.
+	held chan struct{}
+
 	pool      atomic.Pointer[x509.CertPool]
 	mu        sync.Mutex // serializes reloads
 	loaded    []byte
@@ -69,7 +81,7 @@ type ClientAuth struct {
 // certificate. names, when not empty, are the identities (common name or DNS name) a
 // certificate must carry one of.
 func NewClientAuth(caFile string, names []string) (*ClientAuth, error) {
-	a := &ClientAuth{file: caFile, names: slices.Clone(names)}
+	a := &ClientAuth{file: caFile, names: slices.Clone(names), held: make(chan struct{}, maxHeldRefusals)}
 	if err := a.reload(); err != nil {
 		return nil, err
 	}
@@ -153,8 +165,8 @@ func (a *ClientAuth) verifyConnection(cs tls.ConnectionState) error {
 }
 
 // Require refuses, with a 403 and before its body is read, a request whose connection
-// presented no client certificate; one that did was verified in the handshake. A nil
-// ClientAuth requires nothing.
+// presented no client certificate (after refusalDelay: see hold); one that did was
+// verified in the handshake. A nil ClientAuth requires nothing.
 func (a *ClientAuth) Require(next http.Handler) http.Handler {
 	if a == nil {
 		return next
@@ -162,11 +174,29 @@ func (a *ClientAuth) Require(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			unauthenticatedTotal.WithLabelValues(refusedNoCertificate).Inc()
+			a.hold(w, r)
 			http.Error(w, "a client certificate signed by the webhook client CA is required: only the API server is heard here", http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hold waits out refusalDelay before a refusal is answered, or closes the connection
+// after it when maxHeldRefusals wait already.
+func (a *ClientAuth) hold(w http.ResponseWriter, r *http.Request) {
+	select {
+	case a.held <- struct{}{}:
+		timer := time.NewTimer(refusalDelay)
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+		}
+		timer.Stop()
+		<-a.held
+	default:
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // Server is srv with Require in front of every path registered on it but ConvertPath,

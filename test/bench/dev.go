@@ -41,6 +41,9 @@ type dev struct {
 	chartsURL string
 	// pprof is the address of Compositor's /debug/pprof.
 	pprof string
+	// dataDir is dev's --data-dir, which holds the client certificate it minted for the
+	// API server to present to the webhooks.
+	dataDir string
 	*endpoint
 }
 
@@ -68,9 +71,10 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...st
 		chartsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		pprof:     fmt.Sprintf("127.0.0.1:%d", ports[2]),
 	}
+	d.dataDir = filepath.Join(dir, "etcd")
 	d.cmd = exec.Command(bin, append([]string{"dev", "--reset",
 		"--control-plane-dir", controlPlaneDir,
-		"--data-dir", filepath.Join(dir, "etcd"),
+		"--data-dir", d.dataDir,
 		"--kubeconfig", kubeconfig,
 		"--chart-repository-addr", strings.TrimPrefix(d.chartsURL, "http://"),
 		"--chart-cache-dir", filepath.Join(dir, "charts"),
@@ -132,7 +136,12 @@ func (d *dev) connect(ctx context.Context, kubeconfig, readyz string) error {
 		}
 		base := strings.TrimSuffix(*cc.URL, "/validate")
 		d.endpoint, err = newEndpoint("compositor", base, cc.CABundle, d.cmd.Process.Pid)
-		return err == nil, err
+		if err != nil {
+			return false, err
+		}
+		// The harness calls the webhooks as the API server does, with the client
+		// certificate dev minted for it.
+		return true, d.endpoint.presentCertificate(filepath.Join(d.dataDir, "webhook-client"))
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -60,6 +61,17 @@ func newEndpoint(name, url string, caPEM []byte, pid int) (*endpoint, error) {
 		return nil, err
 	}
 	return &endpoint{name: name, url: url, caPEM: caPEM, pid: pid, client: &http.Client{Transport: transport, Timeout: 30 * time.Second}}, nil
+}
+
+// presentCertificate makes e's client present the client certificate in dir
+// (client.crt, client.key), as the API server presents its own to the webhooks.
+func (e *endpoint) presentCertificate(dir string) error {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+	if err != nil {
+		return fmt.Errorf("the API server's webhook client certificate: %w", err)
+	}
+	e.client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	return nil
 }
 
 // result is what one load run measured.

@@ -88,6 +88,7 @@ func main() {
 	flag.IntVar(&o.definitions, "definitions", 1000, "Definitions present for the last /validate run (0 skips it)")
 	flag.DurationVar(&o.scaleWait, "scale-wait", 5*time.Minute, "How long to wait for those definitions to be Ready")
 	flag.StringVar(&o.peerJSON, "peer", "", "JSON output of the Gatekeeper peer run (test/tools/gatekeeper -json) to include")
+	floodCallers := flag.Int("flood", 0, "Measure creates through the API server quiet and while this many callers without a client certificate hammer the webhook port instead; -out gets only its marked section")
 	only := flag.String("only", "", "Run only the admission workloads whose name matches this regular expression")
 	var so scaleOptions
 	flag.BoolVar(&o.scale, "scale", false, "Run the scale curve (make bench-scale) instead: definitions and compositions in steps; -out gets only its marked section")
@@ -130,6 +131,13 @@ func main() {
 	}
 	if *constraintsFromJSON != "" {
 		if err := rerenderConstraints(*constraintsFromJSON, o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *floodCallers > 0 {
+		if err := runFlood(ctx, o, *floodCallers); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -242,7 +250,7 @@ func runBench(ctx context.Context, o options) error {
 		return err
 	}
 	text = carryRolloutSection(string(old), carryScaleSection(string(old), text))
-	return os.WriteFile(o.out, []byte(carryConstraintsSection(string(old), text)), 0o644)
+	return os.WriteFile(o.out, []byte(carryFloodSection(string(old), carryConstraintsSection(string(old), text))), 0o644)
 }
 
 func logf(format string, args ...any) {
