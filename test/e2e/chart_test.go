@@ -252,7 +252,7 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		}
 		binding := &rbacv1.RoleBinding{}
 		if assert.NoError(c, cp.Client.Get(ctx, sealRole, binding)) {
-			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "fireworksapp-system"}}, binding.Subjects)
+			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Name: rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), Namespace: "compositor-system"}}, binding.Subjects)
 		}
 	}, 30*time.Second, 100*time.Millisecond)
 

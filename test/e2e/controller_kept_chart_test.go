@@ -42,10 +42,16 @@ import (
 )
 
 const (
-	keptNamespace      = "kept"
-	keptDefinition     = "kept-app"
-	keptServiceAccount = "keptapps-v0-1-0-controller"
-	keptUser           = "system:serviceaccount:" + keptNamespace + ":" + keptServiceAccount
+	keptNamespace  = "kept"
+	keptDefinition = "kept-app"
+	// keptIdentities is Compositor's namespace (startCompositor's), where the
+	// generated ServiceAccount and controller Deployment live.
+	keptIdentities = "compositor-system"
+)
+
+var (
+	keptServiceAccount = rbac.ServiceAccountName(keptNamespace, "keptapps", "v0-1-0")
+	keptUser           = "system:serviceaccount:" + keptIdentities + ":" + keptServiceAccount
 )
 
 var keptChart = &chart.Chart{
@@ -204,7 +210,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}), "the new archive is kept")
 	binding := &rbacv1.RoleBinding{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: roleName}, binding))
-	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptIdentities}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: roleName}, binding.RoleRef)
 
 	// And get on the release seal, the key that seals Helm's release records, which
@@ -217,11 +223,11 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		ResourceNames: []string{rbac.ConstraintsConfigMap},
 	}), role.Rules, "the seal, and the Gatekeeper constraints serve enforces")
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, binding))
-	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptNamespace}}, binding.Subjects)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptIdentities}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sealRoleName}, binding.RoleRef)
 
 	deployment := &appsv1.Deployment{}
-	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptNamespace, Name: keptServiceAccount}, deployment))
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: keptIdentities, Name: keptServiceAccount}, deployment))
 	args := deployment.Spec.Template.Spec.Containers[0].Args
 	i := slices.Index(args, "--chart-archive-namespace")
 	require.GreaterOrEqual(t, i, 0, "the generated controller reads the kept archives: %v", args)
@@ -235,7 +241,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	// its disk or in memory, as the generated pod would, under the generated identity.
 	source.Close()
 	kubeconfig := impersonatingKubeconfig(t, cp, keptUser,
-		"system:serviceaccounts", "system:serviceaccounts:"+keptNamespace, "system:authenticated")
+		"system:serviceaccounts", "system:serviceaccounts:"+keptIdentities, "system:authenticated")
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	var log *os.File
 	log, err = os.Create(logPath)
@@ -365,7 +371,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		}))
 		impersonated := rest.CopyConfig(cp.Config)
 		impersonated.Impersonate = rest.ImpersonationConfig{UserName: keptUser,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptNamespace, "system:authenticated"}}
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptIdentities, "system:authenticated"}}
 		as, err := client.New(impersonated, client.Options{})
 		require.NoError(t, err)
 		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}))
@@ -390,7 +396,7 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 			{Verb: "watch", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
 		} {
 			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: keptUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptNamespace, "system:authenticated"},
+				User: keptUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptIdentities, "system:authenticated"},
 				ResourceAttributes: &attrs,
 			}}
 			require.NoError(t, cp.Client.Create(ctx, review))

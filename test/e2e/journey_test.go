@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -186,10 +187,10 @@ func TestJourneyFromDefinitionToReleases(t *testing.T) {
 		t.Logf("both releases at 1.1.6 %s after the definition was patched", time.Since(start).Round(time.Millisecond))
 		assert.Equal(t, "1.1.6", compositionField(t, cp, "v1-1-6", "app-one", "{.status.helmChartVersion}"))
 		// The 1.1.5 controller's identity is gone with it.
-		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "fireworksapps-v1-1-5-controller"}, &corev1.ServiceAccount{})
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.ServiceAccountName(journeyNamespace, "fireworksapps", "v1-1-5")}, &corev1.ServiceAccount{})
 		assert.True(t, apierrors.IsNotFound(err), "the 1.1.5 ServiceAccount is gone: %v", err)
 		// In process, no controller Deployment is generated.
-		err = cp.Client.Get(ctx, client.ObjectKey{Namespace: journeyNamespace, Name: "fireworksapps-v1-1-6-controller"}, &appsv1.Deployment{})
+		err = cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.ServiceAccountName(journeyNamespace, "fireworksapps", "v1-1-6")}, &appsv1.Deployment{})
 		assert.True(t, apierrors.IsNotFound(err), "no controller Deployment in process: %v", err)
 	})
 

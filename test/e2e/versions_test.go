@@ -14,7 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/controlplane"
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
@@ -81,17 +83,19 @@ func TestSeveralDefinitionsOfOneChart(t *testing.T) {
 			require.NoError(t, res.Err, res.Stderr)
 		}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.Equal(c, []string{"team-b/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-b"), "its own namespace's definition")
-			assert.Equal(c, []string{"team-a/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-c"), "the oldest definition")
+			assert.Equal(c, []string{"compositor-system/" + rbac.ServiceAccountName("team-b", "fireworksapps", "v1-1-5")}, boundSubjects(c, "team-b"), "its own namespace's definition")
+			assert.Equal(c, []string{"compositor-system/" + rbac.ServiceAccountName("team-a", "fireworksapps", "v1-1-5")}, boundSubjects(c, "team-c"), "the oldest definition")
 		}, 30*time.Second, 100*time.Millisecond)
 	})
 
 	t.Run("definitions of one version in two namespaces keep their own objects", func(t *testing.T) {
 		for _, ns := range []string{"team-a", "team-b"} {
+			// Each its own controller, in Compositor's namespace, named for its
+			// definition's namespace and labelled with it.
 			d := &appsv1.Deployment{}
-			require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fireworksapps-v1-1-5-controller"}, d))
-			require.Len(t, d.OwnerReferences, 1)
-			assert.Equal(t, "fireworks-115", d.OwnerReferences[0].Name)
+			require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name(ns, "fireworksapps", "v1-1-5")}, d))
+			assert.Equal(t, ns, d.Labels["compositor.dev/definition-namespace"])
+			assert.Equal(t, "fireworks-115", d.Labels["compositor.dev/definition-name"])
 			roles := &rbacv1.ClusterRoleList{}
 			require.NoError(t, cp.Client.List(ctx, roles, client.MatchingLabels{"compositor.dev/definition-namespace": ns, "compositor.dev/version": "v1-1-5"}))
 			assert.NotEmpty(t, roles.Items, "the RBAC of the definition in %s", ns)
@@ -102,10 +106,10 @@ func TestSeveralDefinitionsOfOneChart(t *testing.T) {
 		crdObj := &apiextensionsv1.CustomResourceDefinition{}
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crdObj))
 		assert.Equal(t, []string{"v1-1-5", "v2-0-0", "hub"}, versionNames(crdObj))
-		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "fireworksapps-v1-1-5-controller"}, &appsv1.Deployment{}))
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name("team-b", "fireworksapps", "v1-1-5")}, &appsv1.Deployment{}))
 		// The compositions of team-c pass to the remaining definition's controller.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.Equal(c, []string{"team-b/fireworksapps-v1-1-5-controller"}, boundSubjects(c, "team-c"))
+			assert.Equal(c, []string{"compositor-system/" + rbac.ServiceAccountName("team-b", "fireworksapps", "v1-1-5")}, boundSubjects(c, "team-c"))
 		}, 30*time.Second, 100*time.Millisecond)
 	})
 
