@@ -35,6 +35,10 @@ func startCompositor(t testing.TB, cp *controlplane.ControlPlane, tweaks ...func
 	opts.WebhookURL = "https://" + opts.WebhookAddr
 	// The tests serve their charts on loopback, which Compositor refuses by default.
 	opts.AllowChartNetworks = chartfetch.LoopbackNetworks()
+	// Only the API server is heard, as on a cluster that gives it a client certificate.
+	if cp.WebhookClient != nil {
+		opts.WebhookClientCA = cp.WebhookClient.CAFile
+	}
 	for _, tweak := range tweaks {
 		tweak(opts)
 	}
