@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
@@ -87,9 +88,10 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 
 	// Its controller runs under the narrowest RBAC the chart needs.
 	deployment := &appsv1.Deployment{}
-	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}, deployment))
+	// In Compositor's namespace, which no tenant writes, named for the definition's.
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name("fireworksapp-system", "fireworksapps", "v1-1-5")}, deployment))
 	assert.Equal(t, []string{"controller", "--group", "composition.krateo.io", "--version", "v1-1-5", "--resource", "fireworksapps"}, deployment.Spec.Template.Spec.Containers[0].Args[:7])
-	assert.Equal(t, "fireworksapps-v1-1-5-controller", deployment.Spec.Template.Spec.ServiceAccountName)
+	assert.Equal(t, rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), deployment.Spec.Template.Spec.ServiceAccountName)
 	roles := &rbacv1.ClusterRoleList{}
 	require.NoError(t, cp.Client.List(ctx, roles, client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
 	require.NotEmpty(t, roles.Items)
@@ -103,7 +105,11 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 
 	// Resolved through the API server's discovery: exactly what the chart can create,
 	// with the verbs Helm needs, and Helm's release Secrets.
+	// The compositions themselves are written only where the role is bound.
 	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 		releaseSecrets,
@@ -129,7 +135,7 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 			bindings := releaseBindings(c)
 			require.Len(c, bindings, 1)
 			assert.Equal(c, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: bindings[0].RoleRef.Name}, bindings[0].RoleRef)
-			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}}, bindings[0].Subjects)
+			assert.Equal(c, []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "compositor-system", Name: rbac.ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5")}}, bindings[0].Subjects)
 		}, 30*time.Second, 100*time.Millisecond)
 
 		res = cp.Kubectl(ctx, composition, "delete", "-f", "-")
@@ -147,9 +153,9 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
 			assert.Equal(c, []string{"v1-1-6", "hub"}, versionNames(crd))
 			assert.Equal(c, []string{"hub"}, crd.Status.StoredVersions)
-			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-5-controller"}, &appsv1.Deployment{})
+			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name("fireworksapp-system", "fireworksapps", "v1-1-5")}, &appsv1.Deployment{})
 			assert.True(c, apierrors.IsNotFound(err), "the 1.1.5 controller is gone: %v", err)
-			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapps-v1-1-6-controller"}, &appsv1.Deployment{}))
+			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name("fireworksapp-system", "fireworksapps", "v1-1-6")}, &appsv1.Deployment{}))
 			old := &rbacv1.ClusterRoleList{}
 			assert.NoError(c, cp.Client.List(ctx, old, client.MatchingLabels{"compositor.dev/version": "v1-1-5"}))
 			assert.Empty(c, old.Items, "the 1.1.5 RBAC is gone")
@@ -180,6 +186,9 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		// 2.0.0 renders an Ingress when exposure is public: its role grants Ingresses.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Equal(c, []rbacv1.PolicyRule{
+				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
+				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
 				{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
 				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: helmVerbs},
 				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: helmVerbs},
@@ -264,7 +273,8 @@ func TestPrivateChartCredentials(t *testing.T) {
 	assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"repo-password"}}}, role.Rules)
 	binding := &rbacv1.RoleBinding{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-p", Name: roleName}, binding))
-	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "team-p"}}, binding.Subjects)
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: rbac.ServiceAccountName("team-p", "fireworksapps", "v1-1-5"), Namespace: "compositor-system"}}, binding.Subjects,
+		"the Role beside the Secret binds the identity in Compositor's namespace")
 
 	// The same chart from a public repository needs no credentials: the Role goes. The
 	// same archives: packaged again, an archive has other bytes (the time is in it),
