@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/certs/webhookclient"
 )
 
 // clientAuthServer serves, over TLS with auth, a webhook server whose every path
@@ -51,7 +51,7 @@ func unauthenticatedRefusals(t *testing.T, reason string) float64 {
 
 // callAs posts to path of srv on a new connection, presenting the client certificate
 // of client (none when nil).
-func callAs(srv *httptest.Server, client *certs.APIServerClient, path string) (int, string, error) {
+func callAs(srv *httptest.Server, client *webhookclient.Files, path string) (int, string, error) {
 	transport := srv.Client().Transport.(*http.Transport).Clone()
 	transport.DisableKeepAlives = true
 	if client != nil {
@@ -72,11 +72,11 @@ func callAs(srv *httptest.Server, client *certs.APIServerClient, path string) (i
 }
 
 func TestClientAuthHearsOnlyItsClient(t *testing.T) {
-	apiServer, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "apiserver"))
+	apiServer, err := webhookclient.Write(filepath.Join(t.TempDir(), "apiserver"))
 	require.NoError(t, err)
-	stranger, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "stranger"))
+	stranger, err := webhookclient.Write(filepath.Join(t.TempDir(), "stranger"))
 	require.NoError(t, err)
-	auth, err := NewClientAuth(apiServer.CAFile, []string{certs.APIServerClientName})
+	auth, err := NewClientAuth(apiServer.CAFile, []string{webhookclient.Name})
 	require.NoError(t, err)
 	srv, reached := clientAuthServer(t, auth)
 
@@ -120,7 +120,7 @@ func TestClientAuthHearsOnlyItsClient(t *testing.T) {
 }
 
 func TestClientAuthChecksTheIdentity(t *testing.T) {
-	apiServer, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "apiserver"))
+	apiServer, err := webhookclient.Write(filepath.Join(t.TempDir(), "apiserver"))
 	require.NoError(t, err)
 	auth, err := NewClientAuth(apiServer.CAFile, []string{"someone-else"})
 	require.NoError(t, err)
@@ -133,9 +133,9 @@ func TestClientAuthChecksTheIdentity(t *testing.T) {
 }
 
 func TestClientAuthFollowsARotatedCA(t *testing.T) {
-	old, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "old"))
+	old, err := webhookclient.Write(filepath.Join(t.TempDir(), "old"))
 	require.NoError(t, err)
-	rotated, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "new"))
+	rotated, err := webhookclient.Write(filepath.Join(t.TempDir(), "new"))
 	require.NoError(t, err)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	copyFile := func(from string) {

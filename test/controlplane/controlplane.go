@@ -19,7 +19,7 @@ import (
 
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/api/crds"
-	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/certs/webhookclient"
 )
 
 // ControlPlane is a running kube-apiserver and etcd with Compositor's CRDs installed.
@@ -33,7 +33,7 @@ type ControlPlane struct {
 	// WebhookClient is the client certificate the API server presents to admission
 	// webhooks (its AdmissionConfiguration); a webhook server started with
 	// WebhookClient.CAFile as --webhook-client-ca hears it.
-	WebhookClient *certs.APIServerClient
+	WebhookClient *webhookclient.Files
 
 	env *envtest.Environment
 }
@@ -99,7 +99,7 @@ func Start(t testing.TB) *ControlPlane {
 		CRDs:                  ownCRDs,
 	}
 	// As on a cluster that authenticates the API server to its webhooks.
-	webhookClient, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "webhook-client"))
+	webhookClient, err := webhookclient.Write(filepath.Join(t.TempDir(), "webhook-client"))
 	if err != nil {
 		t.Fatalf("minting the API server's webhook client certificate: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/certs/webhookclient"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -32,20 +32,20 @@ func helmNotes(t *testing.T, set ...string) string {
 // notes warn when neither that nor a NetworkPolicy narrows who is heard.
 func TestDeploymentChartHearsOnlyTheAPIServer(t *testing.T) {
 	controlplane.Require(t, "helm")
-	client, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "client"))
+	client, err := webhookclient.Write(filepath.Join(t.TempDir(), "client"))
 	require.NoError(t, err)
 	ca, err := os.ReadFile(client.CAFile)
 	require.NoError(t, err)
 
 	t.Run("a CA bundle is mounted from a ConfigMap and required", func(t *testing.T) {
-		objects, err := helmTemplate(t, "webhook.clientAuth.caBundle="+string(ca), "webhook.clientAuth.names={"+certs.APIServerClientName+"}")
+		objects, err := helmTemplate(t, "webhook.clientAuth.caBundle="+string(ca), "webhook.clientAuth.names={"+webhookclient.Name+"}")
 		require.NoError(t, err)
 		configMap := as[corev1.ConfigMap](t, objects["ConfigMap/compositor-webhook-client-ca"])
 		assert.Equal(t, string(ca), configMap.Data["ca.crt"])
 		pod := as[appsv1.Deployment](t, objects["Deployment/compositor"]).Spec.Template.Spec
 		container := pod.Containers[0]
 		assert.Contains(t, container.Args, "--webhook-client-ca=/etc/compositor/webhook-client/ca.crt")
-		assert.Contains(t, container.Args, "--webhook-client-name="+certs.APIServerClientName)
+		assert.Contains(t, container.Args, "--webhook-client-name="+webhookclient.Name)
 		assert.Contains(t, container.VolumeMounts, corev1.VolumeMount{Name: "webhook-client-ca", MountPath: "/etc/compositor/webhook-client", ReadOnly: true})
 		var volume *corev1.Volume
 		for i := range pod.Volumes {

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/certs/webhookclient"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/test/controlplane"
 	"github.com/compositor-dev/compositor/webhooks"
@@ -72,7 +72,7 @@ func TestOnlyTheAPIServerIsHeard(t *testing.T) {
 	var base string
 	startCompositor(t, cp, func(o *app.ServeOptions) {
 		o.WebhookClientCA = cp.WebhookClient.CAFile
-		o.WebhookClientNames = []string{certs.APIServerClientName}
+		o.WebhookClientNames = []string{webhookclient.Name}
 		base = o.WebhookURL
 	})
 	ctx := context.Background()
@@ -136,7 +136,7 @@ spec: {rego: "package broken\n\nthis is not Rego {"}
 	})
 
 	t.Run("a certificate of another CA is refused at the handshake", func(t *testing.T) {
-		other, err := certs.WriteAPIServerClient(filepath.Join(t.TempDir(), "other"))
+		other, err := webhookclient.Write(filepath.Join(t.TempDir(), "other"))
 		require.NoError(t, err)
 		caller := webhookCaller(t, bundle, other.CertFile, other.KeyFile)
 		before := unauthenticated(t, "untrusted-certificate")

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/compositor-dev/compositor/api/crds"
-	"github.com/compositor-dev/compositor/certs"
+	"github.com/compositor-dev/compositor/certs/webhookclient"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/samples"
 )
@@ -145,7 +145,7 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.DataDir}
 	// The API server presents a client certificate to the webhooks, minted at every
 	// start, and Compositor hears no one else on its admission paths.
-	webhookClient, err := certs.WriteAPIServerClient(filepath.Join(opts.DataDir, "webhook-client"))
+	webhookClient, err := webhookclient.Write(filepath.Join(opts.DataDir, "webhook-client"))
 	if err != nil {
 		return fmt.Errorf("minting the API server's webhook client certificate: %w", err)
 	}
@@ -165,9 +165,9 @@ func RunDev(ctx context.Context, out io.Writer, opts *DevOptions) (err error) {
 		return err
 	}
 	serve := opts.Serve
-	if serve.WebhookClientCA == "" {
-		serve.WebhookClientCA, serve.WebhookClientNames = webhookClient.CAFile, []string{certs.APIServerClientName}
-	}
+	// Its own API server's certificate, whatever --webhook-client-ca says: no other
+	// caller's is presented here.
+	serve.WebhookClientCA, serve.WebhookClientNames = webhookClient.CAFile, []string{webhookclient.Name}
 	// The sample charts are served on loopback, and so are a developer's own.
 	serve.AllowChartNetworks = append(slices.Clone(serve.AllowChartNetworks), chartfetch.LoopbackNetworks()...)
 	webhook, err := stableWebhookAddr(opts.DataDir, serve.WebhookAddr)
