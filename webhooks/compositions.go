@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
@@ -47,6 +48,11 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 	if err != nil {
 		return err
 	}
+	if current == "" {
+		if current, err = deprecatedMove(ctx, definitions, req); err != nil {
+			return err
+		}
+	}
 	if current != "" {
 		version = current
 		// What was read for the version written through is not the pinned one's: the
@@ -58,21 +64,69 @@ func defaultComposition(ctx context.Context, definitions client.Reader, req *Req
 }
 
 // retainedCreate is, for a create written through a version that its definition only
-// retains (an older chart version, kept for the compositions a rollout has not moved),
-// the version the definition serves now: a retained version keeps the compositions
-// pinned to it and takes no new one, so that its chart can be retired; clients of the
-// old version keep working through conversion. "" for any other write, or a create
-// that names its version in the pin label.
+// retains (an older chart version, kept for the compositions a rollout has not moved,
+// or deprecated: kept served only for its clients), the version the definition serves
+// now: a retained version keeps the compositions pinned to it and takes no new one, so
+// that its chart can be retired; clients of the old version keep working through
+// conversion. "" for any other write, or a create whose pin label names a retained
+// version that is not deprecated: a deprecated version runs no composition, so a
+// manifest pinned to it (exported with its labels, say) lands on the current version too.
 func retainedCreate(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
-	if req.Operation != admissionv1.Create || definitions == nil || labelOf(req.Object, vocab.LabelCompositionVersion) != "" {
+	if req.Operation != admissionv1.Create || definitions == nil {
 		return "", nil
 	}
 	gvk := schema.GroupVersionKind(req.Kind)
-	def, err := owningDefinition(ctx, definitions, req.Kind, req.Namespace, ownership.ServingVersion(gvk))
-	if err != nil || def == nil || !ownership.Retains(def, req.Kind.Version) {
+	label := labelOf(req.Object, vocab.LabelCompositionVersion)
+	if label != "" {
+		gvk.Version = label
+	}
+	def, err := owningDefinition(ctx, definitions, metav1.GroupVersionKind(gvk), req.Namespace, ownership.ServingVersion(gvk))
+	if err != nil || def == nil || !ownership.Retains(def, gvk.Version) {
 		return "", err
 	}
+	if label != "" && !deprecates(def, gvk.Version) {
+		return "", nil
+	}
 	return ownership.Current(def), nil
+}
+
+// deprecatedMove is, for an update whose pin label moves the composition to a version
+// its definition keeps only for that version's clients (deprecated), the version it is
+// pinned to now: a deprecated version runs nothing, so a client that re-applies a
+// manifest naming it (a GitOps re-sync of an exported object) moves nothing. "" for
+// any other write.
+func deprecatedMove(ctx context.Context, definitions client.Reader, req *Request) (string, error) {
+	if req.Operation != admissionv1.Update || definitions == nil {
+		return "", nil
+	}
+	written, old := labelOf(req.Object, vocab.LabelCompositionVersion), labelOf(req.OldObject, vocab.LabelCompositionVersion)
+	if written == "" || old == "" || written == old {
+		return "", nil
+	}
+	gvk := schema.GroupVersionKind(req.Kind)
+	gvk.Version = written
+	def, err := owningDefinition(ctx, definitions, metav1.GroupVersionKind(gvk), req.Namespace, ownership.ServingVersion(gvk))
+	if err != nil || def == nil || !deprecates(def, written) {
+		return "", err
+	}
+	return old, nil
+}
+
+// deprecates tells whether def keeps version served only for its clients: retained,
+// with a RemoveAfter.
+func deprecates(def *corev1alpha1.CompositionDefinition, version string) bool {
+	return deprecatedEntry(def, version) != nil
+}
+
+// deprecatedEntry is def's retained entry of version when it is deprecated, else nil.
+func deprecatedEntry(def *corev1alpha1.CompositionDefinition, version string) *corev1alpha1.ServedChart {
+	for i := range def.Status.Retained {
+		r := &def.Status.Retained[i]
+		if r.Deprecated() && r.APIVersion == vocab.CompositionGroup+"/"+version {
+			return r
+		}
+	}
+	return nil
 }
 
 // pinnedVersion is the served version whose chart the composition req writes runs: its
@@ -280,6 +334,13 @@ func (c pinnedVersionCheck) Check(ctx context.Context, req *Request) (field.Erro
 			"no CompositionDefinition serves %s version %s to namespace %s: name a version one serves (kubectl get compositiondefinitions -A -o wide)",
 			req.Kind.Kind, pinned, req.Namespace))}, nil
 	}
+	if dep := deprecatedEntry(def, req.Kind.Version); dep != nil {
+		deprecatedWritesTotal.WithLabelValues(req.Kind.Kind, req.Kind.Version, string(req.Operation)).Inc()
+		return nil, admission.Warnings{fmt.Sprintf(
+			"%s %s was written through %s/%s, which is deprecated and served only until %s: it runs version %s (chart %s); use apiVersion %s/%s",
+			req.Kind.Kind, req.Name, req.Kind.Group, req.Kind.Version, dep.RemoveAfter.UTC().Format(time.RFC3339),
+			pinned, chartOfVersion(def, pinned), req.Kind.Group, pinned)}
+	}
 	if labelOf(req.OldObject, vocab.LabelCompositionVersion) != pinned {
 		return nil, nil // moved to pinned, explicitly
 	}
@@ -287,6 +348,16 @@ func (c pinnedVersionCheck) Check(ctx context.Context, req *Request) (field.Erro
 		"%s %s runs the chart of version %s (label %s); this write through %s changed only what it wrote. To run the chart of %s: kubectl label -n %s %s %s %s=%s --overwrite",
 		req.Kind.Kind, req.Name, pinned, vocab.LabelCompositionVersion, req.Kind.Version,
 		req.Kind.Version, req.Namespace, req.Resource.Resource, req.Name, vocab.LabelCompositionVersion, req.Kind.Version)}
+}
+
+// chartOfVersion is the chart version def serves version from, as its status lists it.
+func chartOfVersion(def *corev1alpha1.CompositionDefinition, version string) string {
+	for _, v := range def.Status.Managed.VersionInfo {
+		if v.Version == version {
+			return v.Chart
+		}
+	}
+	return def.Spec.Chart.Version
 }
 
 // checkReleaseName requires a valid Helm release name, which never changes once set.

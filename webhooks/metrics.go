@@ -22,8 +22,16 @@ var refusalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Writes refused by admission for a bound, by reason: depth, keys, string (an object over a limit), fairness (its namespace's lane stayed full until the deadline), deadline (the schema check, rendering or a policy ran out of time), rendered (a chart rendered past --max-rendered-bytes), range (a policy's numbers.range past --policy-max-range).",
 }, []string{"reason"})
 
+// deprecatedWritesTotal counts the writes of compositions through a deprecated version
+// (one a definition keeps served only for its clients): who still speaks it, before it
+// goes.
+var deprecatedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "compositor_deprecated_version_writes_total",
+	Help: "Writes of compositions through a deprecated served version (kept served only for the clients that still speak it), by kind, version and operation.",
+}, []string{"kind", "version", "operation"})
+
 func init() {
-	metrics.Registry.MustRegister(violationsTotal, refusalsTotal)
+	metrics.Registry.MustRegister(violationsTotal, refusalsTotal, deprecatedWritesTotal)
 }
 
 // countViolations adds the violations of a decision that was answered to the metrics.

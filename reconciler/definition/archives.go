@@ -43,7 +43,8 @@ func (r *Reconciler) pruneCharts(ctx context.Context, def *corev1alpha1.Composit
 	for _, d := range append(list.Items, *def) {
 		recorded[d.Status.Digest] = true
 		for _, r := range d.Status.Retained {
-			recorded[r.Digest] = true
+			// A deprecated version runs no composition: nothing reads its chart.
+			recorded[r.Digest] = recorded[r.Digest] || !r.Deprecated()
 		}
 	}
 	return r.Charts.Store.Prune(ctx, func(digest string) bool { return recorded[digest] })

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,12 +46,69 @@ func (r *Reconciler) applyCRD(ctx context.Context, api *generatedAPI, previous s
 		return nil, err
 	}
 	claimed[api.Version] = true
-	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] || version == previous })
+	deprecated, err := r.deprecatedVersions(ctx, api.Kind)
+	if err != nil {
+		return nil, err
+	}
+	delete(deprecated, api.Version)
+	return claimed, r.writeCRD(ctx, api, existing, func(version string) bool { return claimed[version] || version == previous }, deprecated)
+}
+
+// deprecatedVersions are the served versions of kind that definitions keep only for
+// the clients that still speak them (retained with a RemoveAfter), and that no
+// definition claims otherwise, each with the warning the API server gives their
+// clients: which version to use instead, and when the deprecated one goes.
+func (r *Reconciler) deprecatedVersions(ctx context.Context, kind string) (map[string]string, error) {
+	list := &corev1alpha1.CompositionDefinitionList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	type until struct {
+		at  time.Time
+		use string
+	}
+	deprecated := map[string]until{}
+	for i := range list.Items {
+		d := &list.Items[i]
+		if d.Status.Kind != kind {
+			continue
+		}
+		if v, err := crd.VersionName(d.Spec.Chart.Version); err == nil && d.Spec.Chart.Version != "" {
+			live[v] = true
+		}
+		if v := previousVersion(d); v != "" {
+			live[v] = true
+		}
+		for _, ret := range d.Status.Retained {
+			gv, err := schema.ParseGroupVersion(ret.APIVersion)
+			if err != nil {
+				continue
+			}
+			if !ret.Deprecated() {
+				live[gv.Version] = true
+				continue
+			}
+			if cur, ok := deprecated[gv.Version]; !ok || ret.RemoveAfter.After(cur.at) {
+				deprecated[gv.Version] = until{at: ret.RemoveAfter.Time, use: d.Status.APIVersion}
+			}
+		}
+	}
+	out := map[string]string{}
+	for version, u := range deprecated {
+		if live[version] {
+			continue
+		}
+		out[version] = fmt.Sprintf("%s/%s %s is deprecated and served only until %s: use %s",
+			vocab.CompositionGroup, version, kind, u.at.UTC().Format(time.RFC3339), u.use)
+	}
+	return out, nil
 }
 
 // writeCRD builds the CRD with the definition's version plus the versions of existing
-// that keep accepts, within the size budget as a whole, and applies it.
-func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(version string) bool) error {
+// that keep accepts, within the size budget as a whole, and applies it. The versions in
+// deprecated are marked deprecated, with their warning; every other is not.
+func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *apiextensionsv1.CustomResourceDefinition, keep func(version string) bool, deprecated map[string]string) error {
 	conversion := r.Conversion
 	conversion.CABundle = r.Bundle.CABundle()
 	generated, _, err := crd.Build(crd.BuildOptions{
@@ -67,6 +126,14 @@ func (r *Reconciler) writeCRD(ctx context.Context, api *generatedAPI, existing *
 			return &condition.Error{Reason: ReasonInvalidSchema, Err: err}
 		}
 		crd.KeepDeclarations(generated, existing.Annotations)
+	}
+	for i := range generated.Spec.Versions {
+		v := &generated.Spec.Versions[i]
+		warning, ok := deprecated[v.Name]
+		v.Deprecated, v.DeprecationWarning = ok && v.Served, nil
+		if v.Deprecated {
+			v.DeprecationWarning = &warning
+		}
 	}
 	if err := r.checkConversions(generated, api); err != nil {
 		return err
@@ -130,11 +197,19 @@ func (r *Reconciler) compositions(ctx context.Context, api *generatedAPI, via, v
 }
 
 // pruneVersions removes from the CRD of api every served version that no definition
-// claims and no composition is labelled with.
-func (r *Reconciler) pruneVersions(ctx context.Context, api *generatedAPI, claimed map[string]bool) error {
+// claims and no composition is labelled with. claimed were read before this
+// reconciliation changed def: the versions def retains now count too, so that one it
+// began to keep for its clients (deprecated) in this very reconciliation stays.
+func (r *Reconciler) pruneVersions(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, claimed map[string]bool) error {
 	current := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: api.CRDName()}, current); err != nil {
 		return client.IgnoreNotFound(err)
+	}
+	claimed = maps.Clone(claimed)
+	for _, ret := range def.Status.Retained {
+		if gv, err := schema.ParseGroupVersion(ret.APIVersion); err == nil {
+			claimed[gv.Version] = true
+		}
 	}
 	return r.removeUnusedVersions(ctx, current, api.Kind, claimed)
 }

@@ -252,7 +252,7 @@ func (r *Reconciler) sync(ctx context.Context, def *corev1alpha1.CompositionDefi
 	if err != nil {
 		return r.fail(def, err)
 	}
-	if err := r.pruneVersions(ctx, api, claimed); err != nil {
+	if err := r.pruneVersions(ctx, def, api, claimed); err != nil {
 		return r.fail(def, err)
 	}
 	if previous != "" && previous != api.Version && !retains(def, previous) {

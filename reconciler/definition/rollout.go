@@ -174,9 +174,12 @@ func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.Compo
 			err = r.rollBack(ctx, def, api)
 		}
 	}
-	dropped, dropErr := r.dropUnusedRetained(ctx, def, api)
-	if dropped && (next == 0 || next > time.Second) {
+	changed, removal, dropErr := r.dropUnusedRetained(ctx, def, api, time.Now())
+	if changed && (next == 0 || next > time.Second) {
 		next = time.Second
+	}
+	if removal > 0 && (next == 0 || next > removal) {
+		next = removal
 	}
 	return next, errors.Join(err, dropErr)
 }
@@ -638,42 +641,76 @@ func (r *Reconciler) compositionObjects(ctx context.Context, kind, via, version 
 	return list.Items, nil
 }
 
-// dropUnusedRetained stops retaining the versions no composition is pinned to any more,
-// and removes their controllers and RBAC; the CRD drops them at the next
-// reconciliation (pruneVersions). It reports whether it dropped one.
-func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (bool, error) {
+// dropUnusedRetained deprecates the retained versions no composition is pinned to any
+// more, and removes their controllers and RBAC: such a version stays served, deprecated,
+// until its RemoveAfter (the definition's DeprecatedVersionGracePeriod from now), so
+// that clients still speaking it keep working while they move; then it stops retaining
+// it, and the CRD drops it at the next reconciliation (pruneVersions). A deprecated
+// version that compositions are pinned to again is retained again, as any other.
+// changed reports whether the retained versions changed; removal is how long until the
+// next deprecated version is to be removed, 0 when none is.
+func (r *Reconciler) dropUnusedRetained(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, now time.Time) (changed bool, removal time.Duration, err error) {
 	var kept []corev1alpha1.ServedChart
 	for _, ret := range def.Status.Retained {
 		gv, err := schema.ParseGroupVersion(ret.APIVersion)
 		if err != nil || gv.Version == api.Version {
+			changed = true
 			continue
 		}
 		items, err := r.compositions(ctx, api, api.Version, gv.Version)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if len(items) > 0 {
+			if ret.Deprecated() {
+				ret.DeprecatedSince, ret.RemoveAfter, changed = nil, nil, true
+			}
 			kept = append(kept, ret)
 			// Its release role may delete what the version served now creates, so
 			// that a composition moved back removes it.
 			if err := r.applyRetainedRBAC(ctx, def, api, ret); err != nil {
-				return false, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
+				return false, 0, fmt.Errorf("the RBAC of retained %s: %w", ret.APIVersion, err)
 			}
 			if r.Kinds != nil {
 				// Served again after a restart of the leader.
 				if err := r.serveVersion(ctx, def, &generatedAPI{Kind: api.Kind, Plural: api.Plural, Version: gv.Version}); err != nil {
-					return false, err
+					return false, 0, err
 				}
 			}
 			continue
 		}
-		if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
-			return false, err
+		grace := def.DeprecatedVersionGracePeriod()
+		if !ret.Deprecated() {
+			// Its last composition moved: nothing runs its chart any more.
+			if err := r.deleteWorkloads(ctx, def, def.Status.Resource, gv.Version); err != nil {
+				return false, 0, err
+			}
+			changed = true
+			if grace == 0 {
+				continue
+			}
+			ret.DeprecatedSince = &metav1.Time{Time: now.Truncate(time.Second)}
+			r.event(def, corev1.EventTypeNormal, "VersionDeprecated", fmt.Sprintf(
+				"%s is deprecated: no composition runs it any more; it stays served for the clients that still speak it until %s, and writes through it land on %s",
+				ret.APIVersion, ret.DeprecatedSince.Add(grace).UTC().Format(time.RFC3339), api.APIVersion()))
 		}
+		// The grace period is the definition's as it is now: shortening it takes
+		// effect at once.
+		if removeAfter := ret.DeprecatedSince.Add(grace).Truncate(time.Second); ret.RemoveAfter == nil || !ret.RemoveAfter.Time.Equal(removeAfter) {
+			ret.RemoveAfter, changed = &metav1.Time{Time: removeAfter}, true
+		}
+		if left := ret.RemoveAfter.Sub(now); left > 0 {
+			kept = append(kept, ret)
+			if removal == 0 || left < removal {
+				removal = left
+			}
+			continue
+		}
+		changed = true
+		r.event(def, corev1.EventTypeNormal, "VersionRemoved", fmt.Sprintf("%s is no longer served: its grace period as a deprecated version ended", ret.APIVersion))
 	}
-	dropped := len(kept) < len(def.Status.Retained)
 	def.Status.Retained = kept
-	return dropped, nil
+	return changed, removal, nil
 }
 
 // event records an event on the definition, its message within what an event holds.

@@ -163,8 +163,9 @@ func (f *follower) serveStatus(ctx context.Context) error {
 }
 
 // servedByStatus are the versions def's status serves: status.apiVersion and the
-// versions it retains (status.retained), of status.resource, which a definition being
-// deleted keeps until its compositions are gone.
+// versions it retains (status.retained) for the compositions still pinned to them, of
+// status.resource, which a definition being deleted keeps until its compositions are
+// gone. A deprecated version (only kept for its clients) has no controller.
 func servedByStatus(def *corev1alpha1.CompositionDefinition) []kinds.VersionKey {
 	gvk, ok := ownership.Served(def)
 	if !ok || def.Status.Resource == "" {
@@ -172,7 +173,7 @@ func servedByStatus(def *corev1alpha1.CompositionDefinition) []kinds.VersionKey 
 	}
 	keys := []kinds.VersionKey{{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gvk.Version}}
 	for _, r := range def.Status.Retained {
-		if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil && gv.Version != gvk.Version {
+		if gv, err := schema.ParseGroupVersion(r.APIVersion); err == nil && gv.Version != gvk.Version && !r.Deprecated() {
 			keys = append(keys, kinds.VersionKey{Namespace: def.Namespace, Plural: def.Status.Resource, Version: gv.Version})
 		}
 	}

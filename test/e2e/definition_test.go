@@ -151,7 +151,9 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
-			assert.Equal(c, []string{"v1-1-6", "hub"}, versionNames(crd))
+			// The version it left stays served, deprecated, for its clients.
+			assert.Equal(c, []string{"v1-1-5", "v1-1-6", "hub"}, versionNames(crd))
+			assert.Equal(c, []string{"v1-1-5"}, deprecatedVersions(crd))
 			assert.Equal(c, []string{"hub"}, crd.Status.StoredVersions)
 			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: controller.Name("fireworksapp-system", "fireworksapps", "v1-1-5")}, &appsv1.Deployment{})
 			assert.True(c, apierrors.IsNotFound(err), "the 1.1.5 controller is gone: %v", err)
@@ -174,14 +176,15 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		// reconciler was running all along.
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
-		assert.Equal(t, []string{"v1-1-6", "hub"}, versionNames(crd))
+		assert.Equal(t, []string{"v1-1-5", "v1-1-6", "hub"}, versionNames(crd))
 
 		res = cp.Kubectl(ctx, "", "annotate", "--overwrite", "compositiondefinition", "fireworksapp-1-1-5", "-n", "fireworksapp-system", "krateo.io/paused=false")
 		require.NoError(t, res.Err, res.Stderr)
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Name: "fireworksapps.composition.krateo.io"}, crd))
-			assert.Equal(c, []string{"v2-0-0", "hub"}, versionNames(crd))
+			assert.Equal(c, []string{"v1-1-5", "v1-1-6", "v2-0-0", "hub"}, versionNames(crd))
+			assert.Equal(c, []string{"v1-1-5", "v1-1-6"}, deprecatedVersions(crd))
 		}, 2*time.Minute, 200*time.Millisecond)
 		// 2.0.0 renders an Ingress when exposure is public: its role grants Ingresses.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {

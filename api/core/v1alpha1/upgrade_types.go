@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -76,6 +78,29 @@ type UpgradePolicy struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+
+	// DeprecatedVersionGracePeriod is how long a served version the definition no
+	// longer uses stays served, deprecated, for the clients that still speak it: counted
+	// from when its last composition moved to the version served now (or, for a version
+	// that had none, from when the definition moved on). Writes through it land on the
+	// version served now. Default 72h: past kubectl's 6-hour discovery cache and past a
+	// weekend, so that an upgrade made on a Friday breaks no GitOps sync or script on
+	// Monday. 0s removes it at once.
+	// +optional
+	DeprecatedVersionGracePeriod *metav1.Duration `json:"deprecatedVersionGracePeriod,omitempty"`
+}
+
+// DefaultDeprecatedVersionGracePeriod is UpgradePolicy.DeprecatedVersionGracePeriod's
+// default.
+const DefaultDeprecatedVersionGracePeriod = 72 * time.Hour
+
+// DeprecatedVersionGracePeriod is def's UpgradePolicy.DeprecatedVersionGracePeriod, or
+// its default; never negative.
+func (def *CompositionDefinition) DeprecatedVersionGracePeriod() time.Duration {
+	if def.Spec.Upgrade == nil || def.Spec.Upgrade.DeprecatedVersionGracePeriod == nil {
+		return DefaultDeprecatedVersionGracePeriod
+	}
+	return max(def.Spec.Upgrade.DeprecatedVersionGracePeriod.Duration, 0)
 }
 
 // ServedChart is a served version of a definition and the chart it serves it from.
@@ -93,7 +118,20 @@ type ServedChart struct {
 	// definition asks for one.
 	// +optional
 	Verification *ChartVerificationStatus `json:"verification,omitempty"`
+	// DeprecatedSince, on a retained version, is when its last composition moved to
+	// the version served now: since then it stays served, deprecated, for the clients
+	// that still speak it, with no controller, RBAC or kept chart archive.
+	// +optional
+	DeprecatedSince *metav1.Time `json:"deprecatedSince,omitempty"`
+	// RemoveAfter is when a deprecated version stops being served: DeprecatedSince
+	// plus spec.upgrade.deprecatedVersionGracePeriod.
+	// +optional
+	RemoveAfter *metav1.Time `json:"removeAfter,omitempty"`
 }
+
+// Deprecated tells whether the version is only kept served for its clients
+// (DeprecatedSince is set).
+func (s ServedChart) Deprecated() bool { return s.DeprecatedSince != nil }
 
 // PlanSummary is what moving the compositions to the new chart version would do (the
 // whole plan: compositor plan DEFINITION).
