@@ -31,11 +31,12 @@ import (
 	"github.com/compositor-dev/compositor/ownership"
 )
 
-// RevisionVerifier proves a CompositionRevision: nil when it is as Compositor wrote it
-// and a revision of the composition whose UID is uid. The release seal
-// (reconciler/composition ReleaseSeal) is one.
+// RevisionVerifier proves a CompositionRevision: nil when it is as Compositor wrote it,
+// sealed with the key of def, the definition the composition belongs to, and a
+// revision of the composition whose UID is uid. A revision sealed with another
+// definition's key fails.
 type RevisionVerifier interface {
-	VerifyRevision(rev *corev1alpha1.CompositionRevision, uid types.UID) error
+	VerifyRevision(ctx context.Context, def *corev1alpha1.CompositionDefinition, rev *corev1alpha1.CompositionRevision, uid types.UID) error
 }
 
 // RollbackPrevious, as the value of compositor.dev/rollback-to, names the revision
@@ -132,7 +133,17 @@ func (m *Mutator) rollback(ctx context.Context, req *Request) (changed bool, ref
 	if m.Revisions == nil || m.Live == nil {
 		return refuse("Compositor was started without the release seal, so it restores no revision")
 	}
-	rev, reason, err := m.findRevision(ctx, req, to)
+	// The revisions are sealed with the key of the definition the composition belongs
+	// to, as pinned now.
+	owner, err := cachedOwningDefinition(ctx, m.Definitions, req)
+	if err != nil {
+		resp := admission.Errored(http.StatusInternalServerError, err)
+		return false, &resp
+	}
+	if owner == nil {
+		return refuse(fmt.Sprintf("no CompositionDefinition serves %s to namespace %s, whose key would prove its revisions", req.Kind.Kind, req.Namespace))
+	}
+	rev, reason, err := m.findRevision(ctx, req, owner, to)
 	if err != nil {
 		resp := admission.Errored(http.StatusInternalServerError, err)
 		return false, &resp
@@ -160,7 +171,7 @@ func (m *Mutator) rollback(ctx context.Context, req *Request) (changed bool, ref
 // findRevision reads the revision to names among the composition's, live: its number,
 // or "previous", the one before the newest. reason, when set, says why there is none
 // to restore.
-func (m *Mutator) findRevision(ctx context.Context, req *Request, to string) (rev *corev1alpha1.CompositionRevision, reason string, err error) {
+func (m *Mutator) findRevision(ctx context.Context, req *Request, owner *corev1alpha1.CompositionDefinition, to string) (rev *corev1alpha1.CompositionRevision, reason string, err error) {
 	uid := req.OldObject.GetUID()
 	number := int64(0)
 	if to != RollbackPrevious {
@@ -178,7 +189,7 @@ func (m *Mutator) findRevision(ctx context.Context, req *Request, to string) (re
 	var refusedN error
 	for i := range list.Items {
 		item := &list.Items[i]
-		if err := m.Revisions.VerifyRevision(item, uid); err != nil {
+		if err := m.Revisions.VerifyRevision(ctx, owner, item, uid); err != nil {
 			if item.Revision == number && refusedN == nil {
 				refusedN = err
 			}

@@ -35,7 +35,7 @@ func (k keptRevisions) List(_ context.Context, list client.ObjectList, _ ...clie
 // sealWord stands for the release seal: a revision is sealed when its seal is "sealed".
 type sealWord struct{}
 
-func (sealWord) VerifyRevision(rev *corev1alpha1.CompositionRevision, uid types.UID) error {
+func (sealWord) VerifyRevision(_ context.Context, _ *corev1alpha1.CompositionDefinition, rev *corev1alpha1.CompositionRevision, uid types.UID) error {
 	switch {
 	case rev.Seal != "sealed":
 		return errors.New("CompositionRevision default/" + rev.Name + " was changed after Compositor wrote it")

@@ -38,7 +38,8 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //     namespace;
 //   - the ChartArchiveRole, if any, only gets one Secret by name, a kept chart archive
 //     (chart-<hex>), in the namespace of its RoleBinding;
-//   - the ReleaseSealRole, if any, only gets Secret ReleaseSealSecret, by name (and
+//   - the ReleaseSealRole, if any, only gets the key Secrets of its definitions
+//     (SealKeySecretPrefix), by name, never ReleaseSealSecret (and
 //     reads ConfigMap ConstraintsConfigMap, by name), in the
 //     namespace of its RoleBinding;
 //   - every binding binds its own role to the ServiceAccount only (and, while an
@@ -127,8 +128,9 @@ func checkChartArchive(objs *Objects, add func(string, ...any)) {
 	}
 }
 
-// checkReleaseSeal asserts that the ReleaseSealRole reads Secret ReleaseSealSecret, and
-// no other, bound in its own namespace to the ServiceAccount only.
+// checkReleaseSeal asserts that the ReleaseSealRole gets the key Secrets of its
+// definitions by name, never the master key Secret ReleaseSealSecret nor another,
+// bound in its own namespace to the ServiceAccount only.
 func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 	role, binding := objs.ReleaseSealRole, objs.ReleaseSealBinding
 	// Besides the seal, the role may read ConfigMap ConstraintsConfigMap by name.
@@ -138,8 +140,21 @@ func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 			role.Rules = role.Rules[:n-1]
 		}
 	}
+	// The master key is never among them: only key Secrets of definitions.
+	if role != nil && len(role.Rules) == 1 {
+		keys := role.Rules[0].ResourceNames
+		if len(keys) == 0 || !slices.IsSortedFunc(keys, strings.Compare) ||
+			slices.ContainsFunc(keys, func(name string) bool { return !sealKeySecretName.MatchString(name) }) ||
+			!equalRules(role.Rules[0], rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: keys}) {
+			add("Role %s grants more than get on the key Secrets of its definitions: %v", role.Name, role.Rules)
+		}
+		if len(keys) > 0 {
+			role = role.DeepCopy()
+			role.Rules[0] = credentialsRule(keys[0]) // checked above: the others are like it
+		}
+	}
 	checkSecretReader("ReleaseSeal", role, binding, objs, add,
-		func(secret string) bool { return secret == ReleaseSealSecret }, "the release seal Secret "+ReleaseSealSecret)
+		func(secret string) bool { return sealKeySecretName.MatchString(secret) }, "the key Secrets of its definitions")
 	if role != nil && binding != nil && (role.Namespace == "" || binding.Namespace != role.Namespace) {
 		add("Role %s and RoleBinding %s must be in one namespace", role.Name, binding.Name)
 	}
@@ -178,6 +193,9 @@ func checkSubjects(objs *Objects, what string, subjects []rbacv1.Subject, add fu
 		add("%s binds %v, not only ServiceAccount %s/%s", what, subjects, sa.Namespace, sa.Name)
 	}
 }
+
+// sealKeySecretName matches reconciler/composition KeySecretName.
+var sealKeySecretName = regexp.MustCompile(`^` + SealKeySecretPrefix + `[0-9a-f]{24}$`)
 
 // keptArchiveName matches chartfetch.KeptArchiveSecretName of a sha256 digest.
 var keptArchiveName = regexp.MustCompile(`^chart-[0-9a-f]{20}$`)

@@ -41,6 +41,12 @@ var ReleaseStorageVerbs = []string{"create", "delete", "get", "list", "patch", "
 // makes it on its first start. A ReleaseSealRole may get it, and no other Secret.
 const ReleaseSealSecret = "compositor-release-seal"
 
+// SealKeySecretPrefix starts the name of the Secret, in Compositor's namespace, that
+// keeps one definition's key (reconciler/composition KeySecretName): derived from the
+// master key in ReleaseSealSecret, which no controller reads. A ReleaseSealRole may get
+// the key Secrets of the definitions its controller serves, and no other Secret.
+const SealKeySecretPrefix = "compositor-seal-"
+
 // ErrInvalidOptions means Options cannot give valid object names.
 var ErrInvalidOptions = errors.New("invalid RBAC options")
 
@@ -99,6 +105,10 @@ type Options struct {
 	// and prove Helm's release records as Compositor does. Empty generates nothing for it
 	// (an in-process controller has the seal from Compositor).
 	ReleaseSealNamespace string
+	// SealKeySecrets name the key Secrets (SealKeySecretPrefix), in ReleaseSealNamespace,
+	// of the definitions whose compositions the controller serves: it may get those,
+	// by name, and no other. Required with ReleaseSealNamespace.
+	SealKeySecrets []string
 }
 
 // Names are the names of the objects generated for one definition version. They hold
@@ -312,7 +322,10 @@ func Generate(opts Options) (*Objects, error) {
 	}
 	if opts.ReleaseSealNamespace != "" {
 		objs.ReleaseSealRole, objs.ReleaseSealBinding = secretReader(names.ReleaseSeal, opts.ReleaseSealNamespace,
-			ReleaseSealSecret, labels, subjects)
+			"", labels, subjects)
+		keys := slices.Clone(opts.SealKeySecrets)
+		slices.Sort(keys)
+		objs.ReleaseSealRole.Rules[0].ResourceNames = slices.Compact(keys)
 		// And, in the same namespace, the Gatekeeper constraints serve enforces.
 		objs.ReleaseSealRole.Rules = append(objs.ReleaseSealRole.Rules, constraintsRule())
 	}
@@ -381,6 +394,14 @@ func (o Options) validate() error {
 	if o.ReleaseSealNamespace != "" {
 		for _, msg := range validation.IsDNS1123Label(o.ReleaseSealNamespace) {
 			problems = append(problems, fmt.Sprintf("release seal namespace %q: %s", o.ReleaseSealNamespace, msg))
+		}
+		if len(o.SealKeySecrets) == 0 {
+			problems = append(problems, "a release seal namespace needs the key Secrets of the definitions served")
+		}
+		for _, name := range o.SealKeySecrets {
+			if !sealKeySecretName.MatchString(name) {
+				problems = append(problems, fmt.Sprintf("seal key Secret %q: want %s and 24 hex digits", name, SealKeySecretPrefix))
+			}
 		}
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(o.Group) {

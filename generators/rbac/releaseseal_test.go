@@ -13,12 +13,20 @@ import (
 func sealOptions(t *testing.T) Options {
 	opts := fireworksOptions(t, "1.1.5", nil)
 	opts.ReleaseSealNamespace = "compositor-system"
+	opts.SealKeySecrets = []string{keyY, keyX}
 	return opts
 }
 
-// The Role and RoleBinding that let a controller read the release seal key, exactly:
-// get on Secret compositor-release-seal of Compositor's namespace, bound to the
-// version's ServiceAccount alone.
+// The key Secrets of two definitions of one namespace (reconciler/composition
+// KeySecretName).
+const (
+	keyX = "compositor-seal-0123456789abcdef01234567"
+	keyY = "compositor-seal-89abcdef0123456789abcdef"
+)
+
+// The Role and RoleBinding that let a controller read the keys of its definitions,
+// exactly: get on their key Secrets in Compositor's namespace, never the master key
+// compositor-release-seal, bound to the version's ServiceAccount alone.
 func TestReleaseSealRoleShape(t *testing.T) {
 	objs, err := Generate(sealOptions(t))
 	require.NoError(t, err)
@@ -32,7 +40,7 @@ func TestReleaseSealRoleShape(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "compositor-system", Labels: labels},
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
-			ResourceNames: []string{"compositor-release-seal"},
+			ResourceNames: []string{keyX, keyY},
 		}, {
 			// The Gatekeeper constraints serve enforces, for the install gate.
 			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
@@ -74,7 +82,7 @@ func TestReleaseSealRoleBesideTheChartArchiveRole(t *testing.T) {
 	opts.ChartArchiveNamespace, opts.ChartDigest = "compositor-system", archiveDigest
 	objs, err := Generate(opts)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"compositor-release-seal"}, objs.ReleaseSealRole.Rules[0].ResourceNames)
+	assert.Equal(t, []string{keyX, keyY}, objs.ReleaseSealRole.Rules[0].ResourceNames)
 	assert.Equal(t, []string{"chart-0123456789abcdef0123"}, objs.ChartArchiveRole.Rules[0].ResourceNames)
 	assert.NotEqual(t, objs.ReleaseSealRole.Name, objs.ChartArchiveRole.Name)
 
@@ -118,16 +126,35 @@ func TestReleaseSealOptionsAreValidated(t *testing.T) {
 			assert.ErrorIs(t, err, ErrInvalidOptions)
 		})
 	}
+	for name, keys := range map[string][]string{
+		"no keys":        nil,
+		"the master key": {ReleaseSealSecret},
+		"a glob":         {"compositor-seal-*"},
+		"short":          {"compositor-seal-0123"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := sealOptions(t)
+			opts.SealKeySecrets = keys
+			_, err := Generate(opts)
+			assert.ErrorIs(t, err, ErrInvalidOptions)
+		})
+	}
 }
 
-// Check refuses a seal Role that grants more than get on the one seal Secret, and a
+// Check refuses a seal Role that grants more than get on its definitions' key Secrets
+// (the master key above all), and a
 // binding of it to anything but the version's ServiceAccount.
 func TestCheckReleaseSealRole(t *testing.T) {
 	for name, tweak := range map[string]func(*Objects){
 		"any Secret":     func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = nil },
 		"another Secret": func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{"compositor-webhook-ca"} },
 		"a look-alike":   func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{"compositor-release-seal-2"} },
-		"a glob":         func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{"compositor-release-*"} },
+		"the master key": func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{ReleaseSealSecret} },
+		"the master key too": func(o *Objects) {
+			o.ReleaseSealRole.Rules[0].ResourceNames = append(o.ReleaseSealRole.Rules[0].ResourceNames, ReleaseSealSecret)
+		},
+		"a key glob": func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{"compositor-seal-*"} },
+		"a glob":     func(o *Objects) { o.ReleaseSealRole.Rules[0].ResourceNames = []string{"compositor-release-*"} },
 		"two Secrets": func(o *Objects) {
 			o.ReleaseSealRole.Rules[0].ResourceNames = append(o.ReleaseSealRole.Rules[0].ResourceNames, "compositor-webhook-ca")
 		},

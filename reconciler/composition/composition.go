@@ -71,6 +71,10 @@ const (
 // definition changes also wake it.
 const waitForDefinition = 30 * time.Second
 
+// waitForSeal is how soon a composition whose definition's key is not available is
+// tried again.
+const waitForSeal = 5 * time.Second
+
 // retryRefused is how often a composition the install gate refused is tried again.
 const retryRefused = time.Minute
 
@@ -91,7 +95,10 @@ type Reconciler struct {
 	// Charts loads the definitions' charts.
 	Charts *chartstore.Source
 	// Helm acts with the same identity as Client.
-	Helm     *Helm
+	Helm *Helm
+	// Keys, when set, give each composition's records the seal of its definition
+	// (sealkeys.go); without them Helm's own seal seals every record.
+	Keys     SealKeys
 	Recorder recorder.EventRecorder
 	// DefinitionNamespace, when set, limits the controller to the compositions whose
 	// definition lives there: each definition namespace runs its own controller.
@@ -226,6 +233,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if obj == nil || err != nil {
 		return ctrl.Result{}, err
 	}
+	seal, ours, err := r.sealOf(ctx, obj, def)
+	switch {
+	case !ours:
+		return ctrl.Result{}, nil
+	case errors.Is(err, ErrSealUnavailable):
+		before := obj.DeepCopy()
+		r.setConditions(obj, false, ReasonReleaseSealUnavailable, "nothing was installed or deleted: "+err.Error())
+		return r.settle(ctx, before, obj, ctrl.Result{RequeueAfter: waitForSeal}, nil)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	ctx = withSeal(ctx, seal)
 	if !r.leads() {
 		return r.follow(ctx, obj, def)
 	}

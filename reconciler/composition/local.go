@@ -22,7 +22,9 @@ import (
 
 // localSite is the local cluster, as the controller's identity, which bind gives its
 // rights in a namespace.
-func (r *Reconciler) localSite() site { return site{helm: r.Helm, bind: r.Bind} }
+func (r *Reconciler) localSite(ctx context.Context) site {
+	return site{helm: r.Helm.Sealed(sealFrom(ctx)), bind: r.Bind}
+}
 
 // deliverLocally runs helm upgrade --install in the local cluster unless the release
 // already is what the composition asks for (installOn). A composition placed on target
@@ -42,7 +44,7 @@ func (r *Reconciler) deliverLocally(ctx context.Context, obj *unstructured.Unstr
 	// status fields, so it is stored as it is. It only tells users what is installed:
 	// whether to install rests on the sealed release record alone.
 	installed, _, _ := unstructured.NestedString(obj.Object, "status", "fingerprint")
-	a := r.installOn(ctx, obj, def, r.localSite(), w)
+	a := r.installOn(ctx, obj, def, r.localSite(ctx), w)
 	if a.changed || (a.ready && installed != w.fingerprint) {
 		for field, value := range map[string]string{
 			"helmChartUrl":     def.Status.PackageURL,
@@ -102,7 +104,7 @@ func (r *Reconciler) remove(ctx context.Context, obj *unstructured.Unstructured,
 		return result, err
 	}
 	if placement, err := multicluster.ParsePlacement(obj.GetAnnotations()); err != nil || placement.Local() || hasLocalRelease(obj) {
-		if a := r.uninstallOn(ctx, obj, def, r.localSite()); !a.ready {
+		if a := r.uninstallOn(ctx, obj, def, r.localSite(ctx)); !a.ready {
 			r.setConditions(obj, false, a.reason, a.message)
 			return ctrl.Result{}, a.err
 		}

@@ -41,8 +41,9 @@ type ManagerOptions struct {
 	Checker *policies.Checker
 	// Sync is the resync period.
 	Sync time.Duration
-	// Seal seals the release records the controller writes and proves those it reads.
-	Seal *ReleaseSeal
+	// Keys give each composition's definition's key, which seals the release records
+	// the controller writes and proves those it reads (sealkeys.go).
+	Keys SealKeys
 	// HealthProbeAddr and MetricsAddr: "0" turns them off.
 	HealthProbeAddr string
 	MetricsAddr     string
@@ -98,11 +99,11 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 	if err := ownership.IndexServed(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	helm, err := NewHelm(cfg, opts.Seal, mgr.GetLogger().WithName("helm"))
+	helm, err := NewHelm(cfg, nil, mgr.GetLogger().WithName("helm"))
 	if err != nil {
 		return nil, err
 	}
-	r.Client, r.Live, r.Helm = mgr.GetClient(), mgr.GetAPIReader(), helm
+	r.Client, r.Live, r.Helm, r.Keys = mgr.GetClient(), mgr.GetAPIReader(), helm, opts.Keys
 	r.Recorder = mgr.GetEventRecorder(r.GVK.Kind + "-" + r.GVK.Version + "-controller")
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err

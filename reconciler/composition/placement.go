@@ -152,7 +152,7 @@ func (r *Reconciler) retireLocalRelease(ctx context.Context, obj *unstructured.U
 	if !hasLocalRelease(obj) || !readySomewhere(next, w.fingerprint) {
 		return nil
 	}
-	if a := r.uninstallOn(ctx, obj, def, r.localSite()); !a.ready {
+	if a := r.uninstallOn(ctx, obj, def, r.localSite(ctx)); !a.ready {
 		r.setConditions(obj, false, ReasonUninstallFailed, a.message)
 		return a.err
 	}
@@ -344,11 +344,12 @@ func (r *Reconciler) recordClusters(ctx context.Context, obj *unstructured.Unstr
 
 // targetSite is the engaged cluster cl, as the identity of its kubeconfig, with the
 // check of that identity's rights.
-func (r *Reconciler) targetSite(cl multicluster.Cluster) (site, error) {
+func (r *Reconciler) targetSite(ctx context.Context, cl multicluster.Cluster) (site, error) {
 	h, err := r.Targets.helm(cl)
 	if err != nil {
 		return site{}, err
 	}
+	h = h.Sealed(sealFrom(ctx))
 	return site{
 		cluster: cl.Name, helm: h, related: r.Targets.secret(cl.Name), gone: cl.Done(), shared: r.Targets.replicas(),
 		check: func(ctx context.Context, w work, namespace string, clusterResources []schema.GroupResource) error {
@@ -363,7 +364,7 @@ func (r *Reconciler) installOnTarget(ctx context.Context, obj *unstructured.Unst
 	if a, held := r.Targets.held(cl, ReasonInstallFailed); held {
 		return a
 	}
-	s, err := r.targetSite(cl)
+	s, err := r.targetSite(ctx, cl)
 	if err != nil {
 		return failed(ReasonInstallFailed, err)
 	}
@@ -444,7 +445,7 @@ func (r *Reconciler) uninstallFromTarget(ctx context.Context, obj *unstructured.
 	if a, held := r.Targets.held(cl, ReasonUninstallFailed); held {
 		return a
 	}
-	s, err := r.targetSite(cl)
+	s, err := r.targetSite(ctx, cl)
 	if err != nil {
 		return failed(ReasonUninstallFailed, err)
 	}

@@ -2,8 +2,9 @@
 // leaves a CompositionRevision in the composition's namespace, the spec as written, the
 // chart it ran, the values' fingerprint, when and who. `compositor rollback` restores
 // one through admission (webhooks/rollback.go). The namespace is the tenant's, so a
-// revision is sealed like a release record, with the same key and another domain: one
-// whose seal does not hold is never restored, and is reported.
+// revision is sealed like a release record, with the same key (its definition's,
+// sealkeys.go) and another domain: one whose seal does not hold is never restored, and
+// is reported.
 
 package composition
 
@@ -182,7 +183,7 @@ func revisionHistoryLimit(def *corev1alpha1.CompositionDefinition) int {
 
 // newRevision is the sealed revision n of obj, installed from w by the controller of
 // version at now.
-func (r *Reconciler) newRevision(obj *unstructured.Unstructured, w work, n int64, now time.Time) (*corev1alpha1.CompositionRevision, error) {
+func (r *Reconciler) newRevision(seal *ReleaseSeal, obj *unstructured.Unstructured, w work, n int64, now time.Time) (*corev1alpha1.CompositionRevision, error) {
 	raw, err := json.Marshal(w.values)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the spec: %w", err)
@@ -209,7 +210,7 @@ func (r *Reconciler) newRevision(obj *unstructured.Unstructured, w work, n int64
 		Time:          metav1.NewTime(now.UTC().Truncate(time.Second)),
 		Author:        obj.GetAnnotations()[vocab.AnnotationSpecAuthor],
 	}
-	if err := r.Helm.seal.SealRevision(rev); err != nil {
+	if err := seal.SealRevision(rev); err != nil {
 		return nil, err
 	}
 	return rev, nil
@@ -221,10 +222,14 @@ func (r *Reconciler) newRevision(obj *unstructured.Unstructured, w work, n int64
 // tenant's, or one a deleted composition of the same name left) is replaced. Revisions
 // whose seal fails are reported, never counted nor deleted.
 func (r *Reconciler) recordRevision(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, w work, n int) error {
-	if r.Helm == nil || r.Helm.seal == nil || r.Live == nil {
+	seal := sealFrom(ctx)
+	if seal == nil && r.Helm != nil {
+		seal = r.Helm.seal
+	}
+	if seal == nil || r.Live == nil {
 		return nil
 	}
-	rev, err := r.newRevision(obj, w, int64(n), time.Now())
+	rev, err := r.newRevision(seal, obj, w, int64(n), time.Now())
 	if err != nil {
 		return err
 	}
@@ -236,7 +241,7 @@ func (r *Reconciler) recordRevision(ctx context.Context, obj *unstructured.Unstr
 		}
 	case err != nil:
 		return fmt.Errorf("reading CompositionRevision %s/%s: %w", rev.Namespace, rev.Name, err)
-	case r.Helm.seal.VerifyRevision(existing, obj.GetUID()) == nil && existing.Fingerprint == rev.Fingerprint && existing.Revision == rev.Revision:
+	case seal.VerifyRevision(existing, obj.GetUID()) == nil && existing.Fingerprint == rev.Fingerprint && existing.Revision == rev.Revision:
 		// Recorded already (a reconcile whose status write failed).
 	default:
 		rev.ResourceVersion = existing.ResourceVersion
@@ -245,16 +250,16 @@ func (r *Reconciler) recordRevision(ctx context.Context, obj *unstructured.Unstr
 		}
 	}
 	r.eventf(obj, nil, corev1.EventTypeNormal, EventRevisionRecorded, "Install", "revision %d: chart %s, recorded as CompositionRevision %s", n, rev.ChartVersion, rev.Name)
-	return r.pruneRevisions(ctx, obj, revisionHistoryLimit(def))
+	return r.pruneRevisions(ctx, seal, obj, revisionHistoryLimit(def))
 }
 
 // pruneRevisions deletes obj's oldest sealed revisions beyond keep.
-func (r *Reconciler) pruneRevisions(ctx context.Context, obj *unstructured.Unstructured, keep int) error {
+func (r *Reconciler) pruneRevisions(ctx context.Context, seal *ReleaseSeal, obj *unstructured.Unstructured, keep int) error {
 	list := &corev1alpha1.CompositionRevisionList{}
 	if err := r.Live.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{vocab.LabelCompositionUID: string(obj.GetUID())}); err != nil {
 		return fmt.Errorf("listing the CompositionRevisions of %s: %w", obj.GetName(), err)
 	}
-	sealed, tampered := SortRevisions(r.Helm.seal, list.Items, obj.GetUID())
+	sealed, tampered := SortRevisions(seal, list.Items, obj.GetUID())
 	for _, bad := range tampered {
 		r.eventf(obj, nil, corev1.EventTypeWarning, EventRevisionTampered, "Install", "%s: it is never restored; delete it", bad.Error())
 	}

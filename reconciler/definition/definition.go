@@ -39,6 +39,7 @@ import (
 	"github.com/compositor-dev/compositor/internal/event"
 	"github.com/compositor-dev/compositor/ownership"
 	"github.com/compositor-dev/compositor/policies"
+	"github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/kinds"
 )
 
@@ -83,6 +84,9 @@ type Reconciler struct {
 	// rollouts key their digests with a key derived from it (PlanDigestKey), and a
 	// rollout cannot plan without it.
 	MasterKey []byte
+	// Seal is the master seal: the key of each definition is derived from it and, for
+	// controller Deployments, written into the definition's key Secret (sealkeys.go).
+	Seal *composition.MasterSeal
 
 	follower *follower // the following mode, where Kinds runs on every replica
 	narrowed sync.Map  // "<uid> <plan hash>" of the kept plans narrowed (narrowKeptPlan)

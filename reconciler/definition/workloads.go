@@ -273,6 +273,9 @@ func (r *Reconciler) versionRBAC(ctx context.Context, def *corev1alpha1.Composit
 		// have the seal from Compositor.
 		opts.ChartArchiveNamespace, opts.ChartDigest = ns, digest
 		opts.ReleaseSealNamespace = ns
+		if opts.SealKeySecrets, err = r.sealKeySecrets(ctx, def, api); err != nil {
+			return rbac.Options{}, nil, err
+		}
 	}
 	objs, err := rbac.Generate(opts)
 	if err != nil {

@@ -106,9 +106,9 @@ type Runtime struct {
 	// installs every composition in Compositor's cluster, and a placed one reports
 	// that it cannot be delivered. Call ClustersChanged when they change.
 	Targets *composition.Targets
-	// Seal, InProcess only, seals the release records the controllers write and proves
-	// those they read.
-	Seal *composition.ReleaseSeal
+	// Seal, InProcess only, gives each definition's key (derived in memory from the
+	// master key), which seals the release records and revisions of its compositions.
+	Seal composition.SealKeys
 
 	client    client.Client
 	cache     cache.Cache
@@ -180,7 +180,7 @@ func (k *Runtime) SetupWithManager(mgr manager.Manager) error {
 		if err != nil {
 			return err
 		}
-		if k.helm, err = composition.NewHelm(k.Config, k.Seal, mgr.GetLogger().WithName("helm")); err != nil {
+		if k.helm, err = composition.NewHelm(k.Config, nil, mgr.GetLogger().WithName("helm")); err != nil {
 			return err
 		}
 	} else if k.metadata, err = metadata.NewForConfigAndClient(k.Config, mgr.GetHTTPClient()); err != nil {
@@ -432,6 +432,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 		GVK:                 gvk,
 		Charts:              k.Charts,
 		Helm:                k.helm.As(cfg),
+		Keys:                k.Seal,
 		Recorder:            k.recorders.GetEventRecorder(gvk.Kind + "-" + gvk.Version + "-controller"),
 		DefinitionNamespace: def.Namespace,
 		Bind: func(ctx context.Context, namespace string) error {

@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,7 +22,6 @@ import (
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/chartstore"
-	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/membudget"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
@@ -61,10 +58,11 @@ type ControllerOptions struct {
 	// keeps verified chart archives in Secrets: the controller reads its chart there,
 	// never writing, before going to the chart source. Empty: no archive is read.
 	ChartArchiveNamespace string
-	// ReleaseSealNamespace is Compositor's namespace, where Secret
-	// rbac.ReleaseSealSecret keeps the key that seals the release records the
-	// controller writes and proves those it reads. The controller reads it once, at
-	// start, with the get on that one Secret the generated RBAC grants.
+	// ReleaseSealNamespace is Compositor's namespace, where each definition's key,
+	// which seals the release records of its compositions, is kept in a Secret
+	// (reconciler/composition KeySecretName). The controller reads the keys of its
+	// definitions with the get on those Secrets the generated RBAC grants, never the
+	// master key they are derived from.
 	ReleaseSealNamespace string
 }
 
@@ -92,7 +90,7 @@ func (o *ControllerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Address of /metrics ("0" turns metrics off)`)
 	fs.StringVar(&o.ChartCacheDir, "chart-cache-dir", o.ChartCacheDir, "Directory of downloaded chart archives, keyed by digest")
 	fs.StringVar(&o.RegistryConfigPath, "helm-registry-config-path", o.RegistryConfigPath, "Helm registry config file with OCI credentials (env HELM_REGISTRY_CONFIG_PATH)")
-	fs.StringVar(&o.ReleaseSealNamespace, "release-seal-namespace", o.ReleaseSealNamespace, "Compositor's namespace, whose Secret "+rbac.ReleaseSealSecret+" keeps the key that seals the Helm release records: read (never written) at start (env COMPOSITOR_RELEASE_SEAL_NAMESPACE)")
+	fs.StringVar(&o.ReleaseSealNamespace, "release-seal-namespace", o.ReleaseSealNamespace, "Compositor's namespace, whose Secrets keep the keys of the definitions this controller serves, which seal their Helm release records: read, never written (env COMPOSITOR_RELEASE_SEAL_NAMESPACE)")
 	fs.StringVar(&o.ChartArchiveNamespace, "chart-archive-namespace", o.ChartArchiveNamespace, "Compositor's namespace, where chart archives are kept in the cluster: read (never written) before the chart source (env COMPOSITOR_CHART_ARCHIVE_NAMESPACE)")
 	addAllowChartNetworkFlag(fs, &o.AllowChartNetworks)
 }
@@ -180,10 +178,10 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 			namespace = strings.TrimSpace(string(data))
 		}
 	}
-	seal, err := readReleaseSeal(ctx, live, opts.ReleaseSealNamespace, namespace, opts.Resource, opts.Version)
-	if err != nil {
-		return err
-	}
+	// Each composition's records are sealed with its definition's key, read from
+	// that definition's Secret when first needed (a Secret written later, by serve,
+	// is read then).
+	keys := &compositionctrl.SecretKeys{Reader: live, Namespace: opts.ReleaseSealNamespace}
 	// What it installs is judged with the CompositionPolicies, as admission judges
 	// what is written: loaded before the first install, then kept in step.
 	// The install gate evaluates the constraints' Rego here too.
@@ -216,7 +214,7 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 		DefinitionNamespace: namespace,
 		MaxReconcileRate:    opts.MaxReconcileRate,
 		Sync:                opts.Sync,
-		Seal:                seal,
+		Keys:                keys,
 		HealthProbeAddr:     opts.HealthProbeAddr,
 		MetricsAddr:         opts.MetricsAddr,
 	})
@@ -232,39 +230,6 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 		}
 	}
 	return mgr.Start(ctx)
-}
-
-// readReleaseSeal reads the key that seals Helm's release records from Secret
-// rbac.ReleaseSealSecret of namespace, Compositor's, through live: the generated RBAC
-// grants the ServiceAccount of the version (plural, version of definitionNamespace)
-// get on that one Secret, and no list or watch for a cache. Without the key the
-// controller cannot start; the errors say what it lacks.
-func readReleaseSeal(ctx context.Context, live client.Reader, namespace, definitionNamespace, plural, version string) (*compositionctrl.ReleaseSeal, error) {
-	names := rbac.NamesFor(definitionNamespace, plural, version)
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: namespace, Name: rbac.ReleaseSealSecret}
-	if err := live.Get(ctx, key, secret); err != nil {
-		switch {
-		case apierrors.IsForbidden(err):
-			return nil, fmt.Errorf("reading the release seal, Secret %s: ServiceAccount %s/%s may not get it; "+
-				"Compositor grants that right with Role and RoleBinding %s in %s, made before this controller's Deployment "+
-				"(does --release-seal-namespace name Compositor's namespace?): %w",
-				key, definitionNamespace, names.ServiceAccount, names.ReleaseSeal, namespace, err)
-		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("reading the release seal, Secret %s: it does not exist; compositor serve makes it when it starts "+
-				"(does --release-seal-namespace name Compositor's namespace?): %w", key, err)
-		}
-		return nil, fmt.Errorf("reading the release seal, Secret %s: %w", key, err)
-	}
-	data, err := compositionctrl.SealKeyFrom(secret)
-	if err != nil {
-		return nil, fmt.Errorf("reading the release seal: %w", err)
-	}
-	seal, err := compositionctrl.NewReleaseSeal(data)
-	if err != nil {
-		return nil, fmt.Errorf("reading the release seal, Secret %s: %w", key, err)
-	}
-	return seal, nil
 }
 
 // kindOf finds the kind of a served resource through discovery.

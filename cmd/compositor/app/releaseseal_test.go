@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -14,17 +13,18 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
-// The generated controller reads the release seal as its pod would: acting as the
-// version's ServiceAccount, through a live client, on a real API server whose RBAC
-// authorizer holds the Role generators/rbac makes. It gets the key with that Role, and
-// without it fails with an error that names the Secret, the ServiceAccount and the
-// Role it lacks.
-func TestControllerReadsTheReleaseSealThroughItsRole(t *testing.T) {
+// Issue 46, deployments mode: a generated controller reads the keys of its
+// definitions as its pod would, acting as the version's ServiceAccount through a live
+// client on a real API server whose RBAC authorizer holds the Role generators/rbac
+// makes. It gets its own definition's key, and is forbidden the master key and
+// another definition's key; without the Role, the error says what it lacks.
+func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 	cp := controlplane.Start(t)
 	ctx := context.Background()
 	const (
@@ -34,41 +34,38 @@ func TestControllerReadsTheReleaseSealThroughItsRole(t *testing.T) {
 	for _, ns := range []string{compositorNS, definitionNS} {
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
+	sa := rbac.ServiceAccountName(definitionNS, "fireworksapps", "v1-1-5")
 	asController := func(t *testing.T) client.Client {
 		t.Helper()
 		config := rest.CopyConfig(cp.Config)
 		config.Impersonate = rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + definitionNS + ":fireworksapps-v1-1-5-controller",
-			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + definitionNS, "system:authenticated"},
+			UserName: "system:serviceaccount:" + compositorNS + ":" + sa,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + compositorNS, "system:authenticated"},
 		}
 		c, err := client.New(config, client.Options{})
 		require.NoError(t, err)
 		return c
 	}
-	read := func(t *testing.T) (*compositionctrl.ReleaseSeal, error) {
-		return readReleaseSeal(ctx, asController(t), compositorNS, definitionNS, "fireworksapps", "v1-1-5")
+	master, err := compositionctrl.NewMasterSeal(compositionctrl.NewSealKey())
+	require.NoError(t, err)
+	mine := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: definitionNS, Name: "fireworks", UID: "uid-mine"}}
+	theirs := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "fireworks", UID: "uid-theirs"}}
+	require.NoError(t, cp.Client.Create(ctx, compositionctrl.SealSecret(compositorNS, rbac.ReleaseSealSecret, compositionctrl.NewSealKey())))
+	for _, def := range []*corev1alpha1.CompositionDefinition{mine, theirs} {
+		secret, err := master.KeySecret(compositorNS, def)
+		require.NoError(t, err)
+		require.NoError(t, cp.Client.Create(ctx, secret))
 	}
 
-	t.Run("without the Secret", func(t *testing.T) {
-		_, err := readReleaseSeal(ctx, cp.Client, compositorNS, definitionNS, "fireworksapps", "v1-1-5")
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "Secret compositor-system/compositor-release-seal: it does not exist; compositor serve makes it")
-	})
-
-	key := compositionctrl.NewSealKey()
-	require.NoError(t, cp.Client.Create(ctx, compositionctrl.SealSecret(compositorNS, rbac.ReleaseSealSecret, key)))
-
 	t.Run("without the Role", func(t *testing.T) {
-		_, err := read(t)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "reading the release seal, Secret compositor-system/compositor-release-seal: "+
-			"ServiceAccount fireworksapp-system/fireworksapps-v1-1-5-controller may not get it; "+
-			"Compositor grants that right with Role and RoleBinding compositor:fireworksapp-system:fireworksapps-v1-1-5:release-seal in compositor-system")
-		assert.Contains(t, err.Error(), "forbidden")
+		_, err := (&compositionctrl.SecretKeys{Reader: asController(t), Namespace: compositorNS}).SealFor(ctx, mine)
+		require.ErrorIs(t, err, compositionctrl.ErrSealUnavailable)
+		assert.Contains(t, err.Error(), "may not get Secret "+compositorNS+"/"+compositionctrl.KeySecretName("uid-mine"))
 	})
 
 	objs, err := rbac.Generate(rbac.Options{
-		Namespace: definitionNS, Plural: "fireworksapps", Version: "v1-1-5", ReleaseSealNamespace: compositorNS,
+		Namespace: definitionNS, IdentityNamespace: compositorNS, Plural: "fireworksapps", Version: "v1-1-5",
+		ReleaseSealNamespace: compositorNS, SealKeySecrets: []string{compositionctrl.KeySecretName(mine.UID)},
 	})
 	require.NoError(t, err)
 	for _, obj := range []client.Object{objs.ReleaseSealRole, objs.ReleaseSealBinding} {
@@ -76,46 +73,36 @@ func TestControllerReadsTheReleaseSealThroughItsRole(t *testing.T) {
 	}
 
 	t.Run("with the Role", func(t *testing.T) {
+		keys := &compositionctrl.SecretKeys{Reader: asController(t), Namespace: compositorNS}
 		var seal *compositionctrl.ReleaseSeal
 		require.Eventually(t, func() bool {
-			seal, err = read(t)
+			seal, err = keys.SealFor(ctx, mine)
 			return err == nil
 		}, 10*time.Second, 50*time.Millisecond, "the RBAC authorizer sees the Role: %v", err)
-		want, err := compositionctrl.NewReleaseSeal(key)
+		want, err := master.ForDefinition(mine.UID)
 		require.NoError(t, err)
-		assert.Equal(t, want, seal, "the key compositor serve keeps")
+		assert.Equal(t, want, seal, "its definition's key, as serve derives it")
 
-		// That one Secret: no other of Compositor's namespace, no list, no write.
-		require.NoError(t, cp.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: compositorNS, Name: "compositor-webhook-ca"},
-			StringData: map[string]string{"tls.key": "secret"},
-		}))
+		_, err = keys.SealFor(ctx, theirs)
+		require.ErrorIs(t, err, compositionctrl.ErrSealUnavailable, "another definition's key")
+		assert.Contains(t, err.Error(), "may not get")
+
 		as := asController(t)
-		err = as.Get(ctx, client.ObjectKey{Namespace: compositorNS, Name: "compositor-webhook-ca"}, &corev1.Secret{})
-		assert.True(t, apierrors.IsForbidden(err), "get another Secret: %v", err)
+		for _, name := range []string{rbac.ReleaseSealSecret, compositionctrl.KeySecretName(theirs.UID)} {
+			err = as.Get(ctx, client.ObjectKey{Namespace: compositorNS, Name: name}, &corev1.Secret{})
+			assert.True(t, apierrors.IsForbidden(err), "get %s: %v", name, err)
+		}
 		err = as.List(ctx, &corev1.SecretList{}, client.InNamespace(compositorNS))
 		assert.True(t, apierrors.IsForbidden(err), "list Secrets: %v", err)
-		sealSecret := compositionctrl.SealSecret(compositorNS, rbac.ReleaseSealSecret, compositionctrl.NewSealKey())
-		err = as.Update(ctx, sealSecret)
-		assert.True(t, apierrors.IsForbidden(err), "update the seal: %v", err)
-		err = as.Delete(ctx, sealSecret)
-		assert.True(t, apierrors.IsForbidden(err), "delete the seal: %v", err)
+		own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: compositorNS, Name: compositionctrl.KeySecretName(mine.UID)}}
+		assert.True(t, apierrors.IsForbidden(as.Delete(ctx, own)), "delete its own key")
 	})
 
-	t.Run("a Secret without a key", func(t *testing.T) {
-		secret := &corev1.Secret{}
-		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: compositorNS, Name: rbac.ReleaseSealSecret}, secret))
-		secret.Data = map[string][]byte{"key": bytes.Repeat([]byte{1}, 8)}
-		require.NoError(t, cp.Client.Update(ctx, secret))
-		_, err := read(t)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "Secret compositor-system/compositor-release-seal")
-		assert.Contains(t, err.Error(), "fewer than the 32 it needs")
-
-		secret.Data = map[string][]byte{"other": key}
-		require.NoError(t, cp.Client.Update(ctx, secret))
-		_, err = read(t)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), `Secret compositor-system/compositor-release-seal has no "key"`)
+	t.Run("a Secret of that name that is not the definition's key", func(t *testing.T) {
+		impostor := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: definitionNS, Name: "other", UID: "uid-impostor"}}
+		secret := compositionctrl.SealSecret(compositorNS, compositionctrl.KeySecretName(impostor.UID), compositionctrl.NewSealKey())
+		require.NoError(t, cp.Client.Create(ctx, secret))
+		_, err := (&compositionctrl.SecretKeys{Reader: cp.Client, Namespace: compositorNS}).SealFor(ctx, impostor)
+		assert.ErrorIs(t, err, compositionctrl.ErrSealUnavailable)
 	})
 }

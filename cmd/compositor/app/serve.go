@@ -129,16 +129,28 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 			return err
 		}
 	}
+	// The seal migration is planned before the master key is made: whether the key
+	// existed says whether the installation's records were ever sealed.
+	migration := &compositionctl.SealMigration{Client: live, Namespace: opts.Namespace}
+	if err := migration.Plan(ctx, controller.ReleaseSealSecret); err != nil {
+		return err
+	}
 	sealKey, err := releaseSealKey(ctx, live, opts.Namespace)
 	if err != nil {
 		return err
 	}
-	// The same key proves the CompositionRevisions a rollback restores.
-	revisions, err := compositionctl.NewReleaseSeal(sealKey)
+	master, err := compositionctl.NewMasterSeal(sealKey)
 	if err != nil {
 		return err
 	}
-	checker, err := setupAdmission(ctx, mgr, charts, live, live, revisions, opts)
+	migration.Master = master
+	// The leader seals the records under their definitions' keys before any
+	// controller acts on them; the controllers get no key until it is done.
+	if err := mgr.Add(migration); err != nil {
+		return err
+	}
+	// Each definition's key proves the CompositionRevisions a rollback restores.
+	checker, err := setupAdmission(ctx, mgr, charts, live, live, compositionctl.DefinitionRevisions{Keys: master}, opts)
 	if err != nil {
 		return err
 	}
@@ -146,7 +158,7 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	if err != nil {
 		return err
 	}
-	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, sealKey, opts); err != nil {
+	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, sealKey, master.GateOn(migration.Done), opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -335,11 +347,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // conversion webhook and CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, opts *ServeOptions) (err error) {
-	seal, err := compositionctl.NewReleaseSeal(sealKey)
-	if err != nil {
-		return err
-	}
+func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, seal *compositionctl.MasterSeal, opts *ServeOptions) (err error) {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -360,6 +368,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		AllowChartNetworks: opts.AllowChartNetworks,
 		Checker:            checker,
 		MasterKey:          sealKey,
+		Seal:               seal,
 	}
 	// One runtime for every generated kind: the release bindings of each served version
 	// and, in-process, its composition controller.
@@ -378,7 +387,6 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		if kinds.Targets, err = setupTargets(mgr, kinds, opts); err != nil {
 			return err
 		}
-		kinds.Targets.Seal = seal
 	}
 	if err := kinds.SetupWithManager(mgr); err != nil {
 		return err
