@@ -8,6 +8,8 @@ package binding
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -74,7 +77,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case held:
 		err := ssa.Apply(ctx, r.Writer, binding)
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			return reconcile.Result{}, nil // the binding goes with its namespace
+			// The binding went with its namespace, and with it the controller's right to
+			// write the compositions there: Compositor lets them go itself.
+			waiting, err := r.releaseTerminating(ctx, namespace)
+			if waiting {
+				// Compositions not deleted yet: the namespace's deletion comes to them.
+				return reconcile.Result{RequeueAfter: terminatingRetry}, err
+			}
+			return reconcile.Result{}, err
 		}
 		return reconcile.Result{}, err
 	default:
@@ -93,6 +103,41 @@ func (r *Reconciler) owns(ctx context.Context, namespace string) (bool, error) {
 	owner := ownership.For(defs.Items, r.GVK, namespace)
 	return owner == nil || owner.Namespace == r.DefinitionNamespace, nil
 }
+
+// releaseTerminating removes the composition finalizer from the compositions of the
+// version being deleted in namespace, which is being deleted too: their releases go with
+// the namespace (the controller would only drop its finalizer, as composition's
+// uninstall does there), and the controller may no longer write them once the
+// namespace's deletion has taken the release binding, which cannot be made again in a
+// terminating namespace. waiting tells that some are not being deleted yet.
+func (r *Reconciler) releaseTerminating(ctx context.Context, namespace string) (waiting bool, err error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(r.GVK.GroupVersion().WithKind(r.GVK.Kind + "List"))
+	if err := r.Live.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{vocab.LabelCompositionVersion: r.GVK.Version}); err != nil {
+		return false, err
+	}
+	var errs []error
+	for i := range list.Items {
+		obj := &list.Items[i]
+		obj.SetGroupVersionKind(r.GVK)
+		if obj.DeletionTimestamp.IsZero() {
+			waiting = true
+			continue
+		}
+		if !controllerutil.ContainsFinalizer(obj, vocab.CompositionFinalizer) {
+			continue
+		}
+		before := obj.DeepCopy()
+		controllerutil.RemoveFinalizer(obj, vocab.CompositionFinalizer)
+		err := r.Writer.Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		errs = append(errs, client.IgnoreNotFound(err))
+	}
+	return waiting, errors.Join(errs...)
+}
+
+// terminatingRetry is how soon the compositions of a terminating namespace are looked
+// at again while some are not being deleted yet.
+const terminatingRetry = 5 * time.Second
 
 func (r *Reconciler) metadataList() client.ObjectList {
 	list := &metav1.PartialObjectMetadataList{}
