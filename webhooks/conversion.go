@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/conversion"
 	"github.com/compositor-dev/compositor/generators/crd"
+	"github.com/compositor-dev/compositor/internal/fairshare"
 )
 
 // ConvertPath is the path the API server sends the ConversionReviews of every generated
@@ -44,17 +47,72 @@ var conversionReviewGVK = apiextensionsv1.SchemeGroupVersion.WithKind("Conversio
 // conversion), with the schemas of each CRD from schemas. A ConversionReview it cannot
 // read gets a 4xx status with a message; a review it can read but not convert gets a
 // Failure result naming the object and why, never part of the objects.
+//
+// The API server presents no client certificate to conversion webhooks, so the
+// converter cannot tell it from any other caller that reaches the port. It bounds what
+// callers can make it do instead: at most GOMAXPROCS reviews at once, at most half of
+// them from one remote address (a lane, as admission shares its work between
+// namespaces), each waiting at most convertWait for its turn and otherwise answered 503
+// before its body is read; so a caller that floods the port holds its lane and leaves
+// the API server's own conversions, and the admission that shares the process, the
+// rest.
 func NewConverter(schemas conversion.SchemaSource) http.Handler {
-	return http.TimeoutHandler(&converter{schemas: schemas}, handlerTimeout,
+	return http.TimeoutHandler(newConverter(schemas), handlerTimeout,
 		"the conversion request took too long to read or answer")
+}
+
+// convertWait is how long a review waits for a slot of the converter.
+const convertWait = 2 * time.Second
+
+func newConverter(schemas conversion.SchemaSource) *converter {
+	procs := max(1, goruntime.GOMAXPROCS(0))
+	return &converter{schemas: schemas, lanes: fairshare.New(max(1, procs/2)), slots: make(chan struct{}, procs), wait: convertWait}
 }
 
 type converter struct {
 	schemas conversion.SchemaSource
+	// lanes are the callers, by remote address; slots are the reviews converted at
+	// once, of every caller; wait is how long a review waits for both.
+	lanes *fairshare.Lanes
+	slots chan struct{}
+	wait  time.Duration
+}
+
+// enter takes a slot of r's caller's lane and one of the converter, waiting at most
+// c.wait; release gives them back.
+func (c *converter) enter(r *http.Request) (release func(), ok bool) {
+	if c.lanes == nil {
+		return func() {}, true
+	}
+	caller, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		caller = r.RemoteAddr
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), c.wait)
+	defer cancel()
+	leave, ok := c.lanes.Acquire(ctx, caller, c.wait)
+	if !ok {
+		return nil, false
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return func() { <-c.slots; leave() }, true
+	case <-ctx.Done():
+		leave()
+		return nil, false
+	}
 }
 
 func (c *converter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := logf.FromContext(r.Context())
+	release, ok := c.enter(r)
+	if !ok {
+		conversionBusyTotal.Inc()
+		writeConversionReview(w, http.StatusServiceUnavailable, &apiextensionsv1.ConversionResponse{Result: failure(http.StatusServiceUnavailable,
+			fmt.Errorf("the converter is busy: this caller's conversions, or all it runs at once, did not finish within %s; retry", c.wait))})
+		return
+	}
+	defer release()
 	review, status, err := readConversionReview(w, r)
 	if err != nil {
 		log.Info("Refused a malformed ConversionReview", "status", status, "reason", err.Error())
@@ -116,9 +174,11 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 
 	// Decoding, converting and encoding each object are independent, and most of a
 	// review's time: they run on every core, and the error reported is the first
-	// object's that fails, as if they ran in order.
+	// object's that fails, as if they ran in order. Object 0 goes first, alone: a review
+	// of a kind or version the converter does not have is refused before the others
+	// cost anything.
 	objects := make([]decodedObject, len(req.Objects))
-	if err := inOrder(len(objects), func(i int) error {
+	decode := func(i int) error {
 		obj, err := conversion.Decode(req.Objects[i].Raw)
 		if err != nil {
 			return fmt.Errorf("object %d: %w", i, err)
@@ -134,33 +194,25 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 		}
 		objects[i] = decodedObject{content: obj, version: gv.Version}
 		return nil
-	}); err != nil {
+	}
+	if err := decode(0); err != nil {
 		return nil, err
 	}
 	gk := schema.GroupKind{Group: desired.Group, Kind: stringField(objects[0].content, "kind")}
-	versions := []string{desired.Version}
+	if _, err := c.schemasFor(ctx, gk, desired.Version, req.DesiredAPIVersion, objects[:1]); err != nil {
+		return nil, err
+	}
+	if err := inOrder(len(objects)-1, func(i int) error { return decode(i + 1) }); err != nil {
+		return nil, err
+	}
 	for i, obj := range objects {
 		if kind := stringField(obj.content, "kind"); kind != gk.Kind {
 			return nil, fmt.Errorf("object %d: %w: %s, while object 0 is a %s", i, ErrWrongKind, kind, gk.Kind)
 		}
-		versions = append(versions, obj.version)
 	}
-
-	schemas, err := c.schemas.Schemas(ctx, gk, versions)
+	schemas, err := c.schemasFor(ctx, gk, desired.Version, req.DesiredAPIVersion, objects)
 	if err != nil {
-		err = fmt.Errorf("schemas of %s: %w", gk, err)
-		if !errors.Is(err, conversion.ErrUnknownKind) {
-			err = sourceError{err}
-		}
 		return nil, err
-	}
-	if !schemas.Has(desired.Version) {
-		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", req.DesiredAPIVersion, conversion.ErrUnknownVersion, gk, strings.Join(schemas.Versions(), ", "))
-	}
-	for i, obj := range objects {
-		if !schemas.Has(obj.version) {
-			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, conversion.ErrUnknownVersion, obj.version, gk, strings.Join(schemas.Versions(), ", "))
-		}
 	}
 	out := make([]runtime.RawExtension, len(objects))
 	err = inOrder(len(objects), func(i int) error {
@@ -179,6 +231,32 @@ func (c *converter) convertAll(ctx context.Context, req *apiextensionsv1.Convers
 		return nil, err
 	}
 	return out, nil
+}
+
+// schemasFor returns the schemas of gk, which must have the desired version and that of
+// each object.
+func (c *converter) schemasFor(ctx context.Context, gk schema.GroupKind, desired, desiredAPIVersion string, objects []decodedObject) (*conversion.Schemas, error) {
+	versions := []string{desired}
+	for _, obj := range objects {
+		versions = append(versions, obj.version)
+	}
+	schemas, err := c.schemas.Schemas(ctx, gk, versions)
+	if err != nil {
+		err = fmt.Errorf("schemas of %s: %w", gk, err)
+		if !errors.Is(err, conversion.ErrUnknownKind) {
+			err = sourceError{err}
+		}
+		return nil, err
+	}
+	if !schemas.Has(desired) {
+		return nil, fmt.Errorf("desiredAPIVersion %q: %w of %s (it has %s)", desiredAPIVersion, conversion.ErrUnknownVersion, gk, strings.Join(schemas.Versions(), ", "))
+	}
+	for i, obj := range objects {
+		if !schemas.Has(obj.version) {
+			return nil, fmt.Errorf("object %d: %w %s of %s (it has %s)", i, conversion.ErrUnknownVersion, obj.version, gk, strings.Join(schemas.Versions(), ", "))
+		}
+	}
+	return schemas, nil
 }
 
 // objectsPerWorker is the fewest objects worth a goroutine of their own.

@@ -30,8 +30,15 @@ var deprecatedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Writes of compositions through a deprecated served version (kept served only for the clients that still speak it), by kind, version and operation.",
 }, []string{"kind", "version", "operation"})
 
+// conversionBusyTotal counts the ConversionReviews answered 503 because their caller's
+// lane, or the converter, stayed full for their whole wait.
+var conversionBusyTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "compositor_conversion_busy_total",
+	Help: "ConversionReviews refused with 503 before their body was read: their caller's share of the converter, or all of it, stayed busy for the whole wait.",
+})
+
 func init() {
-	metrics.Registry.MustRegister(violationsTotal, refusalsTotal, deprecatedWritesTotal)
+	metrics.Registry.MustRegister(violationsTotal, refusalsTotal, deprecatedWritesTotal, conversionBusyTotal)
 }
 
 // countViolations adds the violations of a decision that was answered to the metrics.
