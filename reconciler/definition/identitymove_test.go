@@ -2,6 +2,7 @@ package definition
 
 import (
 	"context"
+	"github.com/compositor-dev/compositor/reconciler/composition"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -51,7 +52,7 @@ func TestIdentitiesMoveToCompositorsNamespace(t *testing.T) {
 	fetcher, err := chartfetch.New(chartfetch.Options{AllowNetworks: chartfetch.LoopbackNetworks()})
 	require.NoError(t, err)
 	charts := &chartstore.Source{Fetcher: fetcher, Live: cp.Client, Store: &chartstore.Store{Client: cp.Client, Namespace: "compositor-system"}}
-	r := &Reconciler{Client: cp.Client, Live: cp.Client, Charts: charts, Mapper: mapper}
+	r := &Reconciler{Client: cp.Client, Live: cp.Client, Charts: charts, Mapper: mapper, Seal: testMasterSeal(t)}
 
 	def := &corev1alpha1.CompositionDefinition{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "fireworksapp"},
@@ -72,7 +73,7 @@ func TestIdentitiesMoveToCompositorsNamespace(t *testing.T) {
 	old, err := rbac.Generate(rbac.Options{
 		Namespace: "team-a", DefinitionName: def.Name, Plural: api.Plural, Version: api.Version, Types: created,
 		CredentialsSecret: "repo-password", ChartArchiveNamespace: "compositor-system", ChartDigest: fetched.Digest,
-		ReleaseSealNamespace: "compositor-system", WatchCompositions: true,
+		ReleaseSealNamespace: "compositor-system", SealKeySecrets: []string{composition.KeySecretName(def.UID)}, WatchCompositions: true,
 	})
 	require.NoError(t, err)
 	// Named as it named them: the ServiceAccount <plural>-<version>-controller of team-a.

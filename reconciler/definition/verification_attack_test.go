@@ -78,7 +78,7 @@ func TestAttackVerificationOfTheServedChart(t *testing.T) {
 	require.NoError(t, err)
 	charts := &chartstore.Source{Fetcher: fetcher, Live: cp.Client, Store: &chartstore.Store{Client: cp.Client, Namespace: "compositor-system"}}
 	r := &Reconciler{
-		Client: cp.Client, Live: cp.Client, Charts: charts, Mapper: mapper,
+		Client: cp.Client, Live: cp.Client, Charts: charts, Mapper: mapper, Seal: testMasterSeal(t),
 		ControllerImage: "controller.example.invalid/compositor:test",
 		Conversion:      crd.ConversionWebhook{URL: "https://127.0.0.1:1/convert"},
 		Bundle:          staticBundle(cp.Config.CAData),
