@@ -135,6 +135,17 @@ spec: {rego: "package broken\n\nthis is not Rego {"}
 		}
 	})
 
+	// One request per connection: HTTP/2's streams would let one connection hold as
+	// many refusals as the server lets wait.
+	t.Run("the webhooks speak HTTP/1.1 only", func(t *testing.T) {
+		roots := x509.NewCertPool()
+		require.True(t, roots.AppendCertsFromPEM(bundle))
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+		require.NoError(t, err)
+		defer func() { _ = conn.Close() }()
+		assert.Equal(t, "http/1.1", conn.ConnectionState().NegotiatedProtocol)
+	})
+
 	t.Run("a certificate of another CA is refused at the handshake", func(t *testing.T) {
 		other, err := webhookclient.Write(filepath.Join(t.TempDir(), "other"))
 		require.NoError(t, err)

@@ -212,6 +212,10 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, provider certs.Provide
 			Port: port,
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 				c.MinVersion = tls.VersionTLS12
+				// HTTP/1.1 only: a caller holds one request per connection, so what the
+				// webhooks bound per request (the held refusals of unauthenticated
+				// callers, the lanes) is not multiplied by HTTP/2's streams.
+				c.NextProtos = []string{"http/1.1"}
 				c.GetCertificate = provider.GetCertificate
 				if clientAuth != nil {
 					clientAuth.ConfigureTLS(c)
