@@ -71,6 +71,26 @@ $(HELM3_COMPOSITOR_STAMP):
 	cd "$$tmp" && go build -o $(HELM3_COMPOSITOR) ./cmd/compositor
 	rm -f $(BIN)/helm3/.compositor-* && touch $@
 
+# The last Compositor before release records were sealed (issue #46): an installation
+# upgraded in place from it has only unsealed records, which the seal migration adopts.
+UNSEALED_COMPOSITOR_COMMIT ?= ffea0ea976c4a0cd2e54a2f97af3458a72ec1aea
+UNSEALED_COMPOSITOR := $(BIN)/unsealed/compositor
+UNSEALED_COMPOSITOR_STAMP := $(BIN)/unsealed/.compositor-$(UNSEALED_COMPOSITOR_COMMIT)
+
+.PHONY: compositor-unsealed
+compositor-unsealed: $(UNSEALED_COMPOSITOR_STAMP) ## Build the last Compositor before sealed records (UNSEALED_COMPOSITOR_COMMIT) into bin/unsealed/compositor
+
+$(UNSEALED_COMPOSITOR_STAMP):
+	@git -C $(CURDIR) cat-file -e '$(UNSEALED_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
+	  echo "commit $(UNSEALED_COMPOSITOR_COMMIT) (UNSEALED_COMPOSITOR_COMMIT, the last Compositor before sealed records) is not in this clone:"; \
+	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
+	  exit 1; }
+	@echo "Building the Compositor of commit $(UNSEALED_COMPOSITOR_COMMIT) into $(UNSEALED_COMPOSITOR)"
+	mkdir -p $(BIN)/unsealed; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git -C $(CURDIR) archive $(UNSEALED_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
+	cd "$$tmp" && go build -o $(UNSEALED_COMPOSITOR) ./cmd/compositor
+	rm -f $(BIN)/unsealed/.compositor-* && touch $@
+
 .PHONY: generate
 generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -110,7 +130,7 @@ $(CODEGEN_STAMP):
 	rm -f $(BIN)/.controller-gen-* && touch $@
 
 .PHONY: test
-test: control-plane compositor-helm3 ## Vet, run every test with the race detector, then fuzz each target briefly
+test: control-plane compositor-helm3 compositor-unsealed ## Vet, run every test with the race detector, then fuzz each target briefly
 	go vet ./...
 	@# The e2e tests log Compositor's JSON lines as they run; a failure's own lines are
 	@# printed again at the end, without them, where a log's tail shows them.
