@@ -61,7 +61,7 @@ func TestDeploymentChartHearsOnlyTheAPIServer(t *testing.T) {
 	})
 
 	t.Run("an existing ConfigMap is mounted and none is made", func(t *testing.T) {
-		objects, err := helmTemplate(t, "webhook.clientAuth.existingConfigMap=apiserver-client-ca")
+		objects, err := helmTemplate(t, "webhook.clientAuth.existingConfigMap=apiserver-client-ca", "webhook.clientAuth.names={"+webhookclient.Name+"}")
 		require.NoError(t, err)
 		assert.NotContains(t, objects, "ConfigMap/compositor-webhook-client-ca")
 		pod := as[appsv1.Deployment](t, objects["Deployment/compositor"]).Spec.Template.Spec
@@ -71,6 +71,12 @@ func TestDeploymentChartHearsOnlyTheAPIServer(t *testing.T) {
 			found = found || (v.ConfigMap != nil && v.ConfigMap.Name == "apiserver-client-ca")
 		}
 		assert.True(t, found, "the ConfigMap is mounted")
+	})
+
+	t.Run("a CA without the names of the API server's certificate is refused", func(t *testing.T) {
+		_, err := helmTemplate(t, "webhook.clientAuth.existingConfigMap=apiserver-client-ca")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "webhook.clientAuth.names must name the API server's client certificate")
 	})
 
 	t.Run("off by default", func(t *testing.T) {
@@ -87,6 +93,6 @@ func TestDeploymentChartHearsOnlyTheAPIServer(t *testing.T) {
 		assert.Contains(t, helmNotes(t), warning)
 		assert.Contains(t, helmNotes(t, "networkPolicy.enabled=true"), warning, "a NetworkPolicy open to any source narrows nothing")
 		assert.NotContains(t, helmNotes(t, "networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"), warning)
-		assert.NotContains(t, helmNotes(t, "webhook.clientAuth.existingConfigMap=apiserver-client-ca"), warning)
+		assert.NotContains(t, helmNotes(t, "webhook.clientAuth.existingConfigMap=apiserver-client-ca", "webhook.clientAuth.names={"+webhookclient.Name+"}"), warning)
 	})
 }
