@@ -67,6 +67,32 @@ func TestReleaseBinding(t *testing.T) {
 		e.unbound(t, r, "alpha-empty")
 	})
 
+	// While an installation moves its identities to Compositor's namespace, the binding
+	// names the ServiceAccount the old controller Deployment runs as too, and only it
+	// besides; once the move is done, the new one only.
+	t.Run("the former ServiceAccount while identities move", func(t *testing.T) {
+		k := e.installKind(t, "former")
+		e.serve(t, "former-system", "former", k)
+		informer := e.informer(t, k)
+		e.composition(t, k, "former-apps", "one", k.gvk.Version)
+		e.seen(t, informer, "former-apps", 1)
+		r := e.binder(k, "former-system", informer)
+		moving := true
+		r.Former = func() bool { return moving }
+		names := rbac.NamesFor("former-system", k.plural, k.gvk.Version)
+		self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: names.ServiceAccount, Namespace: "former-system"}
+		legacy := rbac.LegacySubject("former-system", k.plural, k.gvk.Version)
+
+		_, err := r.Reconcile(e.ctx, request("former-apps"))
+		require.NoError(t, err)
+		assert.Equal(t, []rbacv1.Subject{self, legacy}, e.bound(t, r, "former-apps").Subjects)
+
+		moving = false
+		_, err = r.Reconcile(e.ctx, request("former-apps"))
+		require.NoError(t, err)
+		assert.Equal(t, []rbacv1.Subject{self}, e.bound(t, r, "former-apps").Subjects)
+	})
+
 	t.Run("unbound once the last composition is gone", func(t *testing.T) {
 		k := e.installKind(t, "beta")
 		e.serve(t, "beta-system", "beta", k)
