@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 // lifecycle upgrades Compositor with a changed value, then uninstalls it, and
@@ -22,8 +24,10 @@ import (
 //   - the CRDs: the chart's own (crds/, which Helm never deletes) and those generated
 //     for definitions; deleting a CRD deletes every object of it, users' data;
 //   - the CompositionDefinitions and compositions, and what Compositor generated for
-//     each served version (controller Deployment, ServiceAccount, roles), which the
-//     definition owns: the compositions' releases stay installed and reconciled;
+//     each served version (controller Deployment, ServiceAccount, roles, in
+//     Compositor's namespace and labelled with the version's identity), which the
+//     definition's finalizer removes: the compositions' releases stay installed and
+//     reconciled;
 //   - the namespace (Helm does not delete one it created with --create-namespace);
 //   - Secret compositor-release-seal, the key that seals Helm's release records: the
 //     controller Deployments that stay need it, and a reinstall must find the same key,
@@ -119,8 +123,11 @@ func lifecycle(t *testing.T) {
 		get("mutatingwebhookconfiguration,validatingwebhookconfiguration,clusterrole,clusterrolebinding,"+
 			"validatingadmissionpolicy,validatingadmissionpolicybinding", "-l", "app.kubernetes.io/instance="+release)
 		get("clusterrole,clusterrolebinding", "compositor")
-		get("pods,deployments,replicasets,services,serviceaccounts,configmaps,leases,roles,rolebindings,poddisruptionbudgets", "-n", releaseNS)
-		get("secrets", "-n", releaseNS)
+		// What Compositor generated for a served version lives in its namespace too,
+		// labelled with the version's identity, and stays (see above).
+		generated := "!" + vocab.LabelDefinitionNamespace
+		get("pods,deployments,replicasets,services,serviceaccounts,configmaps,leases,roles,rolebindings,poddisruptionbudgets", "-n", releaseNS, "-l", generated)
+		get("secrets", "-n", releaseNS, "-l", generated)
 		var real []string
 		for _, l := range left {
 			switch l {
@@ -140,7 +147,7 @@ func lifecycle(t *testing.T) {
 	// compositions and their releases.
 	kubectl(t, "get", "crd", "compositiondefinitions.core.krateo.io", "fireworksapps.composition.krateo.io")
 	kubectl(t, "get", "compositiondefinition", "fireworksapp-1-1-5", "-n", definitionNS)
-	kubectl(t, "get", "deployment", "fireworksapps-v1-1-6-controller", "-n", definitionNS)
+	kubectl(t, "get", "deployment", controllerName("v1-1-6"), "-n", releaseNS)
 	if err := releaseAt("demo", "fireworks-app-1.1.6")(t); err != nil {
 		t.Fatalf("the composition's release after the uninstall: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/samples"
 )
 
@@ -115,13 +116,15 @@ spec:
 	t.Log(kubectl(t, "get", "compositiondefinitions", "-A", "-o", "wide"))
 	kubectl(t, "get", "crd", "fireworksapps.composition.krateo.io")
 
-	waitAvailable(t, "fireworksapps-v1-1-5-controller")
-	sa := kubectl(t, "get", "deployment", "fireworksapps-v1-1-5-controller", "-n", definitionNS,
+	// The version's controller and its identity live in Compositor's namespace, where
+	// no tenant of the definition's namespace writes.
+	waitAvailable(t, controllerName("v1-1-5"))
+	sa := kubectl(t, "get", "deployment", controllerName("v1-1-5"), "-n", releaseNS,
 		"-o", "jsonpath={.spec.template.spec.serviceAccountName}")
-	if sa == "" || sa == "default" || sa == release {
-		t.Fatalf("the controller Deployment runs as %q, want its generated ServiceAccount", sa)
+	if sa != controllerName("v1-1-5") {
+		t.Fatalf("the controller Deployment runs as %q, want its generated ServiceAccount %s", sa, controllerName("v1-1-5"))
 	}
-	t.Logf("fireworksapps-v1-1-5-controller runs as ServiceAccount %s", sa)
+	t.Logf("%s runs as ServiceAccount %s", controllerName("v1-1-5"), sa)
 
 	// A composition, installed by that controller.
 	kubectlApply(t, fmt.Sprintf(`apiVersion: composition.krateo.io/v1-1-5
@@ -153,8 +156,8 @@ spec:
 	// The controller reports the install on the composition; the event names who sent it.
 	event := kubectl(t, "get", "events", "-n", definitionNS, "--field-selector", "reason=HelmInstalled,involvedObject.name=demo",
 		"-o", `jsonpath={range .items[*]}{.source.component}/{.reportingComponent}/{.reportingInstance}: {.message}{"\n"}{end}`)
-	if !strings.Contains(event, "fireworks-app 1.1.5") || !strings.Contains(event, "-fireworksapps-v1-1-5-controller-") {
-		t.Fatalf("want a HelmInstalled event for demo at fireworks-app 1.1.5 from a pod of fireworksapps-v1-1-5-controller:\n%s", event)
+	if !strings.Contains(event, "fireworks-app 1.1.5") || !strings.Contains(event, controllerName("v1-1-5")+"-") {
+		t.Fatalf("want a HelmInstalled event for demo at fireworks-app 1.1.5 from a pod of %s:\n%s", controllerName("v1-1-5"), event)
 	}
 	t.Logf("HelmInstalled: %s", event)
 
@@ -162,9 +165,9 @@ spec:
 	started = time.Now()
 	kubectl(t, "patch", "compositiondefinition", "fireworksapp-1-1-5", "-n", definitionNS,
 		"--type", "merge", "-p", `{"spec":{"chart":{"version":"1.1.6"}}}`)
-	waitAvailable(t, "fireworksapps-v1-1-6-controller")
+	waitAvailable(t, controllerName("v1-1-6"))
 	eventually(t, "the 1.1.5 controller Deployment is gone", 3*time.Minute, func() error {
-		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", "fireworksapps-v1-1-5-controller", "-n", definitionNS)
+		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", controllerName("v1-1-5"), "-n", releaseNS)
 		if err == nil {
 			return fmt.Errorf("still there:\n%s", out)
 		}
@@ -215,17 +218,24 @@ func afterSeed(t *testing.T) {
 }
 
 // waitAvailable waits for a Deployment in definitionNS to exist and be Available.
+// controllerName is the name of the controller Deployment (and ServiceAccount) of a
+// version of fireworksapps, in Compositor's namespace.
+func controllerName(version string) string {
+	return rbac.ServiceAccountName(definitionNS, "fireworksapps", version)
+}
+
+// waitAvailable waits for the controller Deployment name in Compositor's namespace.
 func waitAvailable(t *testing.T, name string) {
 	t.Helper()
 	started := time.Now()
 	eventually(t, "deployment "+name+" exists", 3*time.Minute, func() error {
-		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", name, "-n", definitionNS, "-o", "name")
+		out, err := command(t, time.Minute, "", "kubectl", "get", "deployment", name, "-n", releaseNS, "-o", "name")
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}
 		return nil
 	})
-	kubectl(t, "wait", "deployment", name, "-n", definitionNS, "--for", "condition=Available=True", "--timeout", "3m")
+	kubectl(t, "wait", "deployment", name, "-n", releaseNS, "--for", "condition=Available=True", "--timeout", "3m")
 	t.Logf("deployment %s Available: %s", name, time.Since(started).Round(100*time.Millisecond))
 }
 
