@@ -67,6 +67,14 @@ var ErrBadChart = errors.New("cannot plan with the charts")
 // was changed after it was written.
 var ErrAltered = errors.New("the plan was changed after it was written")
 
+// ErrStale means a plan is consistent but not the one the record names (Verify): it
+// is an older or newer plan, being written again.
+var ErrStale = errors.New("the plan is not the one the rollout follows")
+
+// ErrUnrecorded means no digest of a view is recorded, so the view cannot be verified
+// (Verify): its own digest proves nothing.
+var ErrUnrecorded = errors.New("no digest of the view is recorded")
+
 // Digest prefixes of a composition's ValuesDigest.
 const (
 	// KeyedDigest is an HMAC-SHA256 under Options.DigestKey: only the key's holder can
@@ -144,9 +152,10 @@ type Scope struct {
 	Namespace string `json:"namespace"`
 	// Summary counts what the view lists.
 	Summary Summary `json:"summary"`
-	// Digest is "sha256:<hex>" of the view's canonical JSON without this digest: it
-	// tells a view changed by hand, not one written again whole (a view is kept where
-	// its namespace's tenants may write; the whole plan is checked against its hash).
+	// Digest is "sha256:<hex>" of the view's canonical JSON without this digest. A
+	// view is kept where its namespace's tenants may write, and whoever edits it can
+	// compute this again: only the same digest recorded where they may not write (the
+	// definition's status.rollout.plan.viewDigest) vouches for it (Verify).
 	Digest string `json:"digest,omitempty"`
 }
 
@@ -283,7 +292,9 @@ func (p *Plan) viewDigest() (string, error) {
 }
 
 // Check returns ErrAltered when p's content is not what it says: a whole plan must
-// hash to its Hash, a view to its Scope.Digest.
+// hash to its Hash, a view to its Scope.Digest. It tells a damaged plan, not a forged
+// one: whoever writes the content can write what it says too. Verify against a record
+// kept apart from it for that.
 func (p *Plan) Check() error {
 	want, got, err := p.Hash, "", error(nil)
 	if p.Scope != nil {
@@ -297,6 +308,31 @@ func (p *Plan) Check() error {
 	}
 	if got != want {
 		return fmt.Errorf("%w: its content hashes to %s, not to the %s it names", ErrAltered, got, want)
+	}
+	return nil
+}
+
+// Verify returns nil when p is the plan, or the view of it, that records kept where
+// p's writers may not write name: hash the whole plan's hash, viewDigest the digest of
+// the view (Scope.Digest) of p's namespace. A whole plan must hash to hash; a view
+// must name hash and digest to viewDigest. Otherwise the error is ErrAltered (its
+// content is not what it or the record says), ErrStale (it checks, and is another
+// plan) or ErrUnrecorded (a view, and no viewDigest to verify it with).
+func (p *Plan) Verify(hash, viewDigest string) error {
+	if err := p.Check(); err != nil {
+		return err
+	}
+	if p.Hash != hash {
+		return fmt.Errorf("%w: it is plan %s, and the rollout follows %s", ErrStale, p.Hash, hash)
+	}
+	if p.Scope == nil {
+		return nil
+	}
+	if viewDigest == "" {
+		return fmt.Errorf("%w: the view of namespace %s cannot be verified", ErrUnrecorded, p.Scope.Namespace)
+	}
+	if p.Scope.Digest != viewDigest {
+		return fmt.Errorf("%w: the view of namespace %s hashes to %s, and the record names %s", ErrAltered, p.Scope.Namespace, p.Scope.Digest, viewDigest)
 	}
 	return nil
 }

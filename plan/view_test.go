@@ -106,3 +106,46 @@ func TestView(t *testing.T) {
 		t.Errorf("a plan changed by hand checks: %v", err)
 	}
 }
+
+// TestVerifyView: a view edited and its digest computed again, as anyone who may write
+// it can, still checks; only the digest recorded apart from it tells it from the view
+// written. Without a record no view verifies; a whole plan verifies by its hash.
+func TestVerifyView(t *testing.T) {
+	p := computeKeyed(t, []byte("0123456789abcdef0123456789abcdef"), threeCompositions(t))
+	v, err := p.View("team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := v.Scope.Digest
+	if err := v.Verify(p.Hash, recorded); err != nil {
+		t.Fatalf("the view as written: %v", err)
+	}
+	if err := p.Verify(p.Hash, ""); err != nil {
+		t.Fatalf("the whole plan: %v", err)
+	}
+
+	forged := *v
+	forged.Scope = &plan.Scope{Namespace: v.Scope.Namespace, Summary: v.Scope.Summary}
+	forged.Summary.Refused, forged.RBAC = 0, plan.RBACChange{}
+	b, err := json.Marshal(&forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	forged.Scope.Digest = plan.PlainDigest + hex.EncodeToString(sum[:])
+	if err := forged.Check(); err != nil {
+		t.Fatalf("the forgery does not check, so this test shows nothing: %v", err)
+	}
+	if err := forged.Verify(p.Hash, recorded); !errors.Is(err, plan.ErrAltered) {
+		t.Errorf("a forged view verifies against the recorded digest: %v", err)
+	}
+	if err := v.Verify(p.Hash, ""); !errors.Is(err, plan.ErrUnrecorded) {
+		t.Errorf("a view verifies with no digest recorded: %v", err)
+	}
+	if err := v.Verify("sha256:another", recorded); !errors.Is(err, plan.ErrStale) {
+		t.Errorf("a view of another plan: %v", err)
+	}
+	if err := p.Verify("sha256:another", ""); !errors.Is(err, plan.ErrStale) {
+		t.Errorf("another plan: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ package definition
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/hkdf"
@@ -85,53 +86,129 @@ type PlanKeeper struct {
 }
 
 // Keep writes the whole plan p of def, without values, to Compositor's namespace,
-// then its view to def's namespace. A ConfigMap of either name that is not
-// Compositor's plan of def is left alone, and reported.
+// then its view to def's namespace, and returns the view's digest: the caller records
+// it in def's status.rollout.plan.viewDigest, which only Compositor writes, since the
+// view is where def's namespace's tenants may write. A ConfigMap of either name that
+// is not Compositor's plan of def is left alone, and reported.
 //
 // Without a Namespace the whole plan is not kept, and that is reported; the view is
 // written all the same, so that no whole plan stays in def's namespace.
-func (k *PlanKeeper) Keep(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
+func (k *PlanKeeper) Keep(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) (string, error) {
 	var wholeErr error
 	if k.Namespace == "" {
 		wholeErr = errors.New("no namespace of Compositor's to keep the whole plan in")
 	} else {
-		whole := p.Redacted()
-		whole.Scope = nil
 		// The whole plan first: where there is a view, the whole plan is there too.
-		if err := k.write(ctx, def, client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}, whole, false); err != nil {
-			return err
+		if err := k.write(ctx, def, k.wholeKey(def), wholeOf(p), false); err != nil {
+			return "", err
 		}
 	}
-	view, err := p.View(def.Namespace)
-	if err != nil {
-		return errors.Join(wholeErr, err)
-	}
-	return errors.Join(wholeErr, k.write(ctx, def, client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}, view, true))
+	digest, err := k.keepView(ctx, def, p)
+	return digest, errors.Join(wholeErr, err)
 }
 
-// Narrow replaces a whole plan an earlier Compositor kept in def's namespace with its
-// view, moving the whole plan to Compositor's namespace. Nothing is done when the
-// ConfigMap is a view already, absent, or not Compositor's. A plan kept there that
-// does not decode or check is replaced by a view of the counts alone, which the status
-// has.
-func (k *PlanKeeper) Narrow(ctx context.Context, def *corev1alpha1.CompositionDefinition) error {
+// keepView writes the view of p for def's namespace, and returns its digest.
+func (k *PlanKeeper) keepView(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) (string, error) {
+	view, err := p.View(def.Namespace)
+	if err != nil {
+		return "", err
+	}
+	if err := k.write(ctx, def, client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}, view, true); err != nil {
+		return "", err
+	}
+	return view.Scope.Digest, nil
+}
+
+func (k *PlanKeeper) wholeKey(def *corev1alpha1.CompositionDefinition) client.ObjectKey {
+	return client.ObjectKey{Namespace: k.Namespace, Name: WholePlanConfigMapName(def.UID)}
+}
+
+// wholeOf is p as the whole plan is kept: without values or scope.
+func wholeOf(p *plan.Plan) *plan.Plan {
+	whole := p.Redacted()
+	whole.Scope = nil
+	return whole
+}
+
+// Narrow makes the plan ConfigMap of def's namespace the view of the plan def's status
+// names, and returns the view's digest for status.rollout.plan.viewDigest; it is for a
+// rollout past its plan, which is not computed again.
+//
+// An earlier Compositor kept the whole plan there, where def's namespace's tenants
+// may write, and so may have made one up (labels, owner and hash are theirs to set):
+// such a plan is taken only when it hashes to status.rollout.plan.hash, which only
+// Compositor writes, and is then moved to Compositor's namespace unless a whole plan
+// is there already, which is never replaced by one read from def's namespace. The
+// view is made from the whole plan of Compositor's namespace when it is the one the
+// status names, else from that taken plan, else from the status's counts alone.
+//
+// Nothing is done when the ConfigMap is absent or not Compositor's, or is a view
+// whose digest the status records already.
+func (k *PlanKeeper) Narrow(ctx context.Context, def *corev1alpha1.CompositionDefinition) (string, error) {
+	ro := def.Status.Rollout
+	if ro == nil || ro.Plan.Hash == "" {
+		return "", nil
+	}
+	recorded := ro.Plan.ViewDigest
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: def.Namespace, Name: PlanConfigMapName(def.Name)}
 	if err := k.Live.Get(ctx, key, cm); err != nil {
-		return client.IgnoreNotFound(err)
+		return recorded, client.IgnoreNotFound(err)
 	}
-	if _, view := cm.Data[planScopeKey]; view || !ownedPlan(cm, def, true) {
-		return nil
+	_, isView := cm.Data[planScopeKey]
+	if !ownedPlan(cm, def, true) || (isView && recorded != "") {
+		return recorded, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	var legacy *plan.Plan
+	if !isView {
+		p, err := DecodeKeptPlan(cm)
+		if err == nil && p.Scope != nil {
+			err = errors.New("it names a scope")
+		}
+		if err == nil {
+			err = p.Verify(ro.Plan.Hash, "")
+		}
+		if err != nil {
+			log.Info("Ignoring the plan kept in the definition's namespace: it is not the one the status names", "configmap", key, "error", err)
+		} else {
+			legacy = p
+		}
+	}
+	whole, wholeExists, err := k.recordedWhole(ctx, def)
+	if err != nil {
+		return recorded, err
+	}
+	if legacy != nil && !wholeExists && k.Namespace != "" {
+		if err := k.create(ctx, def, k.wholeKey(def), wholeOf(legacy)); err != nil {
+			return recorded, err
+		}
+	}
+	p := cmp.Or(whole, legacy, countsOnly(def))
+	return k.keepView(ctx, def, p)
+}
+
+// recordedWhole is def's whole plan of Compositor's namespace when it is the one def's
+// status names, and whether a ConfigMap of its name is there at all.
+func (k *PlanKeeper) recordedWhole(ctx context.Context, def *corev1alpha1.CompositionDefinition) (*plan.Plan, bool, error) {
+	if k.Namespace == "" {
+		return nil, false, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := k.Live.Get(ctx, k.wholeKey(def), cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("reading the whole plan %s: %w", k.wholeKey(def), err)
+	}
+	if !ownedPlan(cm, def, false) {
+		return nil, true, nil
 	}
 	p, err := DecodeKeptPlan(cm)
-	if err == nil && p.Scope == nil {
-		err = p.Check()
+	if err == nil && p.Scope == nil && p.Verify(def.Status.Rollout.Plan.Hash, "") == nil {
+		return p, true, nil
 	}
-	if err != nil || p.Scope != nil {
-		ctrl.LoggerFrom(ctx).Info("Replacing a kept plan that does not check with its counts", "configmap", key, "error", err)
-		p = countsOnly(def)
-	}
-	return k.Keep(ctx, def, p)
+	return nil, true, nil
 }
 
 // countsOnly is a plan of the counts def's status has, which lists no composition.
@@ -178,36 +255,65 @@ func ownedPlan(cm *corev1.ConfigMap, def *corev1alpha1.CompositionDefinition, ow
 	return l[vocab.LabelDefinitionNamespace] == def.Namespace
 }
 
-// write keeps p in the ConfigMap of key, owned by def when owned (in def's namespace),
-// else labelled with def's namespace and name.
-func (k *PlanKeeper) write(ctx context.Context, def *corev1alpha1.CompositionDefinition, key client.ObjectKey, p *plan.Plan, owned bool) error {
+// encodeKept is the data and gzipped plan of a plan ConfigMap keeping p.
+func encodeKept(p *plan.Plan) (map[string]string, []byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if err := json.NewEncoder(zw).Encode(p); err != nil {
-		return fmt.Errorf("encoding the plan: %w", err)
+		return nil, nil, fmt.Errorf("encoding the plan: %w", err)
 	}
 	if err := zw.Close(); err != nil {
-		return fmt.Errorf("encoding the plan: %w", err)
+		return nil, nil, fmt.Errorf("encoding the plan: %w", err)
 	}
 	data := map[string]string{planHashKey: p.Hash}
 	if p.Scope != nil {
 		data[planScopeKey] = p.Scope.Namespace
 	}
+	return data, buf.Bytes(), nil
+}
+
+// newPlanConfigMap is a ConfigMap of key, labelled as a plan of def, with no content.
+func newPlanConfigMap(key client.ObjectKey, def *corev1alpha1.CompositionDefinition) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: def.Namespace, vocab.LabelDefinitionName: def.Name}}}
+}
+
+// create keeps p in a new ConfigMap of key, in Compositor's namespace, and leaves a
+// ConfigMap already there as it is.
+func (k *PlanKeeper) create(ctx context.Context, def *corev1alpha1.CompositionDefinition, key client.ObjectKey, p *plan.Plan) error {
+	data, gz, err := encodeKept(p)
+	if err != nil {
+		return err
+	}
+	cm := newPlanConfigMap(key, def)
+	cm.Data, cm.BinaryData = data, map[string][]byte{PlanConfigMapKey: gz}
+	if err := k.Client.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("writing ConfigMap %s: %w", key, err)
+	}
+	return nil
+}
+
+// write keeps p in the ConfigMap of key, owned by def when owned (in def's namespace),
+// else labelled with def's namespace and name.
+func (k *PlanKeeper) write(ctx context.Context, def *corev1alpha1.CompositionDefinition, key client.ObjectKey, p *plan.Plan, owned bool) error {
+	data, gz, err := encodeKept(p)
+	if err != nil {
+		return err
+	}
 	cm := &corev1.ConfigMap{}
-	err := k.Live.Get(ctx, key, cm)
+	err = k.Live.Get(ctx, key, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-			Labels: map[string]string{vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: def.Namespace, vocab.LabelDefinitionName: def.Name}}}
+		cm = newPlanConfigMap(key, def)
 	case err != nil:
 		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
 	case !ownedPlan(cm, def, owned):
 		return fmt.Errorf("ConfigMap %s exists and is not Compositor's plan of %s/%s: it is left alone", key, def.Namespace, def.Name)
-	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], buf.Bytes()) && maps.Equal(cm.Data, data):
+	case bytes.Equal(cm.BinaryData[PlanConfigMapKey], gz) && maps.Equal(cm.Data, data):
 		return nil
 	}
 	cm.Data = data
-	cm.BinaryData = map[string][]byte{PlanConfigMapKey: buf.Bytes()}
+	cm.BinaryData = map[string][]byte{PlanConfigMapKey: gz}
 	if owned {
 		if err := controllerutil.SetControllerReference(def, cm, k.Client.Scheme()); err != nil {
 			return err

@@ -214,7 +214,8 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 		return r.Poll, nil
 	}
 	ro.Plan = summarize(p, def.Namespace)
-	kept := r.keepPlan(ctx, def, p)
+	var kept error
+	ro.Plan.ViewDigest, kept = r.keepPlan(ctx, def, p)
 	settings := settingsOf(def)
 	risky := p.Summary.Refused > 0 || p.Summary.Deletions > 0
 	// Nothing to move needs no approval: the rollout completes at once.
@@ -333,13 +334,14 @@ func summarize(p *plan.Plan, namespace string) corev1alpha1.PlanSummary {
 }
 
 // keepPlan keeps p for compositor plan DEFINITION (see plankeeper.go): whole in
-// Compositor's namespace, and the view of def's namespace there.
-func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) error {
-	if err := r.plans().Keep(ctx, def, p); err != nil {
+// Compositor's namespace, and the view of def's namespace there, whose digest it
+// returns for the status.
+func (r *Reconciler) keepPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition, p *plan.Plan) (string, error) {
+	digest, err := r.plans().Keep(ctx, def, p)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Keeping the plan")
-		return err
 	}
-	return nil
+	return digest, err
 }
 
 // plans is where the reconciler keeps plans.
@@ -347,24 +349,27 @@ func (r *Reconciler) plans() *PlanKeeper {
 	return &PlanKeeper{Client: r.Client, Live: r.Live, Namespace: r.compositorNamespace()}
 }
 
-// narrowKeptPlan replaces, once per definition and plan in this process, a whole plan
-// an earlier Compositor kept in def's namespace with its view (PlanKeeper.Narrow): a
-// rollout past its plan does not keep its plan again. It is tried again at the next
-// reconciliation when it fails.
+// narrowKeptPlan replaces, once per definition, plan and recorded view in this
+// process, a whole plan an earlier Compositor kept in def's namespace with its view
+// (PlanKeeper.Narrow), and records the view's digest in the status: a rollout past its
+// plan does not keep its plan again. It is tried again at the next reconciliation when
+// it fails, or when the status did not take the digest.
 func (r *Reconciler) narrowKeptPlan(ctx context.Context, def *corev1alpha1.CompositionDefinition) {
 	ro := def.Status.Rollout
 	if ro == nil || ro.Plan.Hash == "" {
 		return
 	}
-	done := string(def.UID) + " " + ro.Plan.Hash
-	if _, ok := r.narrowed.Load(done); ok {
+	done := func() string { return string(def.UID) + " " + ro.Plan.Hash + " " + ro.Plan.ViewDigest }
+	if _, ok := r.narrowed.Load(done()); ok {
 		return
 	}
-	if err := r.plans().Narrow(ctx, def); err != nil {
+	digest, err := r.plans().Narrow(ctx, def)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Narrowing the plan an earlier Compositor kept in the definition's namespace")
 		return
 	}
-	r.narrowed.Store(done, true)
+	ro.Plan.ViewDigest = digest
+	r.narrowed.Store(done(), true)
 }
 
 // progress checks the moved compositions, rolls back when too many failed, moves the

@@ -155,18 +155,58 @@ spec: {replicaCount: 6, service: {type: ClusterIP, port: 9443}}
 
 	// The platform's compositor plan prints every namespace; the tenant's, its own.
 	var out bytes.Buffer
-	require.NoError(t, app.RunPlanDefinition(ctx, &out, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	require.NoError(t, app.RunPlanDefinition(ctx, &out, io.Discard, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
 	assert.Contains(t, out.String(), "Plan "+ro.Plan.Hash)
 	assert.Contains(t, out.String(), "\npayroll/payroll-eu-v2-enterprise (release payroll-eu-v2-enterprise): refused\n")
 	assert.Contains(t, out.String(), "\nteam-a/web (release web): moves\n")
 	out.Reset()
 	path := filepath.Join(t.TempDir(), "tenant.kubeconfig")
 	require.NoError(t, os.WriteFile(path, cp.UserKubeconfig(t, "tenant"), 0o600))
-	require.NoError(t, app.RunPlanDefinition(ctx, &out, &app.PlanOptions{Kubeconfig: path, Output: "json"}, "team-a", "fireworksapp"))
+	require.NoError(t, app.RunPlanDefinition(ctx, &out, io.Discard, &app.PlanOptions{Kubeconfig: path, Output: "json"}, "team-a", "fireworksapp"))
 	assert.Contains(t, out.String(), ro.Plan.Hash)
 	assert.Contains(t, out.String(), `"name": "web"`)
 	for _, s := range append([]string{"payroll"}, guesses...) {
 		assert.NotContains(t, out.String(), s)
+	}
+
+	// The status, which only Compositor writes, records the digest of the view, and
+	// the view the tenant rewrites (hiding payroll's refusal), its digest computed
+	// again, is refused to whoever reads it.
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "fireworksapp"}, def))
+	cmKey := client.ObjectKey{Namespace: "team-a", Name: definitionctl.PlanConfigMapName("fireworksapp")}
+	viewCM := &corev1.ConfigMap{}
+	require.NoError(t, tenant.Get(ctx, cmKey, viewCM))
+	kept, err := definitionctl.DecodeKeptPlan(viewCM)
+	require.NoError(t, err)
+	require.NotNil(t, kept.Scope)
+	assert.Equal(t, kept.Scope.Digest, def.Status.Rollout.Plan.ViewDigest)
+	kept.Summary.Refused, kept.Scope.Digest = 0, ""
+	b, err := json.Marshal(kept)
+	require.NoError(t, err)
+	sum := sha256.Sum256(b)
+	kept.Scope.Digest = plan.PlainDigest + hex.EncodeToString(sum[:])
+	require.NoError(t, kept.Check())
+	b, err = json.Marshal(kept)
+	require.NoError(t, err)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err = zw.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	viewCM.BinaryData[definitionctl.PlanConfigMapKey] = gz.Bytes()
+	require.NoError(t, tenant.Update(ctx, viewCM))
+	for who, opts := range map[string]*app.PlanOptions{
+		"the tenant's": {Kubeconfig: path, Output: "text"},
+		"the platform's, looking for the whole plan in the wrong namespace": {Kubeconfig: cp.Kubeconfig, Output: "text", CompositorNamespace: "elsewhere"},
+	} {
+		out.Reset()
+		if err := app.RunPlanDefinition(ctx, &out, io.Discard, opts, "team-a", "fireworksapp"); err != nil {
+			assert.ErrorIs(t, err, plan.ErrAltered, who)
+		} else {
+			// Compositor planned again meanwhile, and wrote the view again.
+			t.Logf("%s compositor plan read the view Compositor wrote again", who)
+			assert.Contains(t, out.String(), "2 compositions to move, 1 refused", who)
+		}
 	}
 }
 

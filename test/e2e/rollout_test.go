@@ -186,7 +186,7 @@ func TestStagedRollout(t *testing.T) {
 
 	// compositor plan DEFINITION shows the whole plan the hash names.
 	var out bytes.Buffer
-	require.NoError(t, app.RunPlanDefinition(ctx, &out, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, rolloutNamespace, "fireworksapp"))
+	require.NoError(t, app.RunPlanDefinition(ctx, &out, nil, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, rolloutNamespace, "fireworksapp"))
 	assert.Contains(t, out.String(), "Plan "+ro.Plan.Hash)
 	assert.Contains(t, out.String(), rolloutNamespace+"/app-03 (release app-03): refused")
 	assert.Contains(t, out.String(), "- ConfigMap "+rolloutNamespace+"/app-07-config (v1)")

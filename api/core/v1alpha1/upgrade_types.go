@@ -138,6 +138,12 @@ func (s ServedChart) Deprecated() bool { return s.DeprecatedSince != nil }
 type PlanSummary struct {
 	// Hash names the plan: compositor.dev/approve-plan approves it by this value.
 	Hash string `json:"hash"`
+	// ViewDigest is the digest of the view of the plan Compositor wrote in the
+	// definition's namespace (ConfigMap compositor-plan-<definition>), which that
+	// namespace's tenants may write: compositor plan shows the view only when it
+	// digests to this value, which only Compositor writes.
+	// +optional
+	ViewDigest string `json:"viewDigest,omitempty"`
 	// ToMove is the number of compositions the plan moves.
 	ToMove int32 `json:"toMove"`
 	// Refused is the number the new version refuses: they stay where they are.

@@ -60,11 +60,14 @@ one its status names by hash (status.rollout.plan.hash, which
 compositor.dev/approve-plan approves), as Compositor computed it when the definition's
 chart version changed. The whole plan, every namespace's compositions, is read from
 ConfigMap compositor-plan.<definition's UID> of Compositor's namespace, which only the
-platform reads, and checked against that hash. Whoever may not read it (a tenant of the
-definition's namespace) gets that namespace's view, ConfigMap compositor-plan-DEFINITION
+platform reads, and verified against that hash. Whoever may not read it (a tenant of
+the definition's namespace), or does not find it there (--compositor-namespace names
+Compositor's namespace), gets that namespace's view, ConfigMap compositor-plan-DEFINITION
 of the definition's namespace: the plan's counts and hash, and only the compositions
-of that namespace. Neither holds the compositions' values: a keyed digest stands for
-them.
+of that namespace. Its tenants may write it, so it is shown, and said to be a view,
+only when it digests to the digest the definition's status records of it
+(status.rollout.plan.viewDigest), which only Compositor writes; else it is refused.
+Neither holds the compositions' values: a keyed digest stands for them.
 
 plan --from --to -f computes, without a cluster, what moving compositions of one chart version
 (--from) to another (--to) would do, before anything moves:
@@ -110,7 +113,7 @@ version, --from-version or --to-version.`,
 				if cmd.Flags().Changed("namespace") {
 					namespace = opts.Namespace
 				}
-				return RunPlanDefinition(cmd.Context(), cmd.OutOrStdout(), opts, namespace, args[0])
+				return RunPlanDefinition(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, namespace, args[0])
 			}
 			opts.Stdin = cmd.InOrStdin()
 			return RunPlan(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts)

@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -55,11 +56,12 @@ func clusterClient(kubeconfig string) (client.Client, string, error) {
 
 // RunPlanDefinition prints the plan the rollout of definition namespace/name follows
 // ("" is the kubeconfig's namespace), the one its status names by hash: whole, from
-// Compositor's namespace (opts.CompositorNamespace), checked against that hash, to
+// Compositor's namespace (opts.CompositorNamespace), verified against that hash, to
 // whoever may read it (the platform); else the view of the definition's namespace,
-// which lists only that namespace's compositions, to its tenants; else an error that
-// names both ConfigMaps.
-func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, namespace, name string) error {
+// which lists only that namespace's compositions, verified against the digest the
+// status records of it; else an error that names both ConfigMaps. What is shown when
+// it is a view, and why, goes before the text, or to errOut for json and yaml.
+func RunPlanDefinition(ctx context.Context, out, errOut io.Writer, opts *PlanOptions, namespace, name string) error {
 	c, current, err := clusterClient(opts.Kubeconfig)
 	if err != nil {
 		return err
@@ -75,7 +77,7 @@ func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, na
 	if ro == nil || ro.Plan.Hash == "" {
 		return fmt.Errorf("CompositionDefinition %s/%s has no plan: no chart version change has moved its compositions yet", namespace, name)
 	}
-	p, err := readKeptPlan(ctx, c, cmp.Or(opts.CompositorNamespace, defaultCompositorNamespace), def)
+	p, notice, err := readKeptPlan(ctx, c, cmp.Or(opts.CompositorNamespace, defaultCompositorNamespace), def)
 	if err != nil {
 		return err
 	}
@@ -83,42 +85,75 @@ func RunPlanDefinition(ctx context.Context, out io.Writer, opts *PlanOptions, na
 	if ro.Message != "" {
 		header += ": " + ro.Message
 	}
-	return writePlan(out, p, opts.Output, header+"\n")
+	header += "\n"
+	if notice != "" {
+		if opts.Output == "json" || opts.Output == "yaml" {
+			if errOut != nil {
+				fmt.Fprintln(errOut, notice)
+			}
+		} else {
+			header += notice + "\n"
+		}
+	}
+	return writePlan(out, p, opts.Output, header)
 }
 
 // defaultCompositorNamespace is where `compositor serve` runs unless told otherwise.
 const defaultCompositorNamespace = "compositor-system"
 
+// ErrNoVerifiedPlan means neither the whole plan nor the view of the definition's
+// namespace could be read and verified against the definition's status.
+var ErrNoVerifiedPlan = errors.New("no plan verified against the definition's status")
+
 // readKeptPlan reads the plan def's rollout follows: the whole plan from
 // compositorNamespace, else, when that may not be read or is not there, the view of
-// def's namespace. Either must be what Compositor wrote (plan.Plan.Check) and name the
-// hash def's status names.
-func readKeptPlan(ctx context.Context, c client.Client, compositorNamespace string, def *corev1alpha1.CompositionDefinition) (*plan.Plan, error) {
+// def's namespace, with a notice that says it is a view, that it was verified against
+// def's status, and why the whole plan is not shown. The whole plan must hash to the
+// hash def's status names; the view, kept where def's namespace's tenants may write,
+// must digest to the view digest the status records (plan.Plan.Verify): the status
+// only Compositor writes.
+func readKeptPlan(ctx context.Context, c client.Client, compositorNamespace string, def *corev1alpha1.CompositionDefinition) (*plan.Plan, string, error) {
 	whole := client.ObjectKey{Namespace: compositorNamespace, Name: definition.WholePlanConfigMapName(def.UID)}
-	p, wholeErr := readPlanConfigMap(ctx, c, whole, def)
+	p, wholeErr := readPlanConfigMap(ctx, c, whole, def, false)
 	if wholeErr == nil {
-		return p, nil
+		return p, "", nil
 	}
 	if !apierrors.IsForbidden(wholeErr) && !apierrors.IsNotFound(wholeErr) {
-		return nil, wholeErr
+		return nil, "", wholeErr
 	}
 	view := client.ObjectKey{Namespace: def.Namespace, Name: definition.PlanConfigMapName(def.Name)}
-	p, viewErr := readPlanConfigMap(ctx, c, view, def)
+	p, viewErr := readPlanConfigMap(ctx, c, view, def, true)
 	switch {
 	case viewErr == nil:
-		return p, nil
+		why := fmt.Sprintf("you may not read the whole plan, ConfigMap %s (the platform's)", whole)
+		if apierrors.IsNotFound(wholeErr) {
+			why = fmt.Sprintf("the whole plan is not in ConfigMap %s: if Compositor runs in another namespace, name it with --compositor-namespace", whole)
+		}
+		if p.Scope == nil {
+			// A whole plan an earlier Compositor kept in def's namespace: its hash is
+			// the status's.
+			return p, fmt.Sprintf("Whole plan kept by an earlier Compositor in ConfigMap %s, verified against the hash of the definition's status; %s.", view, why), nil
+		}
+		return p, fmt.Sprintf("View of namespace %s only, from ConfigMap %s, verified against the digest the definition's status records of it (status.rollout.plan.viewDigest %s); %s.",
+			def.Namespace, view, def.Status.Rollout.Plan.ViewDigest, why), nil
 	case apierrors.IsNotFound(wholeErr) && apierrors.IsNotFound(viewErr):
-		return nil, fmt.Errorf("neither ConfigMap %s (the whole plan) nor %s (the view of namespace %s) holds a plan yet: Compositor writes them as it plans (is %s Compositor's namespace? --compositor-namespace)",
+		return nil, "", fmt.Errorf("neither ConfigMap %s (the whole plan) nor %s (the view of namespace %s) holds a plan yet: Compositor writes them as it plans (is %s Compositor's namespace? --compositor-namespace)",
 			whole, view, def.Namespace, compositorNamespace)
 	case apierrors.IsForbidden(wholeErr) && apierrors.IsForbidden(viewErr):
-		return nil, fmt.Errorf("you may not read ConfigMap %s (the whole plan, the platform's) nor %s (the view of namespace %s, its tenants'): %w",
+		return nil, "", fmt.Errorf("you may not read ConfigMap %s (the whole plan, the platform's) nor %s (the view of namespace %s, its tenants'): %w",
 			whole, view, def.Namespace, viewErr)
 	}
-	return nil, fmt.Errorf("reading the whole plan: %w; reading the view of namespace %s: %w", wholeErr, def.Namespace, viewErr)
+	where := fmt.Sprintf("the whole plan is not in ConfigMap %s (is %s Compositor's namespace? --compositor-namespace)", whole, compositorNamespace)
+	if apierrors.IsForbidden(wholeErr) {
+		where = fmt.Sprintf("you may not read the whole plan, ConfigMap %s", whole)
+	}
+	return nil, "", fmt.Errorf("%w: %s, and %w", ErrNoVerifiedPlan, where, viewErr)
 }
 
-// readPlanConfigMap reads the plan ConfigMap key keeps for def, and checks it.
-func readPlanConfigMap(ctx context.Context, c client.Client, key client.ObjectKey, def *corev1alpha1.CompositionDefinition) (*plan.Plan, error) {
+// readPlanConfigMap reads the plan ConfigMap key keeps for def, and verifies it
+// against def's status: a whole plan by its hash, a view (only where view) by the
+// digest the status records of it.
+func readPlanConfigMap(ctx context.Context, c client.Client, key client.ObjectKey, def *corev1alpha1.CompositionDefinition, view bool) (*plan.Plan, error) {
 	cm := &corev1.ConfigMap{}
 	if err := c.Get(ctx, key, cm); err != nil {
 		return nil, fmt.Errorf("reading the plan from ConfigMap %s: %w", key, err)
@@ -127,14 +162,22 @@ func readPlanConfigMap(ctx context.Context, c client.Client, key client.ObjectKe
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Check(); err != nil {
-		return nil, fmt.Errorf("ConfigMap %s: %w", key, err)
+	if p.Scope != nil && !view {
+		return nil, fmt.Errorf("ConfigMap %s holds a view of namespace %s, not the whole plan", key, p.Scope.Namespace)
 	}
 	if p.Scope != nil && p.Scope.Namespace != def.Namespace {
 		return nil, fmt.Errorf("ConfigMap %s holds the view of namespace %s, not of %s", key, p.Scope.Namespace, def.Namespace)
 	}
-	if want := def.Status.Rollout.Plan.Hash; p.Hash != want {
-		return nil, fmt.Errorf("the plan kept in ConfigMap %s is %s, and the rollout follows %s: it is being rewritten, try again", key, p.Hash, want)
+	recorded := def.Status.Rollout.Plan
+	switch err := p.Verify(recorded.Hash, recorded.ViewDigest); {
+	case errors.Is(err, plan.ErrStale):
+		return nil, fmt.Errorf("the plan kept in ConfigMap %s is not the one the rollout follows (%w): it is being rewritten, try again", key, err)
+	case errors.Is(err, plan.ErrUnrecorded):
+		return nil, fmt.Errorf("ConfigMap %s is not shown: %w, as the definition's status records no digest of it (the plan was made by an earlier Compositor); the platform's compositor plan shows the whole plan", key, err)
+	case errors.Is(err, plan.ErrAltered) && p.Scope != nil:
+		return nil, fmt.Errorf("ConfigMap %s is refused: it is not the view Compositor wrote, which the definition's status records (%w); its namespace's tenants may write it: Compositor writes it again at its next plan, or ask the platform for the whole plan", key, err)
+	case err != nil:
+		return nil, fmt.Errorf("ConfigMap %s: %w", key, err)
 	}
 	return p, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -98,18 +99,28 @@ func newPlanFixture(t *testing.T) *planFixture {
 	require.NoError(t, err)
 	f := &planFixture{cp: cp, def: def, whole: computeTeamPlan(t, key), plain: computeTeamPlan(t, nil),
 		keeper: &definition.PlanKeeper{Client: cp.Client, Live: cp.Client, Namespace: defaultCompositorNamespace}}
-	f.follow(t, f.whole)
-	require.NoError(t, f.keeper.Keep(ctx, f.def, f.whole))
+	f.keep(t, f.whole)
 	return f
 }
 
-// follow records p as the plan def's rollout follows.
-func (f *planFixture) follow(t *testing.T, p *plan.Plan) {
+// keep keeps p as Compositor does when it plans, and records it, with the digest of
+// its view, as the plan def's rollout follows.
+func (f *planFixture) keep(t *testing.T, p *plan.Plan) {
+	t.Helper()
+	f.follow(t, p, "")
+	digest, err := f.keeper.Keep(context.Background(), f.def, p)
+	require.NoError(t, err)
+	f.follow(t, p, digest)
+}
+
+// follow records p as the plan def's rollout follows, and viewDigest as the digest of
+// its view.
+func (f *planFixture) follow(t *testing.T, p *plan.Plan, viewDigest string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, f.cp.Client.Get(ctx, client.ObjectKeyFromObject(f.def), f.def))
 	f.def.Status.Rollout = &corev1alpha1.Rollout{From: "1.1.5", To: "2.0.0", FromVersion: "v1-1-5", ToVersion: "v2-0-0", ToDigest: "sha256:new",
-		Phase: corev1alpha1.RolloutAwaitingApproval, Plan: corev1alpha1.PlanSummary{Hash: p.Hash, ToMove: int32(p.Summary.ToMove), Refused: int32(p.Summary.Refused)}}
+		Phase: corev1alpha1.RolloutAwaitingApproval, Plan: corev1alpha1.PlanSummary{Hash: p.Hash, ViewDigest: viewDigest, ToMove: int32(p.Summary.ToMove), Refused: int32(p.Summary.Refused)}}
 	require.NoError(t, f.cp.Client.Status().Update(ctx, f.def))
 }
 
@@ -216,7 +227,7 @@ func TestPlanOfATeamNamespace(t *testing.T) {
 
 	// The platform's compositor plan prints the whole plan.
 	var out bytes.Buffer
-	require.NoError(t, RunPlanDefinition(ctx, &out, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
 	assert.Contains(t, out.String(), "Plan "+f.whole.Hash)
 	assert.Contains(t, out.String(), "\npayroll/payroll-eu-v2-enterprise (release payroll-eu-v2-enterprise): moves\n")
 	assert.Contains(t, out.String(), "\npayroll/payroll-refused (release payroll-refused): refused\n")
@@ -226,13 +237,13 @@ func TestPlanOfATeamNamespace(t *testing.T) {
 	// The tenant's gets team-a's view, and says so.
 	out.Reset()
 	tenantConfig := f.kubeconfig(t, "tenant")
-	require.NoError(t, RunPlanDefinition(ctx, &out, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp"))
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp"))
 	assert.Contains(t, out.String(), "fireworks-app 1.1.5 → 2.0.0: 3 compositions to move, 1 refused")
 	assert.Contains(t, out.String(), "Plan "+f.whole.Hash)
 	assert.Contains(t, out.String(), "View of namespace team-a: its 1 composition (0 refused, 0 objects deleted); the 2 others are in other namespaces")
 	assert.Contains(t, out.String(), "\nteam-a/web (release web): moves\n")
 	out.Reset()
-	require.NoError(t, RunPlanDefinition(ctx, &out, &PlanOptions{Kubeconfig: tenantConfig, Output: "json"}, "team-a", "fireworksapp"))
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "json"}, "team-a", "fireworksapp"))
 	for _, s := range secrets {
 		assert.NotContains(t, out.String(), s, "the tenant's compositor plan -o json")
 	}
@@ -241,15 +252,15 @@ func TestPlanOfATeamNamespace(t *testing.T) {
 	view.Data["hash"] = "edited"
 	view.BinaryData[definition.PlanConfigMapKey] = gzipped(t, bytes.Replace([]byte(kept), []byte(`"name":"web"`), []byte(`"name":"wob"`), 1))
 	require.NoError(t, tenant.Update(ctx, view))
-	err = RunPlanDefinition(ctx, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp")
+	err = RunPlanDefinition(ctx, io.Discard, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp")
 	assert.ErrorIs(t, err, plan.ErrAltered)
 	// Compositor writes it again as it was at the next plan.
-	require.NoError(t, f.keeper.Keep(ctx, f.def, f.whole))
-	require.NoError(t, RunPlanDefinition(ctx, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp"))
+	f.keep(t, f.whole)
+	require.NoError(t, RunPlanDefinition(ctx, io.Discard, io.Discard, &PlanOptions{Kubeconfig: tenantConfig, Output: "text"}, "team-a", "fireworksapp"))
 
 	// Who may read neither is told which ConfigMaps.
 	f.tenant(t, "outsider", false)
-	err = RunPlanDefinition(ctx, io.Discard, &PlanOptions{Kubeconfig: f.kubeconfig(t, "outsider"), Output: "text"}, "team-a", "fireworksapp")
+	err = RunPlanDefinition(ctx, io.Discard, io.Discard, &PlanOptions{Kubeconfig: f.kubeconfig(t, "outsider"), Output: "text"}, "team-a", "fireworksapp")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "you may not read ConfigMap "+whole.String()+" (the whole plan, the platform's) nor team-a/compositor-plan-fireworksapp")
 	assert.True(t, apierrors.IsForbidden(err), "%v", err)
@@ -279,8 +290,9 @@ func TestPlanKeptByAnEarlierCompositor(t *testing.T) {
 	whole := client.ObjectKey{Namespace: defaultCompositorNamespace, Name: definition.WholePlanConfigMapName(f.def.UID)}
 	require.NoError(t, f.keeper.Forget(ctx, f.def))
 
-	// As an earlier Compositor kept it: the whole plan, plain digests, no scope.
-	f.follow(t, f.plain)
+	// As an earlier Compositor kept it: the whole plan, plain digests, no scope, and no
+	// digest of a view in the status.
+	f.follow(t, f.plain, "")
 	key := client.ObjectKey{Namespace: "team-a", Name: definition.PlanConfigMapName("fireworksapp")}
 	old := &corev1.ConfigMap{}
 	require.NoError(t, f.cp.Client.Get(ctx, key, old))
@@ -293,7 +305,10 @@ func TestPlanKeptByAnEarlierCompositor(t *testing.T) {
 	guessed := plainDigest(t, f.plain.Compositions[0].Values)
 	require.Contains(t, inflated(t, old), guessed)
 
-	require.NoError(t, f.keeper.Narrow(ctx, f.def))
+	digest, err := f.keeper.Narrow(ctx, f.def)
+	require.NoError(t, err)
+	require.NotEmpty(t, digest)
+	f.follow(t, f.plain, digest)
 	f.tenant(t, "tenant", true)
 	view := &corev1.ConfigMap{}
 	require.NoError(t, f.as(t, "tenant").Get(ctx, key, view))
@@ -306,13 +321,20 @@ func TestPlanKeptByAnEarlierCompositor(t *testing.T) {
 	require.NoError(t, f.cp.Client.Get(ctx, whole, moved))
 	assert.Contains(t, inflated(t, moved), "payroll-eu-v2-enterprise")
 	var out bytes.Buffer
-	require.NoError(t, RunPlanDefinition(ctx, &out, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
 	assert.Contains(t, out.String(), "Plan "+f.plain.Hash)
 	assert.Contains(t, out.String(), "\npayroll/payroll-eu-v2-enterprise (release payroll-eu-v2-enterprise): moves\n")
 
+	// The tenant's compositor plan shows the view, verified against the status.
+	out.Reset()
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.kubeconfig(t, "tenant"), Output: "text"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "View of namespace team-a only")
+
 	// Narrowed once, it is left as it is; a ConfigMap of that name that is not
 	// Compositor's is never touched.
-	require.NoError(t, f.keeper.Narrow(ctx, f.def))
+	same, err := f.keeper.Narrow(ctx, f.def)
+	require.NoError(t, err)
+	assert.Equal(t, digest, same)
 	again := &corev1.ConfigMap{}
 	require.NoError(t, f.cp.Client.Get(ctx, key, again))
 	assert.Equal(t, view.ResourceVersion, again.ResourceVersion)
@@ -320,6 +342,156 @@ func TestPlanKeptByAnEarlierCompositor(t *testing.T) {
 	delete(again.Labels, vocab.LabelManagedBy)
 	delete(again.Data, "scope")
 	require.NoError(t, f.cp.Client.Update(ctx, again))
-	require.NoError(t, f.keeper.Narrow(ctx, f.def))
-	require.Error(t, f.keeper.Keep(ctx, f.def, f.whole), "a ConfigMap that is not Compositor's is not overwritten")
+	_, err = f.keeper.Narrow(ctx, f.def)
+	require.NoError(t, err)
+	_, err = f.keeper.Keep(ctx, f.def, f.whole)
+	require.Error(t, err, "a ConfigMap that is not Compositor's is not overwritten")
+}
+
+// forge is what a tenant of team-a writes in the plan ConfigMap it may write: p edited
+// by edit, with its digest (or, for a whole plan, its hash) computed again, as anyone
+// can, and the data saying a view (scope) or not.
+func (f *planFixture) forge(t *testing.T, as client.Client, p *plan.Plan, edit func(*plan.Plan)) *plan.Plan {
+	t.Helper()
+	ctx := context.Background()
+	edit(p)
+	sum := func() string {
+		b, err := json.Marshal(p)
+		require.NoError(t, err)
+		s := sha256.Sum256(b)
+		return plan.PlainDigest + hex.EncodeToString(s[:])
+	}
+	data := map[string]string{"hash": p.Hash}
+	if p.Scope != nil {
+		p.Scope.Digest = ""
+		p.Scope.Digest = sum()
+		data["scope"] = p.Scope.Namespace
+	} else {
+		p.Hash = ""
+		p.Hash = sum()
+		data["hash"] = p.Hash
+	}
+	require.NoError(t, p.Check(), "the forgery checks: it says what it holds")
+	b, err := json.Marshal(p)
+	require.NoError(t, err)
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: definition.PlanConfigMapName("fireworksapp")}, cm))
+	cm.Data = data
+	cm.BinaryData = map[string][]byte{definition.PlanConfigMapKey: gzipped(t, b)}
+	require.NoError(t, as.Update(ctx, cm))
+	return p
+}
+
+// TestForgedViewIsRefused: a tenant of team-a rewrites its view, hiding the plan's
+// refusal and RBAC gain, and computes its digest again. Whoever gets the view (a
+// tenant; the platform when the whole plan is not where compositor plan looks) is
+// refused it: only the digest the definition's status records vouches for a view. The
+// genuine view is shown for what it is, verified, with where the whole plan was looked
+// for.
+func TestForgedViewIsRefused(t *testing.T) {
+	f := newPlanFixture(t)
+	ctx := context.Background()
+	f.tenant(t, "tenant", true)
+	tenant := f.as(t, "tenant")
+	elsewhere := &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text", CompositorNamespace: "compositor"}
+	whole := client.ObjectKey{Namespace: "compositor", Name: definition.WholePlanConfigMapName(f.def.UID)}
+
+	// The genuine view, to the platform looking in the wrong namespace: said to be a
+	// view, verified, and where the whole plan was looked for.
+	var out bytes.Buffer
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, elsewhere, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "View of namespace team-a only, from ConfigMap team-a/compositor-plan-fireworksapp, verified against the digest the definition's status records of it")
+	assert.Contains(t, out.String(), "the whole plan is not in ConfigMap "+whole.String()+": if Compositor runs in another namespace, name it with --compositor-namespace")
+	var stderr bytes.Buffer
+	out.Reset()
+	require.NoError(t, RunPlanDefinition(ctx, &out, &stderr, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "json", CompositorNamespace: "compositor"}, "team-a", "fireworksapp"))
+	assert.Contains(t, stderr.String(), "View of namespace team-a only")
+	assert.NotContains(t, out.String(), "View of namespace", "json stays json")
+
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, tenant.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: definition.PlanConfigMapName("fireworksapp")}, cm))
+	view, err := definition.DecodeKeptPlan(cm)
+	require.NoError(t, err)
+	require.Equal(t, 1, view.Summary.Refused)
+	f.forge(t, tenant, view, func(p *plan.Plan) {
+		p.Summary.Refused, p.RBAC = 0, plan.RBACChange{}
+	})
+	for name, opts := range map[string]*PlanOptions{
+		"the platform":  elsewhere,
+		"a tenant":      {Kubeconfig: f.kubeconfig(t, "tenant"), Output: "text"},
+		"a tenant json": {Kubeconfig: f.kubeconfig(t, "tenant2"), Output: "json"},
+	} {
+		if name == "a tenant json" {
+			f.tenant(t, "tenant2", true)
+		}
+		out.Reset()
+		err := RunPlanDefinition(ctx, &out, io.Discard, opts, "team-a", "fireworksapp")
+		require.ErrorIs(t, err, plan.ErrAltered, name)
+		assert.Contains(t, err.Error(), "ConfigMap team-a/compositor-plan-fireworksapp is refused: it is not the view Compositor wrote", name)
+		assert.Empty(t, out.String(), name)
+	}
+	// The platform reading the whole plan where it is sees the truth.
+	out.Reset()
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "1 refused")
+
+	// A status that records no digest of the view (a plan of an earlier Compositor)
+	// verifies no view, not even the genuine one.
+	f.keep(t, f.whole)
+	f.follow(t, f.whole, "")
+	err = RunPlanDefinition(ctx, io.Discard, io.Discard, elsewhere, "team-a", "fireworksapp")
+	assert.ErrorIs(t, err, plan.ErrUnrecorded)
+	assert.ErrorIs(t, err, ErrNoVerifiedPlan)
+}
+
+// TestForgedLegacyPlanIsNotTaken: a tenant of team-a makes its plan ConfigMap look like
+// the whole plan an earlier Compositor kept there (its labels and owner are
+// Compositor's, its hash computed again). Narrowing takes it for nothing: the whole
+// plan of Compositor's namespace stays as it is, or is not made up from it when there
+// is none, and the view is written again from what Compositor trusts.
+func TestForgedLegacyPlanIsNotTaken(t *testing.T) {
+	f := newPlanFixture(t)
+	ctx := context.Background()
+	f.tenant(t, "tenant", true)
+	tenant := f.as(t, "tenant")
+	whole := client.ObjectKey{Namespace: defaultCompositorNamespace, Name: definition.WholePlanConfigMapName(f.def.UID)}
+	recorded := f.def.Status.Rollout.Plan.ViewDigest
+	require.NotEmpty(t, recorded)
+	real := &corev1.ConfigMap{}
+	require.NoError(t, f.cp.Client.Get(ctx, whole, real))
+
+	forged := func() {
+		f.forge(t, tenant, f.whole.Redacted(), func(p *plan.Plan) {
+			p.Compositions = slices.DeleteFunc(p.Compositions, func(c plan.Composition) bool { return len(c.Refused) > 0 })
+			p.Summary.Refused, p.RBAC = 0, plan.RBACChange{}
+		})
+	}
+	forged()
+	digest, err := f.keeper.Narrow(ctx, f.def)
+	require.NoError(t, err)
+	assert.Equal(t, recorded, digest, "the view is written again from the whole plan")
+	kept := &corev1.ConfigMap{}
+	require.NoError(t, f.cp.Client.Get(ctx, whole, kept))
+	assert.Equal(t, real.ResourceVersion, kept.ResourceVersion, "the whole plan is not replaced")
+	assert.Contains(t, inflated(t, kept), "payroll-refused")
+	view := &corev1.ConfigMap{}
+	require.NoError(t, f.cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: definition.PlanConfigMapName("fireworksapp")}, view))
+	assert.Equal(t, "team-a", view.Data["scope"])
+	var out bytes.Buffer
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.kubeconfig(t, "tenant"), Output: "text"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "3 compositions to move, 1 refused")
+
+	// Without a whole plan in Compositor's namespace, none is made of the forgery: the
+	// view has the status's counts.
+	require.NoError(t, f.keeper.Forget(ctx, f.def))
+	forged()
+	digest, err = f.keeper.Narrow(ctx, f.def)
+	require.NoError(t, err)
+	assert.True(t, apierrors.IsNotFound(f.cp.Client.Get(ctx, whole, &corev1.ConfigMap{})), "no whole plan is made of the forgery")
+	require.NoError(t, f.cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: definition.PlanConfigMapName("fireworksapp")}, view))
+	counts, err := definition.DecodeKeptPlan(view)
+	require.NoError(t, err)
+	assert.Empty(t, counts.Compositions)
+	assert.Equal(t, 1, counts.Summary.Refused)
+	assert.Equal(t, counts.Scope.Digest, digest)
 }
