@@ -89,7 +89,7 @@ type Reconciler struct {
 	Seal *composition.MasterSeal
 
 	follower *follower // the following mode, where Kinds runs on every replica
-	narrowed sync.Map  // "<uid> <plan hash>" of the kept plans narrowed (narrowKeptPlan)
+	narrowed sync.Map  // "<uid> <plan hash> <view digest>" of the kept plans narrowed (narrowKeptPlan)
 
 	cachesOnce sync.Once
 	checked    *lru.Cache // conversion checks done (checkConversions)
