@@ -1,11 +1,16 @@
 // Keys per definition: the key that seals and proves a definition's release records
 // and CompositionRevisions is derived from Compositor's master key and the
-// definition's UID (HKDF-SHA256, MasterSeal.ForDefinition). The master key never
+// definition's namespace (HKDF-SHA256, MasterSeal.ForNamespace). The master key never
 // leaves Compositor's process: in process the controllers derive in memory; a
 // generated controller Deployment reads, through a Role that names them, only the key
 // Secrets of the definitions it serves (KeySecretName), which serve writes. A record
-// sealed under one definition's key is refused by every other: a tenant who got one
-// controller's key forges records for that definition's compositions alone.
+// sealed under one definition namespace's key is refused by every other: a tenant who
+// got one controller's key forges records for its own team's compositions alone.
+//
+// The definitions of one namespace are one team's, and share a key: a composition
+// moved between them (from a team's definition of 1.1.5 to its definition of 2.0.0,
+// say) keeps its records and revisions, and so does a definition deleted and made
+// again, which would get a new UID.
 
 package composition
 
@@ -30,9 +35,10 @@ import (
 	"github.com/compositor-dev/compositor/ownership"
 )
 
-// definitionKeyLabel is HKDF's info for a definition's key, followed by the
-// definition's UID. A new derivation gets a new version, so no two share a key.
-const definitionKeyLabel = "compositor.dev/definition-seal/v1\x00"
+// definitionKeyLabel is HKDF's info for the key of a definition namespace's
+// definitions, followed by the namespace. A new derivation gets a new version, so no
+// two share a key.
+const definitionKeyLabel = "compositor.dev/definition-namespace-seal/v1\x00"
 
 // ReasonReleaseSealUnavailable is the condition reason of a composition whose
 // definition's key the controller cannot read: nothing was installed or deleted.
@@ -74,14 +80,14 @@ func (m *MasterSeal) GateOn(ready func() bool) *MasterSeal {
 	return &MasterSeal{master: m.master, ready: ready}
 }
 
-// ForDefinition is the seal of the definition whose UID is uid.
-func (m *MasterSeal) ForDefinition(uid types.UID) (*ReleaseSeal, error) {
-	if uid == "" {
-		return nil, fmt.Errorf("%w: the definition has no UID", ErrSealUnavailable)
+// ForNamespace is the seal of the definitions in namespace.
+func (m *MasterSeal) ForNamespace(namespace string) (*ReleaseSeal, error) {
+	if namespace == "" {
+		return nil, fmt.Errorf("%w: the definition has no namespace", ErrSealUnavailable)
 	}
-	key, err := hkdf.Key(sha256.New, m.master.key, nil, definitionKeyLabel+string(uid), minSealKey)
+	key, err := hkdf.Key(sha256.New, m.master.key, nil, definitionKeyLabel+namespace, minSealKey)
 	if err != nil {
-		return nil, fmt.Errorf("deriving the key of definition %s: %w", uid, err)
+		return nil, fmt.Errorf("deriving the key of the definitions of namespace %s: %w", namespace, err)
 	}
 	return &ReleaseSeal{key: key}, nil
 }
@@ -91,7 +97,7 @@ func (m *MasterSeal) SealFor(_ context.Context, def *corev1alpha1.CompositionDef
 	if m.ready != nil && !m.ready() {
 		return nil, fmt.Errorf("%w: the seal migration has not finished", ErrSealUnavailable)
 	}
-	return m.ForDefinition(def.UID)
+	return m.ForNamespace(def.Namespace)
 }
 
 // Legacy is the seal of the records written before keys per definition, with the
@@ -112,7 +118,7 @@ const KeySecretPrefix = "compositor-seal-"
 // KeySecret is the Secret of namespace that keeps def's derived key, labelled with
 // def's UID so it can be found and removed when def goes.
 func (m *MasterSeal) KeySecret(namespace string, def *corev1alpha1.CompositionDefinition) (*corev1.Secret, error) {
-	seal, err := m.ForDefinition(def.UID)
+	seal, err := m.ForNamespace(def.Namespace)
 	if err != nil {
 		return nil, err
 	}

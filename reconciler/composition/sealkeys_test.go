@@ -35,25 +35,26 @@ func testMaster(t testing.TB) *MasterSeal {
 	return m
 }
 
-// Issue 46: each definition's key is derived from the master key and its UID; it is
-// the same for the same UID, another for another UID or another master, never the
-// master itself, and its Secret's name depends on the UID alone.
+// Issue 46: each definition's key is derived from the master key and its namespace; it
+// is the same for the same namespace (one team's definitions share it), another for
+// another namespace or another master, never the master itself; its Secret's name
+// depends on the definition's UID alone.
 func TestDefinitionKeysDifferPerDefinition(t *testing.T) {
 	m := testMaster(t)
-	x, err := m.ForDefinition("uid-x")
+	x, err := m.ForNamespace("team-x")
 	require.NoError(t, err)
-	again, err := m.ForDefinition("uid-x")
+	again, err := m.ForNamespace("team-x")
 	require.NoError(t, err)
-	y, err := m.ForDefinition("uid-y")
+	y, err := m.ForNamespace("team-y")
 	require.NoError(t, err)
-	other, err := testMaster(t).ForDefinition("uid-x")
+	other, err := testMaster(t).ForNamespace("team-x")
 	require.NoError(t, err)
 	assert.Equal(t, x.key, again.key)
 	assert.Len(t, x.key, minSealKey)
 	for _, k := range [][]byte{y.key, other.key, m.master.key} {
 		assert.False(t, bytes.Equal(x.key, k))
 	}
-	_, err = m.ForDefinition("")
+	_, err = m.ForNamespace("")
 	assert.ErrorIs(t, err, ErrSealUnavailable)
 	assert.Equal(t, KeySecretName("uid-x"), KeySecretName("uid-x"))
 	assert.NotEqual(t, KeySecretName("uid-x"), KeySecretName("uid-y"))
@@ -62,7 +63,7 @@ func TestDefinitionKeysDifferPerDefinition(t *testing.T) {
 	// A gate holds every key back until it opens.
 	open := false
 	gated := m.GateOn(func() bool { return open })
-	def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{UID: "uid-x"}}
+	def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "team-x", UID: "uid-x"}}
 	_, err = gated.SealFor(context.Background(), def)
 	assert.ErrorIs(t, err, ErrSealUnavailable)
 	open = true
@@ -81,9 +82,9 @@ func TestARecordOfOneDefinitionIsRefusedByAnother(t *testing.T) {
 		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	m := testMaster(t)
-	x, err := m.ForDefinition("uid-x")
+	x, err := m.ForNamespace("team-x")
 	require.NoError(t, err)
-	y, err := m.ForDefinition("uid-y")
+	y, err := m.ForNamespace("team-y")
 	require.NoError(t, err)
 	ch := &chart.Chart{
 		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "keys", Version: "0.1.0"},
@@ -218,9 +219,9 @@ func TestSealMigrationAdoptsWhatTheOlderBuildTrustedOnce(t *testing.T) {
 	c := f.cp.Client
 	m := testMaster(t)
 	a, b := f.composition(t, "a"), f.composition(t, "b")
-	seal, err := m.ForDefinition(f.def.UID)
+	seal, err := m.ForNamespace(f.def.Namespace)
 	require.NoError(t, err)
-	stranger, err := m.ForDefinition("uid-of-another-definition")
+	stranger, err := m.ForNamespace("another-team")
 	require.NoError(t, err)
 
 	early := f.record(t, "a", a.GetUID(), nil)                // ffea0ea's record of a
@@ -302,7 +303,7 @@ func TestSealMigrationOfASealedInstallationAdoptsNothing(t *testing.T) {
 	c := f.cp.Client
 	m := testMaster(t)
 	a := f.composition(t, "a")
-	seal, err := m.ForDefinition(f.def.UID)
+	seal, err := m.ForNamespace(f.def.Namespace)
 	require.NoError(t, err)
 	unsealed := f.record(t, "a", a.GetUID(), nil)
 	f.record(t, "b", a.GetUID(), m.Legacy())

@@ -182,7 +182,7 @@ func (p *migrationPass) run(ctx context.Context) error {
 			if def == nil {
 				continue // no definition, no key: its records wait, as the composition does
 			}
-			seal, err := p.m.Master.ForDefinition(def.UID)
+			seal, err := p.m.Master.ForNamespace(def.Namespace)
 			if err != nil {
 				errs = append(errs, err)
 				continue

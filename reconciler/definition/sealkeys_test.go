@@ -66,7 +66,7 @@ func TestSealKeySecretsPerDefinition(t *testing.T) {
 	keys := &composition.SecretKeys{Reader: cp.Client, Namespace: "compositor-system"}
 	got, err := keys.SealFor(ctx, a)
 	require.NoError(t, err)
-	want, err := master.ForDefinition(a.UID)
+	want, err := master.ForNamespace(a.Namespace)
 	require.NoError(t, err)
 	assert.Equal(t, want, got, "the Secret keeps the key derived for a")
 	again, err := r.sealKeySecrets(ctx, a, api)

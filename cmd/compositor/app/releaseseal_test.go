@@ -79,7 +79,7 @@ func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 			seal, err = keys.SealFor(ctx, mine)
 			return err == nil
 		}, 10*time.Second, 50*time.Millisecond, "the RBAC authorizer sees the Role: %v", err)
-		want, err := master.ForDefinition(mine.UID)
+		want, err := master.ForNamespace(mine.Namespace)
 		require.NoError(t, err)
 		assert.Equal(t, want, seal, "its definition's key, as serve derives it")
 
