@@ -101,7 +101,7 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		Compositions: compositionChecks(opts.Cached, releaseNames(opts.ReleaseNames), opts.Namespace),
 		Definitions:  definitionChecks(opts.Live, opts.Authorizer),
 		Policies:     Chain{CheckFunc(compilePolicy)},
-		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached, Namespace: opts.Namespace},
+		status:       &StatusGuard{Users: opts.Users, Definitions: opts.Cached, Namespace: opts.Namespace, Records: opts.Live},
 		limits:       opts.Limits,
 		lanes:        newLanes(opts.LaneConcurrency),
 	}

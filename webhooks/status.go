@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -39,7 +40,14 @@ const StatusPath = "/validate-status"
 //     of that kind and version only, and only of a composition its definition owns
 //     (ownership.For): the definition of the composition's namespace, else the owner.
 //     While no definition serves the version (each is being deleted), the controllers
-//     of those that still report it may, as each still uninstalls.
+//     of those that still report it may, as each still uninstalls;
+//   - while an installation moves its identities to Compositor's namespace, the
+//     controller of a version still running as the ServiceAccount it had in its
+//     definition's namespace (rbac.LegacyServiceAccountName), for the compositions its
+//     definition owns, only while Compositor's own record of moves
+//     (rbac.IdentityMovesConfigMap, in Namespace) says that version hands over: so
+//     that no write is refused before the new controller serves, and nothing a tenant
+//     of that namespace writes can say so.
 //
 // Any other user, cluster administrators included, is refused with the reason. The
 // check reads nothing but the cached definitions of the request's version, so
@@ -55,6 +63,10 @@ type StatusGuard struct {
 	// (rbac.Options.IdentityNamespace). Empty looks for them in their definitions'
 	// namespaces, as before they moved (tests without a chart store).
 	Namespace string
+	// Records reads Compositor's record of moves, rbac.IdentityMovesConfigMap in
+	// Namespace, from the API server: asked only when a former controller's
+	// ServiceAccount writes. Nil admits no former controller.
+	Records client.Reader
 }
 
 var _ admission.Handler = &StatusGuard{}
@@ -86,19 +98,36 @@ func (g *StatusGuard) Handle(ctx context.Context, ar admission.Request) admissio
 		}
 		servers = list.Items
 	}
-	if mayWriteStatus(ar.UserInfo, g.Users, g.Namespace, ar.Namespace, ar.Kind, ar.Resource, servers) {
+	if mayWriteStatus(ar.UserInfo, g.Users, g.Namespace, ar.Namespace, ar.Kind, ar.Resource, servers, g.moving(ctx)) {
 		return admission.Allowed("")
 	}
 	return statusRefused(ar)
 }
 
+// moving tells, from Compositor's record of moves, whether the identity of a version
+// of a definition of namespace hands over from the definition's namespace. A record
+// that cannot be read says no: the write is refused and retried.
+func (g *StatusGuard) moving(ctx context.Context) func(namespace, plural, version string) bool {
+	return func(namespace, plural, version string) bool {
+		if g.Records == nil || g.Namespace == "" {
+			return false
+		}
+		cm := &corev1.ConfigMap{}
+		if err := g.Records.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: rbac.IdentityMovesConfigMap}, cm); err != nil {
+			return false
+		}
+		return cm.Data[rbac.MoveKey(namespace, plural, version)] == rbac.MoveHandover
+	}
+}
+
 // mayWriteStatus tells whether user may write the status of a composition of kind in
 // namespace, written through resource: user is one of Compositor's own users, or the
 // ServiceAccount, in identities (Compositor's namespace), of the composition controller
-// of the definition among servers that owns the composition (ownership.For). servers
-// are the definitions whose status reports kind; any others are ignored.
+// of the definition among servers that owns the composition (ownership.For), or the one
+// that controller had in the definition's namespace while moving says it hands over.
+// servers are the definitions whose status reports kind; any others are ignored.
 func mayWriteStatus(user authenticationv1.UserInfo, users []string, identities, namespace string, kind metav1.GroupVersionKind,
-	resource metav1.GroupVersionResource, servers []corev1alpha1.CompositionDefinition) bool {
+	resource metav1.GroupVersionResource, servers []corev1alpha1.CompositionDefinition, moving func(namespace, plural, version string) bool) bool {
 	if user.Username == "" {
 		return false
 	}
@@ -121,7 +150,11 @@ func mayWriteStatus(user authenticationv1.UserInfo, users []string, identities, 
 		writers = reports
 	}
 	return slices.ContainsFunc(writers, func(def corev1alpha1.CompositionDefinition) bool {
-		return saNamespace == cmp.Or(identities, def.Namespace) && name == rbac.ServiceAccountName(def.Namespace, resource.Resource, resource.Version)
+		if saNamespace == cmp.Or(identities, def.Namespace) && name == rbac.ServiceAccountName(def.Namespace, resource.Resource, resource.Version) {
+			return true
+		}
+		return identities != "" && saNamespace == def.Namespace && name == rbac.LegacyServiceAccountName(resource.Resource, resource.Version) &&
+			moving != nil && moving(def.Namespace, resource.Resource, resource.Version)
 	})
 }
 

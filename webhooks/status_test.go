@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -282,4 +284,50 @@ func serve(t *testing.T, h http.Handler, body []byte) (int, *admissionv1.Admissi
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), out), w.Body.String())
 	require.NotNil(t, out.Response, w.Body.String())
 	return w.Code, out
+}
+
+// While Compositor's own record says a version's identity moves (its old controller
+// Deployment hands over to the new one), the old controller, which runs as the
+// ServiceAccount of the definition's namespace, writes the status of the compositions
+// its definition owns as before: no window in which its writes are refused. Not
+// before, not after, not for compositions its definition does not own, and never on
+// the word of anything but that record in Compositor's namespace.
+func TestFormerControllerWritesStatusOnlyWhileMoving(t *testing.T) {
+	former := "system:serviceaccount:fireworksapp-system:fireworksapps-v1-1-5-controller"
+	defs := newIndexedDefinitions(t,
+		servingDefinition("fireworksapp-system", "fireworksapp-1-1-5", "FireworksApp", "fireworksapps", "v1-1-5"),
+		servingDefinition("team-b", "fireworksapp", "FireworksApp", "fireworksapps", "v1-1-5"),
+	)
+	record := func(data map[string]string) client.Reader {
+		return fake.NewClientBuilder().WithObjects(&corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system", Name: rbac.IdentityMovesConfigMap}, Data: data}).Build()
+	}
+	moving := record(map[string]string{
+		rbac.MoveKey("fireworksapp-system", "fireworksapps", "v1-1-5"): "moving",
+		rbac.MoveKey("team-b", "fireworksapps", "v1-1-5"):              "moving",
+	})
+	for _, tc := range []struct {
+		name, user, namespace string
+		records               client.Reader
+		allowed               bool
+	}{
+		{"while it moves, for a composition its definition owns", former, "team-a", moving, true},
+		{"while team-b's moves, team-b's former controller in team-b", "system:serviceaccount:team-b:fireworksapps-v1-1-5-controller", "team-b", moving, true},
+
+		{"while it moves, for a composition its definition does not own", former, "team-b", moving, false},
+		{"another team's former controller, while it moves", "system:serviceaccount:team-b:fireworksapps-v1-1-5-controller", "team-a", moving, false},
+		{"after the move", former, "team-a", record(map[string]string{}), false},
+		{"an identity the record only removes", former, "team-a", record(map[string]string{rbac.MoveKey("fireworksapp-system", "fireworksapps", "v1-1-5"): "remove"}), false},
+		{"no record", former, "team-a", fake.NewClientBuilder().Build(), false},
+		{"no reader of records", former, "team-a", nil, false},
+		{"another ServiceAccount of the definition's namespace, while it moves", "system:serviceaccount:fireworksapp-system:default", "team-a", moving, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			guard := &StatusGuard{Users: []string{"compositor"}, Definitions: defs, Namespace: "compositor-system", Records: tc.records}
+			req := statusWrite(tc.user, "v1-1-5")
+			req.Namespace = tc.namespace
+			resp := guard.Handle(context.Background(), req)
+			assert.Equal(t, tc.allowed, resp.Allowed, "%+v", resp.Result)
+		})
+	}
 }

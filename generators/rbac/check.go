@@ -42,9 +42,9 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //     (SealKeySecretPrefix), by name, never ReleaseSealSecret (and
 //     reads ConfigMap ConstraintsConfigMap, by name), in the
 //     namespace of its RoleBinding;
-//   - every binding binds its own role to the ServiceAccount only (and, while an
-//     installation moves, to the one it had in the definition namespace,
-//     LegacySubject).
+//   - every binding binds its own role to the ServiceAccount only (and the release
+//     binding, while an installation moves, to the one it had in the definition
+//     namespace, LegacySubject, besides: no other binding ever names it).
 func Check(objs *Objects) error {
 	if objs == nil {
 		return fmt.Errorf("%w: no objects", ErrUnsafe)
@@ -88,7 +88,7 @@ func Check(objs *Objects) error {
 		if ref != want {
 			add("%s %s refers to %s %s, not to %s", kind, name, ref.Kind, ref.Name, role.Name)
 		}
-		checkSubjects(objs, kind+" "+name, subjects, add)
+		checkSubjects(objs, kind+" "+name, subjects, role == objs.ReleaseRole, add)
 	}
 	b := objs.CompositionsBinding
 	checkBinding("ClusterRoleBinding", b.Name, b.RoleRef, b.Subjects, objs.CompositionsRole)
@@ -179,17 +179,17 @@ func checkSecretReader(kind string, role *rbacv1.Role, binding *rbacv1.RoleBindi
 	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); binding.RoleRef != want {
 		add("RoleBinding %s refers to %s %s, not to Role %s", binding.Name, binding.RoleRef.Kind, binding.RoleRef.Name, role.Name)
 	}
-	checkSubjects(objs, "RoleBinding "+binding.Name, binding.Subjects, add)
+	checkSubjects(objs, "RoleBinding "+binding.Name, binding.Subjects, false, add)
 }
 
-// checkSubjects asserts that a binding names the ServiceAccount first, and besides it
-// at most the one it had in the definition namespace (LegacySubject), while an
-// installation moves.
-func checkSubjects(objs *Objects, what string, subjects []rbacv1.Subject, add func(string, ...any)) {
+// checkSubjects asserts that a binding names the ServiceAccount only or, when former
+// (the release binding, while an installation moves), the one it had in the
+// definition namespace (LegacySubject) besides.
+func checkSubjects(objs *Objects, what string, subjects []rbacv1.Subject, former bool, add func(string, ...any)) {
 	sa := objs.ServiceAccount
 	self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
 	legacy := LegacySubject(objs.definitionNamespace, objs.labels[vocab.LabelResource], objs.labels[vocab.LabelVersion])
-	if !slices.Equal(subjects, []rbacv1.Subject{self}) && !slices.Equal(subjects, []rbacv1.Subject{self, legacy}) {
+	if !slices.Equal(subjects, []rbacv1.Subject{self}) && (!former || !slices.Equal(subjects, []rbacv1.Subject{self, legacy})) {
 		add("%s binds %v, not only ServiceAccount %s/%s", what, subjects, sa.Namespace, sa.Name)
 	}
 }

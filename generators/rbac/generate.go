@@ -69,10 +69,14 @@ type Options struct {
 	// reads through Compositor's informers and gets no cluster-wide read.
 	WatchCompositions bool
 	// FormerServiceAccount, while an installation moves from the layout where the
-	// ServiceAccount lived in Namespace (LegacyServiceAccountName), makes every
-	// binding name that ServiceAccount too, so that the controller still running as it
-	// keeps its rights until the new one serves. Nothing else may be bound besides the
-	// ServiceAccount.
+	// ServiceAccount lived in Namespace (LegacyServiceAccountName), makes the release
+	// bindings name that ServiceAccount too, so that the controller still running as
+	// it keeps writing its compositions and installing, in the namespaces where its
+	// definition owns compositions, until the new one serves. No other binding names
+	// it: a tenant of Namespace may mint its token, so it never reaches the seal keys,
+	// the chart archive, the credentials or anything cluster-wide. Only Compositor's
+	// own record of moves (IdentityMovesConfigMap) may set it, never an object in
+	// Namespace.
 	FormerServiceAccount bool
 	// DefinitionName, when set, is recorded in LabelDefinitionName.
 	DefinitionName string
@@ -140,14 +144,19 @@ type Names struct {
 }
 
 // identityPrefixLen is how much of "<namespace>-<plural>-<version>" a ServiceAccount
-// name keeps before its hash: with the dash and 10 hex digits, 63 characters, a valid
-// DNS label and label value whatever the lengths of its parts.
-const identityPrefixLen = 52
+// name keeps before its hash, and identityHashLen how many hex digits of the hash
+// follow a dash: 46+1+16 = 63 characters, a valid DNS label and label value whatever
+// the lengths of its parts, and 64 bits of hash, so that no one finds another
+// namespace, plural and version of the same name.
+const (
+	identityPrefixLen = 46
+	identityHashLen   = 16
+)
 
 // ServiceAccountName returns the name of the ServiceAccount (and of the controller
 // Deployment) of one served version of a definition of namespace, in Compositor's
-// namespace: "<namespace>-<plural>-<version>", cut to 52 characters, a dash and the
-// first 10 hex digits of the SHA-256 of "<namespace>/<plural>/<version>". Every
+// namespace: "<namespace>-<plural>-<version>", cut to 46 characters, a dash and the
+// first 16 hex digits of the SHA-256 of "<namespace>/<plural>/<version>". Every
 // definition namespace gets its own, so two teams' definitions of one chart version
 // never share an identity; the readable part says whose it is.
 func ServiceAccountName(namespace, plural, version string) string {
@@ -156,7 +165,7 @@ func ServiceAccountName(namespace, plural, version string) string {
 		readable = readable[:identityPrefixLen]
 	}
 	sum := sha256.Sum256([]byte(namespace + "/" + plural + "/" + version))
-	return readable + "-" + hex.EncodeToString(sum[:])[:10]
+	return readable + "-" + hex.EncodeToString(sum[:])[:identityHashLen]
 }
 
 // LegacyServiceAccountName is the name the ServiceAccount and the controller
@@ -165,6 +174,32 @@ func ServiceAccountName(namespace, plural, version string) string {
 // found by their identity labels, once the new ones serve.
 func LegacyServiceAccountName(plural, version string) string {
 	return plural + "-" + version + "-controller"
+}
+
+// IdentityMovesConfigMap is Compositor's own record, in its namespace where no tenant
+// writes, of the versions whose controller moves from the definition's namespace to
+// Compositor's: written once, when an installation from before the move first starts,
+// with a key (MoveKey) per version a definition then served (MoveHandover for those
+// whose old controller Deployment ran, MoveRemove for the others); a key goes when
+// its move is done and none is ever added after. A version is moving only while its
+// key is there: nothing in a tenant's namespace can start a move again.
+const IdentityMovesConfigMap = "compositor-identity-moves"
+
+// Values of a version's key in IdentityMovesConfigMap.
+const (
+	// MoveHandover: the version's old controller Deployment ran when the record was
+	// written; it keeps its release bindings, and may write the status of its
+	// definition's compositions, until the new one serves.
+	MoveHandover = "moving"
+	// MoveRemove: the version had an identity in the definition's namespace and no
+	// controller to hand over from: it is removed.
+	MoveRemove = "remove"
+)
+
+// MoveKey is the key of a version in IdentityMovesConfigMap: "<namespace>.<plural>.
+// <version>", unambiguous as each part is a DNS label, which has no dot.
+func MoveKey(namespace, plural, version string) string {
+	return namespace + "." + plural + "." + version
 }
 
 // NamesFor returns the object names for a definition namespace, plural and version.
@@ -257,8 +292,9 @@ type Objects struct {
 	labels              map[string]string
 	definitionNamespace string
 	compositions        schema.GroupResource
-	// subjects every binding names: the ServiceAccount, and while an installation
-	// moves (Options.FormerServiceAccount) the one it had in the definition namespace.
+	// subjects the release bindings name: the ServiceAccount, and while an
+	// installation moves (Options.FormerServiceAccount) the one it had in the
+	// definition namespace. Every other binding names the ServiceAccount only.
 	subjects []rbacv1.Subject
 }
 
@@ -294,8 +330,9 @@ func Generate(opts Options) (*Objects, error) {
 		ObjectMeta: objectMeta(names.ServiceAccount, cmp.Or(opts.IdentityNamespace, opts.Namespace), labels),
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	releaseSubjects := slices.Clone(subjects)
 	if opts.FormerServiceAccount {
-		subjects = append(subjects, LegacySubject(opts.Namespace, opts.Plural, opts.Version))
+		releaseSubjects = append(releaseSubjects, LegacySubject(opts.Namespace, opts.Plural, opts.Version))
 	}
 	objs := &Objects{
 		ServiceAccount:   sa,
@@ -306,7 +343,7 @@ func Generate(opts Options) (*Objects, error) {
 		labels:              labels,
 		definitionNamespace: opts.Namespace,
 		compositions:        schema.GroupResource{Group: opts.Group, Resource: opts.Plural},
-		subjects:            subjects,
+		subjects:            releaseSubjects,
 	}
 	objs.CompositionsBinding = clusterRoleBinding(objs.CompositionsRole, subjects)
 	if len(cluster) > 0 {

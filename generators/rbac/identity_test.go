@@ -22,7 +22,7 @@ func TestServiceAccountNameIsUniqueAndValid(t *testing.T) {
 		{"a-b", "c", "v1"}, // the readable parts alone would collide with the next
 		{"a", "b-c", "v1"},
 		{long, "fireworksapps", "v1-1-5"},
-		{long, "fireworksapps", "v1-1-6"}, // same first 52 characters
+		{long, "fireworksapps", "v1-1-6"}, // same first 46 characters
 		{long, strings.Repeat("p", 63), strings.Repeat("v", 63)},
 	}
 	seen := map[string][3]string{}
@@ -31,7 +31,11 @@ func TestServiceAccountNameIsUniqueAndValid(t *testing.T) {
 		assert.Empty(t, validation.IsDNS1123Label(name), name)
 		assert.Empty(t, validation.IsValidLabelValue(name), name)
 		readable := c[0] + "-" + c[1] + "-" + c[2]
-		assert.True(t, strings.HasPrefix(name, readable[:min(len(readable), identityPrefixLen)]+"-"), "readable: %s", name)
+		readable = readable[:min(len(readable), 46)]
+		assert.True(t, strings.HasPrefix(name, readable+"-"), "readable: %s", name)
+		// 64 bits of hash, not 40: a collision is not there for the finding.
+		assert.Regexp(t, `^-[0-9a-f]{16}$`, strings.TrimPrefix(name, readable), name)
+		assert.LessOrEqual(t, len(name), 63, name)
 		if other, dup := seen[name]; dup {
 			t.Errorf("%v and %v share the name %s", c, other, name)
 		}
@@ -40,13 +44,18 @@ func TestServiceAccountNameIsUniqueAndValid(t *testing.T) {
 	assert.Equal(t, "fireworksapps-v1-1-5-controller", LegacyServiceAccountName("fireworksapps", "v1-1-5"))
 }
 
-// Every binding names the ServiceAccount in Compositor's namespace; while an
-// installation moves, also the one it had in the definition's namespace, and Check
-// admits no third.
+// Every binding names the ServiceAccount in Compositor's namespace. While an
+// installation moves, the release bindings (per namespace where the definition owns
+// compositions) also name the one it had in the definition's namespace, so that the
+// old controller goes on installing; no other binding ever does: not the seal keys,
+// the chart archive, the credentials nor anything cluster-wide, whose token a tenant
+// of the definition's namespace could mint. Check admits no third subject, and the
+// former one nowhere but in a release binding.
 func TestFormerServiceAccountWhileMoving(t *testing.T) {
 	opts := fireworksOptions(t, "1.1.5", fireworksTypes(t)["1.1.5"])
 	opts.CredentialsSecret = "repo-password"
 	opts.ChartArchiveNamespace, opts.ChartDigest = "compositor-system", archiveDigest
+	opts.ReleaseSealNamespace, opts.SealKeySecrets = "compositor-system", []string{SealKeySecretPrefix + "0123456789abcdef01234567"}
 	self := rbacv1.Subject{Kind: "ServiceAccount", Name: ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5"), Namespace: "compositor-system"}
 	legacy := rbacv1.Subject{Kind: "ServiceAccount", Name: "fireworksapps-v1-1-5-controller", Namespace: "fireworksapp-system"}
 
@@ -61,13 +70,41 @@ func TestFormerServiceAccountWhileMoving(t *testing.T) {
 	opts.FormerServiceAccount = true
 	moving, err := Generate(opts)
 	require.NoError(t, err)
-	for _, s := range bindingSubjects(moving) {
-		assert.Equal(t, []rbacv1.Subject{self, legacy}, s)
+	assert.Equal(t, []rbacv1.Subject{self, legacy}, moving.ReleaseBinding("team-a").Subjects)
+	require.NotNil(t, moving.ReleaseSealBinding)
+	require.NotNil(t, moving.ChartArchiveBinding)
+	for name, s := range map[string][]rbacv1.Subject{
+		"release seal": moving.ReleaseSealBinding.Subjects, "chart archive": moving.ChartArchiveBinding.Subjects,
+		"credentials": moving.CredentialsBinding.Subjects, "compositions": moving.CompositionsBinding.Subjects,
+	} {
+		assert.Equal(t, []rbacv1.Subject{self}, s, "%s: only the release bindings name the former ServiceAccount", name)
 	}
+
+	for name, b := range map[string]*[]rbacv1.Subject{
+		"release seal":  &moving.ReleaseSealBinding.Subjects,
+		"chart archive": &moving.ChartArchiveBinding.Subjects,
+		"credentials":   &moving.CredentialsBinding.Subjects,
+		"compositions":  &moving.CompositionsBinding.Subjects,
+	} {
+		was := *b
+		*b = []rbacv1.Subject{self, legacy}
+		assert.ErrorIs(t, Check(moving), ErrUnsafe, "%s may not name the former ServiceAccount", name)
+		*b = was
+	}
+	require.NoError(t, Check(moving))
 
 	moving.CredentialsBinding.Subjects = append(moving.CredentialsBinding.Subjects,
 		rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: "fireworksapp-system"})
 	assert.ErrorIs(t, Check(moving), ErrUnsafe)
+}
+
+// Compositor's record of moves is keyed by the version's definition namespace, plural
+// and version, each a DNS label, so the key is a valid ConfigMap key and no two
+// versions share one.
+func TestMoveKey(t *testing.T) {
+	assert.Equal(t, "team-a.fireworksapps.v1-1-5", MoveKey("team-a", "fireworksapps", "v1-1-5"))
+	assert.NotEqual(t, MoveKey("a-b", "c", "v1"), MoveKey("a", "b-c", "v1"))
+	assert.Empty(t, validation.IsConfigMapKey(MoveKey("team-a", "fireworksapps", "v1-1-5")))
 }
 
 // In process the controller reads through Compositor's informers: it gets no right to

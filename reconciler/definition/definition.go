@@ -95,7 +95,7 @@ type Reconciler struct {
 	checked    *lru.Cache // conversion checks done (checkConversions)
 	typesOf    *lru.Cache // chart digest → the resource types it creates (removedTypes)
 
-	legacyRemoved sync.Map // legacyKey → true: identities of before the move, removed (removeLegacyIdentity)
+	moves identityMoves // Compositor's record of the identities that move to its namespace (legacy.go)
 }
 
 // Indexes of the cache's CompositionDefinitions, so that an event of a Secret or a CRD
@@ -168,6 +168,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := def.DeepCopy()
+	// Whatever the definition's state, before anything can fail: the identities its
+	// versions had in its namespace lose what a tenant there could use.
+	syncing := def.Annotations[vocab.AnnotationPaused] != "true" && def.DeletionTimestamp.IsZero()
+	legacyErr := r.sweepLegacyIdentities(ctx, def, syncing)
 	var result ctrl.Result
 	var err error
 	switch {
@@ -177,6 +181,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		result, err = r.finalize(ctx, def)
 	default:
 		result, err = r.sync(ctx, def)
+		if failedToSync(err) {
+			// A definition that does not sync hands over nothing.
+			legacyErr = errors.Join(legacyErr, r.sweepLegacyIdentities(ctx, def, false))
+		} else if err == nil {
+			legacyErr = errors.Join(legacyErr, r.endRemovedMoves(ctx, def))
+		}
+	}
+	if legacyErr != nil {
+		err = errors.Join(err, legacyErr)
 	}
 	r.recordEvents(before, def)
 	if patchErr := r.patchStatus(ctx, before, def); patchErr != nil {

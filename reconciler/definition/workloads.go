@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -107,16 +106,17 @@ func (r *Reconciler) applyController(ctx context.Context, def *corev1alpha1.Comp
 // formerIdentity tells whether the controller of a version still runs, as a Deployment,
 // under the ServiceAccount it had in the definition's namespace before identities
 // moved to Compositor's (rbac.LegacyServiceAccountName), while the new Deployment does
-// not serve yet: then every binding names both ServiceAccounts
+// not serve yet: then the release bindings name both ServiceAccounts
 // (rbac.Options.FormerServiceAccount), so that writes and installs go on throughout
-// the move. In process there is nothing to wait for: the version's client
-// impersonates the new ServiceAccount from its start.
+// the move. Only Compositor's own record says a version hands over (moveHandover),
+// never a Deployment in the definition's namespace, which its tenants may write. In
+// process there is nothing to wait for: the version's client impersonates the new
+// ServiceAccount from its start.
 func (r *Reconciler) formerIdentity(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) (bool, error) {
 	if (r.Kinds != nil && r.Kinds.InProcess) || r.compositorNamespace() == "" {
 		return false, nil
 	}
-	legacy, err := r.legacyController(ctx, def.Namespace, plural, version)
-	if err != nil || legacy == nil {
+	if state, err := r.moveState(ctx, def.Namespace, plural, version); err != nil || state != moveHandover {
 		return false, err
 	}
 	current := &appsv1.Deployment{}
@@ -164,45 +164,18 @@ func serves(d *appsv1.Deployment) bool {
 }
 
 // removeLegacyIdentity removes what a version's controller had in the definition's
-// namespace before identities moved to Compositor's: its Deployment and its
-// ServiceAccount, found by name and identity labels. Once per version and process:
-// nothing makes them again.
+// namespace before identities moved to Compositor's (removeLegacyObjects) and records
+// the move done, once the version's bindings are applied for the new ServiceAccount.
+// A version the record does not name has nothing to remove: nothing makes such
+// objects again.
 func (r *Reconciler) removeLegacyIdentity(ctx context.Context, def *corev1alpha1.CompositionDefinition, plural, version string) error {
-	ns := r.compositorNamespace()
-	if ns == "" {
-		return nil // the identities have not moved
-	}
-	key := legacyKey{uid: def.UID, plural: plural, version: version}
-	if _, done := r.legacyRemoved.Load(key); done {
-		return nil
-	}
-	legacy, err := r.legacyController(ctx, def.Namespace, plural, version)
-	if err != nil {
+	if state, err := r.moveState(ctx, def.Namespace, plural, version); err != nil || state == "" {
 		return err
 	}
-	if legacy != nil {
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, legacy, client.Preconditions{UID: &legacy.UID})); err != nil {
-			return fmt.Errorf("removing the controller Deployment %s/%s, which Compositor ran before identities moved to %s: %w",
-				legacy.Namespace, legacy.Name, ns, err)
-		}
-		ctrl.LoggerFrom(ctx).Info("Removed the controller Deployment of the definition's namespace: the one in Compositor's namespace serves",
-			"namespace", legacy.Namespace, "name", legacy.Name)
+	if err := r.removeLegacyObjects(ctx, def.Namespace, plural, version); err != nil {
+		return err
 	}
-	err = r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(def.Namespace),
-		client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version)),
-		client.MatchingFields{"metadata.name": rbac.LegacyServiceAccountName(plural, version)})
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("removing the ServiceAccount %s/%s, which Compositor made before identities moved to %s: %w",
-			def.Namespace, rbac.LegacyServiceAccountName(plural, version), ns, err)
-	}
-	r.legacyRemoved.Store(key, true)
-	return nil
-}
-
-// legacyKey names one version of one definition whose former identity is removed.
-type legacyKey struct {
-	uid             types.UID
-	plural, version string
+	return r.endMove(ctx, def.Namespace, plural, version)
 }
 
 // definitionsOfController maps a controller Deployment in Compositor's namespace,
@@ -415,7 +388,8 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing the controller of %s %s: %w", plural, version, err)
 	}
-	return nil
+	// What the version had before identities moved went too.
+	return r.endMove(ctx, def.Namespace, plural, version)
 }
 
 // deleteController deletes the controller Deployment of key if it carries the identity
@@ -540,9 +514,8 @@ func (r *Reconciler) applyRetainedRBAC(ctx context.Context, def *corev1alpha1.Co
 		}
 	}
 	// A retained version's controller from before identities moved to Compositor's
-	// namespace moves like the current one's.
-	legacy, err := r.legacyController(ctx, def.Namespace, version.Plural, version.Version)
-	if err != nil || legacy == nil {
+	// namespace moves like the current one's, as the record of moves says.
+	if state, err := r.moveState(ctx, def.Namespace, version.Plural, version.Version); err != nil || state == "" {
 		return err
 	}
 	if err := r.applyController(ctx, def, version, opts, objs); err != nil {
