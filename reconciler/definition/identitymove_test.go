@@ -319,3 +319,30 @@ func TestTenantsDeploymentStartsNoMove(t *testing.T) {
 		require.NoError(t, o.cp.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: o.newKey.Namespace, Name: o.newKey.Name}}))
 	}
 }
+
+// A version whose old controller Deployment no longer runs (or whose controllers run
+// in process) has nothing to hand over from: the census records it to be removed, and
+// its old identity goes at the first reconciliation of a definition that syncs, before
+// the sync; the move ends once the sync has applied every binding anew.
+func TestLegacyIdentityWithoutControllerGoesAtOnce(t *testing.T) {
+	o := startOldLayout(t, "1.1.5")
+	ctx := context.Background()
+	require.NoError(t, o.cp.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: o.legacyKey.Namespace, Name: o.legacyKey.Name}}))
+
+	require.NoError(t, o.r.sweepLegacyIdentities(ctx, o.def, true))
+	key := rbac.MoveKey("team-a", o.api.Plural, o.api.Version)
+	assert.Equal(t, map[string]string{key: "remove"}, o.moves(t))
+	err := o.cp.Client.Get(ctx, o.legacyKey, &corev1.ServiceAccount{})
+	assert.True(t, apierrors.IsNotFound(err), "the old ServiceAccount goes before the sync: %v", err)
+	for what, s := range o.subjects(t) {
+		assert.NotContains(t, s, o.legacy, "%s", what)
+	}
+	err = o.cp.Client.Get(ctx, client.ObjectKey{Name: o.names.CompositionsRole}, &rbacv1.ClusterRoleBinding{})
+	assert.True(t, apierrors.IsNotFound(err), "the cluster-wide binding of the old rules goes whole; the sync applies the new: %v", err)
+	formerly, err := o.r.formerIdentity(ctx, o.def, o.api.Plural, o.api.Version)
+	require.NoError(t, err)
+	assert.False(t, formerly, "nothing to hand over from")
+
+	require.NoError(t, o.r.endRemovedMoves(ctx, o.def))
+	assert.Empty(t, o.moves(t), "done once the definition has synced")
+}

@@ -184,10 +184,10 @@ func statusVersions(def *corev1alpha1.CompositionDefinition) []string {
 // mint its token, never keeps the seal keys, the chart archive, the credentials or a
 // cluster-wide right. When syncing (def neither paused, nor being deleted, nor failing
 // to sync) and handing over (moveHandover), it keeps its release bindings until the
-// new controller serves (removeLegacyIdentity); otherwise its bindings, ServiceAccount
-// (and so its tokens) and Deployment are removed now. Not syncing, its cluster-wide
-// bindings go too and the move is done; syncing, they are applied anew for the new
-// ServiceAccount, and the move ends once that has happened (endRemovedMoves).
+// new controller serves (removeLegacyIdentity); otherwise its bindings, cluster-wide
+// ones included, ServiceAccount (and so its tokens) and Deployment are removed now.
+// Not syncing, the move is done; syncing, the sync applies the bindings anew for the
+// new ServiceAccount, and the move ends once it has (endRemovedMoves).
 func (r *Reconciler) sweepLegacyIdentities(ctx context.Context, def *corev1alpha1.CompositionDefinition, syncing bool) error {
 	moves, err := r.movesOf(ctx, def)
 	if err != nil || len(moves) == 0 {
@@ -204,17 +204,17 @@ func (r *Reconciler) sweepLegacyIdentities(ctx context.Context, def *corev1alpha
 			errs = append(errs, err)
 			continue
 		}
-		if syncing {
-			continue
-		}
+		// Compositor may not read ClusterRoleBindings: those that may still name the
+		// old ServiceAccount, with the rules of before, go whole.
 		names := rbac.NamesFor(def.Namespace, plural, version)
 		labels := client.MatchingLabels(rbac.IdentityLabels(def.Namespace, plural, version))
+		failures := len(errs)
 		for _, name := range []string{names.CompositionsRole, names.ClusterRole} {
 			if err := r.Client.DeleteAllOf(ctx, &rbacv1.ClusterRoleBinding{}, labels, client.MatchingFields{"metadata.name": name}); client.IgnoreNotFound(err) != nil {
 				errs = append(errs, fmt.Errorf("removing ClusterRoleBinding %s, which may name the ServiceAccount of before identities moved: %w", name, err))
 			}
 		}
-		if err := errors.Join(errs...); err == nil {
+		if !syncing && len(errs) == failures {
 			errs = append(errs, r.endMove(ctx, def.Namespace, plural, version))
 		}
 	}
