@@ -141,6 +141,54 @@ subjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]
 `)
 	})
 
+	t.Run("the former ServiceAccount beside the controller, but in a release binding", func(t *testing.T) {
+		// A tenant of team-a may mint the token of team-a/fireworksapps-v1-1-5-controller:
+		// while an installation moves, only the release bindings name it.
+		former := `[{kind: ServiceAccount, name: ` + controllerSA + `, namespace: compositor-system}, {kind: ServiceAccount, name: fireworksapps-v1-1-5-controller, namespace: team-a}]`
+		refused(t, onlyController, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:compositions
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:compositions"}
+subjects: `+former+`
+`)
+		for _, role := range []string{"release-seal", "chart-archive"} {
+			// The Role, as the cluster's administrator makes it: binding it needs it.
+			require.NoError(t, cp.Kubectl(ctx, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:`+role+`
+  namespace: compositor-system
+  `+labels+`
+rules: [{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [chart-0123]}]
+`, "apply", "-f", "-").Err)
+			refused(t, onlyController, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5:`+role+`
+  namespace: compositor-system
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "compositor:team-a:fireworksapps-v1-1-5:`+role+`"}
+subjects: `+former+`
+`)
+		}
+		// A name of the old length (10 hex digits of the hash) is not the controller's.
+		refused(t, onlyController, `
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: compositor:team-a:fireworksapps-v1-1-5
+  namespace: team-a
+  `+labels+`
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "compositor:team-a:fireworksapps-v1-1-5:release"}
+subjects: [{kind: ServiceAccount, name: `+controllerSA[:len(controllerSA)-6]+`, namespace: compositor-system}]
+`)
+	})
+
 	// The Role that lets the version's controller read the release seal, in
 	// Compositor's namespace: get on Secret compositor-release-seal, and nothing more.
 	sealRole := func(namespace, rules string) string {
