@@ -95,6 +95,15 @@ func TestTenantsCannotBecomeCompositor(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(err), "no managed identity %s in the tenant's namespace: %v", name, err)
 	}
 
+	t.Run("an installation of this build records that nothing moves", func(t *testing.T) {
+		// Written before any definition served, with no key: no Deployment a tenant makes
+		// in its namespace under the name a controller had before identities moved (a
+		// Helm hook, say) ever starts a move, which would bind that account.
+		moves := &corev1.ConfigMap{}
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.IdentityMovesConfigMap}, moves))
+		assert.Empty(t, moves.Data)
+	})
+
 	t.Run("a token Secret for every managed account is useless", func(t *testing.T) {
 		for _, name := range managed {
 			secret := "apiVersion: v1\nkind: Secret\nmetadata:\n  name: steal-" + name + "\n  namespace: team-a\n" +
