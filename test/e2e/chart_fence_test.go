@@ -19,6 +19,7 @@ import (
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -165,6 +166,10 @@ metadata:
   `+labels+`
 rules: [{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [chart-0123]}]
 `, "apply", "-f", "-").Err)
+			// Gone after: the subtests below create and apply the genuine ones.
+			t.Cleanup(func() {
+				_ = cp.Kubectl(ctx, "", "delete", "role", "compositor:team-a:fireworksapps-v1-1-5:"+role, "-n", "compositor-system", "--ignore-not-found")
+			})
 			refused(t, onlyController, `
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -190,7 +195,7 @@ subjects: [{kind: ServiceAccount, name: `+controllerSA[:len(controllerSA)-6]+`, 
 	})
 
 	// The Role that lets the version's controller read the release seal, in
-	// Compositor's namespace: get on Secret compositor-release-seal, and nothing more.
+	// Compositor's namespace: get on the key Secrets of its definitions, and nothing more.
 	sealRole := func(namespace, rules string) string {
 		return `
 apiVersion: rbac.authorization.k8s.io/v1
@@ -205,39 +210,40 @@ rules: ` + rules + "\n"
 		// Rights Compositor holds itself (get, list, watch on Secrets anywhere, create in
 		// its namespace), so that RBAC's own escalation check lets them through to the
 		// policy.
-		const onlyOne = "may only get one Secret by name (the chart credentials, a kept chart archive chart-..., or the release seal compositor-release-seal)"
+		const onlyOne = "may only get one Secret by name (the chart credentials, a kept chart archive chart-..., or the keys of its definitions compositor-seal-...)"
 		for name, rules := range map[string]string{
 			"another Secret": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-webhook-ca]}]`,
-			"a look-alike":   `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal-2]}]`,
+			"a look-alike":   `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567-2]}]`,
+			"the master key": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]}]`,
 			"an archive":     `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [chart-0123456789abcdef0123]}]`,
-			"two Secrets":    `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal, compositor-webhook-ca]}]`,
+			"two Secrets":    `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567, compositor-webhook-ca]}]`,
 			"every Secret":   `[{apiGroups: [""], resources: [secrets], verbs: [get]}]`,
-			"list too":       `[{apiGroups: [""], resources: [secrets], verbs: [get, list], resourceNames: [compositor-release-seal]}]`,
-			"watch too":      `[{apiGroups: [""], resources: [secrets], verbs: [get, watch], resourceNames: [compositor-release-seal]}]`,
-			"create too":     `[{apiGroups: [""], resources: [secrets], verbs: [get, create], resourceNames: [compositor-release-seal]}]`,
-			"a second rule": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+			"list too":       `[{apiGroups: [""], resources: [secrets], verbs: [get, list], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`,
+			"watch too":      `[{apiGroups: [""], resources: [secrets], verbs: [get, watch], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`,
+			"create too":     `[{apiGroups: [""], resources: [secrets], verbs: [get, create], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`,
+			"a second rule": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567]},
   {apiGroups: [""], resources: [secrets], verbs: [list]}]`,
 			// The constraints' ConfigMap, read by name, is the one second rule allowed
 			// (Compositor may get any ConfigMap, so the policy is what refuses these).
-			"every ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+			"every ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567]},
   {apiGroups: [""], resources: [configmaps], verbs: [get]}]`,
-			"another ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]},
+			"another ConfigMap": `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567]},
   {apiGroups: [""], resources: [configmaps], verbs: [get], resourceNames: [compositor-plan]}]`,
 			"the constraints alone": `[{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch], resourceNames: [compositor-constraints]}]`,
 		} {
 			t.Run(name, func(t *testing.T) { refused(t, onlyOne, sealRole("compositor-system", rules)) })
 		}
 		// Rights Compositor does not hold, RBAC refuses before the policy.
-		res := asCompositor(sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get, update], resourceNames: [compositor-release-seal]}]`), "create", "-f", "-")
+		res := asCompositor(sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get, update], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`), "create", "-f", "-")
 		require.Error(t, res.Err)
 		assert.Contains(t, res.Stderr, "forbidden")
 		// Only in Compositor's namespace: elsewhere it is no Role Compositor generates.
 		refused(t, "named as it names them for the labelled definition version",
-			sealRole("team-a", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]}]`))
+			sealRole("team-a", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`))
 
 		// Its binding binds it to the version's controller only. The API server checks
 		// that the Role a binding names exists before the policy sees the binding.
-		genuine := sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-release-seal]}]`)
+		genuine := sealRole("compositor-system", `[{apiGroups: [""], resources: [secrets], verbs: [get], resourceNames: [compositor-seal-0123456789abcdef01234567]}]`)
 		res = cp.Kubectl(ctx, genuine, "create", "-f", "-")
 		require.NoError(t, res.Err, res.Stderr)
 		t.Cleanup(func() { _ = cp.Kubectl(ctx, genuine, "delete", "-f", "-") })
@@ -353,6 +359,7 @@ spec:
 			ChartArchiveNamespace: "compositor-system",
 			ChartDigest:           "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			ReleaseSealNamespace:  "compositor-system",
+			SealKeySecrets:        []string{compositionctl.KeySecretName("u")},
 		})
 		require.NoError(t, err)
 		require.NotNil(t, objs.ReleaseSealRole)
