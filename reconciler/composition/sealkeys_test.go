@@ -317,7 +317,14 @@ func TestSealMigrationOfASealedInstallationAdoptsNothing(t *testing.T) {
 	p := &migrationPass{m: migration, planned: time.Now()}
 	require.NoError(t, p.run(ctx))
 	assert.Equal(t, 1, p.resealed)
+	// Another replica, which does not lead and so never runs it, gives no key until the
+	// record says the migration is done, then learns it from the record.
+	follower := &SealMigration{Client: c, Namespace: "compositor-b", Master: m}
+	assert.False(t, follower.Done(), "not done yet")
 	require.NoError(t, migration.Run(ctx))
+	assert.True(t, migration.Done())
+	follower.checked.Store(0) // past doneRecheck
+	assert.True(t, follower.Done(), "the follower reads the record the leader wrote done")
 	record := &corev1.ConfigMap{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "compositor-b", Name: SealMigrationConfigMap}, record))
 	assert.Equal(t, "false", record.Data[migrationAdoptUnsealed])

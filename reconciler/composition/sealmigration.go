@@ -61,10 +61,36 @@ type SealMigration struct {
 	Master    *MasterSeal
 
 	done atomic.Bool
+	// checked is when a replica that does not run the migration last read its record
+	// (Unix nanoseconds).
+	checked atomic.Int64
 }
 
-// Done tells whether the migration is done, as seen by this process.
-func (m *SealMigration) Done() bool { return m.done.Load() }
+// doneRecheck is how often, at most, a replica reads the record to learn that the
+// leader finished the migration.
+const doneRecheck = time.Second
+
+// Done tells whether the migration is done: run by this process, or recorded done by
+// the leader, which a replica that does not lead (and installs on the target clusters
+// it holds) reads from the record, at most once per doneRecheck.
+func (m *SealMigration) Done() bool {
+	if m.done.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	if last := m.checked.Load(); last != 0 && now-last < int64(doneRecheck) {
+		return false
+	}
+	m.checked.Store(now)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	record := &corev1.ConfigMap{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: SealMigrationConfigMap}, record); err != nil || record.Data[migrationDone] == "" {
+		return false
+	}
+	m.done.Store(true)
+	return true
+}
 
 // Plan records the migration before the master key is made: whether the release seal
 // Secret (sealSecret) exists says whether the installation's records were ever

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
+	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/generators/controller"
 	"github.com/compositor-dev/compositor/generators/rbac"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
@@ -339,6 +340,61 @@ spec:
 		assert.Contains(t, res.Stderr, "ValidatingAdmissionPolicy 'compositor-generated-crds'")
 		assert.Contains(t, res.Stderr, "may only write the CRDs it generates")
 		require.NoError(t, cp.Kubectl(ctx, "", "get", "crd", "compositiondefinitions.core.krateo.io").Err)
+	})
+
+	// The seal migration needs update on Secrets everywhere: the fence keeps it to the
+	// seal of compositions' Helm release records.
+	t.Run("Secret updates reach only the seal of release records", func(t *testing.T) {
+		secret := func(name, typ, uid, data string) *corev1.Secret {
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{}},
+				Type:       corev1.SecretType(typ),
+				Data:       map[string][]byte{"release": []byte(data)},
+			}
+			if uid != "" {
+				s.Labels[vocab.LabelCompositionUID] = uid
+			}
+			require.NoError(t, cp.Client.Create(ctx, s))
+			return s
+		}
+		record := secret("sh.helm.release.v1.shop.v1", "helm.sh/release.v1", "uid-shop", "H4sI")
+		tenants := secret("tenant-token", "Opaque", "", "hunter2")
+		reseal := func(s *corev1.Secret, mutate func(*corev1.Secret)) error {
+			got := &corev1.Secret{}
+			require.NoError(t, cp.Client.Get(ctx, client.ObjectKeyFromObject(s), got))
+			if got.Annotations == nil {
+				got.Annotations = map[string]string{}
+			}
+			got.Annotations[vocab.AnnotationReleaseSeal] = "v1:00"
+			if mutate != nil {
+				mutate(got)
+			}
+			return impersonated.Update(ctx, got)
+		}
+		// The API server loads the policy a moment after the chart installs it.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			err := reseal(tenants, nil)
+			if assert.Error(c, err) {
+				assert.Contains(c, err.Error(), "ValidatingAdmissionPolicy 'compositor-secret-updates'")
+			}
+		}, 30*time.Second, 100*time.Millisecond)
+		require.NoError(t, reseal(record, nil), "a record's seal")
+		for name, tc := range map[string]struct {
+			s      *corev1.Secret
+			mutate func(*corev1.Secret)
+		}{
+			"a tenant's Secret":             {tenants, nil},
+			"a record's data":               {record, func(s *corev1.Secret) { s.Data["release"] = []byte("forged") }},
+			"a record's composition":        {record, func(s *corev1.Secret) { s.Labels[vocab.LabelCompositionUID] = "uid-other" }},
+			"a record made a tenant Secret": {record, func(s *corev1.Secret) { s.Labels = nil }},
+		} {
+			t.Run(name, func(t *testing.T) {
+				err := reseal(tc.s, tc.mutate)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy 'compositor-secret-updates'")
+				assert.Contains(t, err.Error(), "Compositor may update only the Helm release records of compositions, and only their seal")
+			})
+		}
 	})
 
 	t.Run("what Compositor generates is admitted", func(t *testing.T) {

@@ -29,9 +29,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/api/vocab"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -149,8 +151,8 @@ func TestDeploymentChartRenders(t *testing.T) {
 		}
 		spec, err := json.Marshal(objects["ValidatingAdmissionPolicy/compositor-generated-rbac"].Object["spec"])
 		require.NoError(t, err)
-		// The one Secret the release seal Role may get, by its exact name.
-		quoted := slices.Concat(rbac.DangerousVerbs(), rbac.RefusedGroups(), []string{rbac.ReleaseSealSecret})
+		// The Secrets the release seal Role may get: its definitions' keys, by name.
+		quoted := slices.Concat(rbac.DangerousVerbs(), rbac.RefusedGroups(), []string{rbac.SealKeySecretPrefix})
 		for _, gr := range rbac.RefusedTypes() {
 			quoted = append(quoted, gr.Group+"/"+gr.Resource)
 		}
@@ -235,16 +237,19 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 			}
 		}
 	}, 30*time.Second, 100*time.Millisecond)
-	// And the Role that lets it read the release seal, the Secret compositor serve made
-	// (as the chart's ServiceAccount) on start: that one Secret, owned alike; with the
-	// ConfigMap of the Gatekeeper constraints serve enforces, by name.
+	// And the Role that lets it read its definition's key, the Secret compositor serve
+	// writes (as the chart's ServiceAccount) from the master key it made on start: that
+	// one Secret, owned alike; with the ConfigMap of the Gatekeeper constraints serve
+	// enforces, by name.
 	sealRole := types.NamespacedName{Namespace: "compositor-system", Name: rbac.NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").ReleaseSeal}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "compositor-system", Name: rbac.ReleaseSealSecret}, &corev1.Secret{}))
+	seedDef := &corev1alpha1.CompositionDefinition{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "fireworksapp-system", Name: "fireworksapp-1-1-5"}, seedDef))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		role := &rbacv1.Role{}
 		if assert.NoError(c, cp.Client.Get(ctx, sealRole, role)) {
 			assert.Equal(c, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
-				ResourceNames: []string{rbac.ReleaseSealSecret}}, {APIGroups: []string{""}, Resources: []string{"configmaps"},
+				ResourceNames: []string{compositionctl.KeySecretName(seedDef.UID)}}, {APIGroups: []string{""}, Resources: []string{"configmaps"},
 				Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{rbac.ConstraintsConfigMap}}}, role.Rules)
 			if assert.Len(c, role.OwnerReferences, 1, "owned by Compositor's ServiceAccount") {
 				assert.Equal(c, "compositor", role.OwnerReferences[0].Name)
@@ -298,7 +303,6 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 	for _, attrs := range []authorizationv1.ResourceAttributes{
 		{Verb: "create", Resource: "pods", Namespace: "default"},
 		{Verb: "delete", Resource: "secrets", Namespace: "default"},
-		{Verb: "update", Resource: "secrets", Namespace: "compositor-system", Name: "someone-elses"},
 		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: "default"},
 		{Verb: "create", Resource: "namespaces"},
 		{Verb: "delete", Resource: "compositiondefinitions", Group: "core.krateo.io", Namespace: "default"},

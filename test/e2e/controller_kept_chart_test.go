@@ -36,6 +36,7 @@ import (
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/generators/rbac"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/test/chartserver"
 	"github.com/compositor-dev/compositor/test/controlplane"
@@ -213,12 +214,13 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptIdentities}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: roleName}, binding.RoleRef)
 
-	// And get on the release seal, the key that seals Helm's release records, which
+	// And get on its definition's key, which seals Helm's release records, and which
 	// compositor serve keeps in the same namespace: the controller acts on no release
-	// without it.
+	// without it. Never the master key.
 	sealRoleName := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").ReleaseSeal
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, role))
-	assert.Equal(t, append(archiveRule(rbac.ReleaseSealSecret), rbacv1.PolicyRule{
+	keyName := compositionctl.KeySecretName(def.UID)
+	assert.Equal(t, append(archiveRule(keyName), rbacv1.PolicyRule{
 		APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
 		ResourceNames: []string{rbac.ConstraintsConfigMap},
 	}), role.Rules, "the seal, and the Gatekeeper constraints serve enforces")
@@ -375,7 +377,9 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 		as, err := client.New(impersonated, client.Options{})
 		require.NoError(t, err)
 		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: archive}, &corev1.Secret{}))
-		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: rbac.ReleaseSealSecret}, &corev1.Secret{}))
+		require.NoError(t, as.Get(ctx, client.ObjectKey{Namespace: archives, Name: keyName}, &corev1.Secret{}))
+		err = as.Get(ctx, client.ObjectKey{Namespace: archives, Name: rbac.ReleaseSealSecret}, &corev1.Secret{})
+		assert.True(t, apierrors.IsForbidden(err), "get the master key: %v", err)
 		err = as.Get(ctx, client.ObjectKey{Namespace: archives, Name: "someone-elses"}, &corev1.Secret{})
 		assert.True(t, apierrors.IsForbidden(err), "get another Secret: %v", err)
 		err = as.List(ctx, &corev1.SecretList{}, client.InNamespace(archives))
@@ -390,6 +394,8 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 			{Verb: "update", Resource: "secrets", Namespace: archives, Name: archive},
 			{Verb: "delete", Resource: "secrets", Namespace: archives, Name: archive},
 			{Verb: "create", Resource: "secrets", Namespace: archives},
+			{Verb: "get", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
+			{Verb: "update", Resource: "secrets", Namespace: archives, Name: keyName},
 			{Verb: "update", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
 			{Verb: "patch", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
 			{Verb: "delete", Resource: "secrets", Namespace: archives, Name: rbac.ReleaseSealSecret},
