@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compositor-dev/compositor/api/vocab"
 )
 
 const (
@@ -261,8 +263,10 @@ func certManagerMode(t *testing.T) {
 		var left []string
 		for _, args := range [][]string{
 			{"mutatingwebhookconfiguration,validatingwebhookconfiguration", "compositor"},
-			{"issuers,certificates,certificaterequests,pods,deployments,leases", "-n", releaseNS},
-			{"secrets", "-n", releaseNS, "-l", "compositor.dev/chart-archive!=true"},
+			// What Compositor generated for the definition's versions stays, with the
+			// definition (lifecycle_test.go); it is labelled with the version's identity.
+			{"issuers,certificates,certificaterequests,pods,deployments,leases", "-n", releaseNS, "-l", "!" + vocab.LabelDefinitionNamespace},
+			{"secrets", "-n", releaseNS, "-l", "compositor.dev/chart-archive!=true,!" + vocab.LabelDefinitionNamespace},
 			{"compositionpolicies", "-A"},
 		} {
 			out, err := command(t, time.Minute, "", "kubectl", append([]string{"get", "-o", "name", "--ignore-not-found"}, args...)...)

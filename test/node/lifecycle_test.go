@@ -31,7 +31,9 @@ import (
 //   - the namespace (Helm does not delete one it created with --create-namespace);
 //   - Secret compositor-release-seal, the key that seals Helm's release records: the
 //     controller Deployments that stay need it, and a reinstall must find the same key,
-//     or every release record would read as tampered.
+//     or every release record would read as tampered; and Compositor's records of the
+//     migrations it made (compositor-seal-migration, compositor-identity-moves);
+//   - a definition's whole upgrade plan (compositor-plan.<definition UID>).
 //
 // The verified chart archives Compositor keeps in Secrets of its namespace
 // (chart-<digest>), created at runtime, are owned by its ServiceAccount, which the chart
@@ -133,7 +135,13 @@ func lifecycle(t *testing.T) {
 			switch l {
 			case "serviceaccount/default", "configmap/kube-root-ca.crt": // the namespace's own
 			case "secret/compositor-release-seal": // kept on purpose: see above
+			case "configmap/compositor-seal-migration", "configmap/compositor-identity-moves":
+				// Compositor's records of the migrations it made: kept with the key, so a
+				// reinstall does not take the same data for an older build's.
 			default:
+				if strings.HasPrefix(l, "configmap/compositor-plan.") {
+					continue // a definition's whole plan: it stays with the definition
+				}
 				real = append(real, l)
 			}
 		}

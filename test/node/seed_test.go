@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/compositor-dev/compositor/generators/rbac"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/samples"
 )
 
@@ -125,6 +126,7 @@ spec:
 		t.Fatalf("the controller Deployment runs as %q, want its generated ServiceAccount %s", sa, controllerName("v1-1-5"))
 	}
 	t.Logf("%s runs as ServiceAccount %s", controllerName("v1-1-5"), sa)
+	controllerKeys(t, sa)
 
 	// A composition, installed by that controller.
 	kubectlApply(t, fmt.Sprintf(`apiVersion: composition.krateo.io/v1-1-5
@@ -218,6 +220,36 @@ func afterSeed(t *testing.T) {
 }
 
 // waitAvailable waits for a Deployment in definitionNS to exist and be Available.
+// controllerKeys checks, through the API server's own authorizer, what the controller's
+// ServiceAccount may read of Compositor's keys: its definition's key Secret, and not the
+// master key, another Secret of Compositor's namespace, or a list of them.
+func controllerKeys(t *testing.T, sa string) {
+	t.Helper()
+	as := "--as=system:serviceaccount:" + releaseNS + ":" + sa
+	canI := func(verb, what string) string {
+		out, _ := command(t, time.Minute, "", "kubectl", "auth", "can-i", verb, what, "-n", releaseNS, as)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	var keys []string
+	eventually(t, "the key Secret of the definition", 2*time.Minute, func() error {
+		keys = strings.Fields(kubectl(t, "get", "secrets", "-n", releaseNS, "-l", compositionctl.LabelSealKeyOfDefinition, "-o", "jsonpath={.items[*].metadata.name}"))
+		if len(keys) != 1 {
+			return fmt.Errorf("want the key Secret of the one definition in %s, found %q", releaseNS, keys)
+		}
+		return nil
+	})
+	if got := canI("get", "secret/"+keys[0]); got != "yes" {
+		t.Fatalf("the controller may not get its definition's key %s: %q", keys[0], got)
+	}
+	for _, check := range [][2]string{{"get", "secret/compositor-release-seal"}, {"get", "secret/compositor-webhook-ca"}, {"list", "secrets"}, {"watch", "secrets"}} {
+		if got := canI(check[0], check[1]); got != "no" {
+			t.Fatalf("the controller's token may %s %s in %s: %q, want no", check[0], check[1], releaseNS, got)
+		}
+	}
+	t.Logf("%s may get its definition's key %s only", sa, keys[0])
+}
+
 // controllerName is the name of the controller Deployment (and ServiceAccount) of a
 // version of fireworksapps, in Compositor's namespace.
 func controllerName(version string) string {
