@@ -48,17 +48,25 @@ const upgradeResource = "fireworksapps.v1-1-5.composition.krateo.io"
 // helm3CompositorBinary is the last Compositor on Helm 3.
 func helm3CompositorBinary(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("COMPOSITOR_HELM3_BINARY")
+	return olderCompositorBinary(t, "the Helm 3 Compositor", "COMPOSITOR_HELM3_BINARY", "helm3", "compositor-helm3")
+}
+
+// olderCompositorBinary is an earlier build of Compositor that `make target` builds
+// into bin/<dir>/compositor, or the one $env names. Missing, the test is skipped, or
+// fails under CI=true.
+func olderCompositorBinary(t *testing.T, what, env, dir, target string) string {
+	t.Helper()
+	bin := os.Getenv(env)
 	if bin == "" {
-		bin = filepath.Join(controlplane.RepoRoot(), "bin", "helm3", "compositor")
+		bin = filepath.Join(controlplane.RepoRoot(), "bin", dir, "compositor")
 	}
 	if _, err := os.Stat(bin); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("the Helm 3 Compositor %s is missing under CI: `make test` builds it with `make compositor-helm3`", bin)
+			t.Fatalf("%s %s is missing under CI: `make test` builds it with `make %s`", what, bin, target)
 		}
-		t.Skipf("the Helm 3 Compositor %s is missing: run `make compositor-helm3` to run this test", bin)
+		t.Skipf("%s %s is missing: run `make %s` to run this test", what, bin, target)
 	}
-	require.Equal(t, upgradeManager, filepath.Base(bin), "Helm 3 manages fields as the binary's name, which must be %q", upgradeManager)
+	require.Equal(t, upgradeManager, filepath.Base(bin), "Helm manages fields as the binary's name, which must be %q", upgradeManager)
 	return bin
 }
 

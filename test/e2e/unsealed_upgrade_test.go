@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,18 +27,7 @@ import (
 // unsealedCompositorBinary is the last Compositor before sealed records.
 func unsealedCompositorBinary(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("COMPOSITOR_UNSEALED_BINARY")
-	if bin == "" {
-		bin = filepath.Join(controlplane.RepoRoot(), "bin", "unsealed", "compositor")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the unsealed Compositor %s is missing under CI: `make test` builds it with `make compositor-unsealed`", bin)
-		}
-		t.Skipf("the unsealed Compositor %s is missing: run `make compositor-unsealed` to run this test", bin)
-	}
-	require.Equal(t, upgradeManager, filepath.Base(bin), "Helm manages fields as the binary's name, which must be %q", upgradeManager)
-	return bin
+	return olderCompositorBinary(t, "the unsealed Compositor", "COMPOSITOR_UNSEALED_BINARY", "unsealed", "compositor-unsealed")
 }
 
 // The Compositor of ffea0ea installs compositions and writes unsealed records; the new
