@@ -129,21 +129,78 @@ $(CODEGEN_STAMP):
 	cd $(TOOLS)/codegen && go build -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
 	rm -f $(BIN)/.controller-gen-* && touch $@
 
+# Test tiers (docs/testing.md). A package's tier follows from what its test binary links
+# (`go list -test -deps`), so that no list is kept by hand:
+#   unit         a package whose tests link neither test/controlplane nor
+#                controller-runtime's envtest: no control plane, nothing outside Go
+#   integration  a package whose tests link one of them (they start kube-apiserver and
+#                etcd from bin/k8s), except test/e2e
+#   e2e          test/e2e: journeys through the compositor binary, kubectl and helm
+#   node         a package built only with the build tag node (test/node): a real node
+# Each tier target takes WHAT, a package pattern (default ./...): `make test-integration
+# WHAT=./reconciler/definition/` runs that package's tests alone, and a tier with no
+# package in WHAT says so and passes. `make tiers` prints each package's tier.
+WHAT ?= ./...
+MODULE := github.com/compositor-dev/compositor
+E2E_PACKAGE := $(MODULE)/test/e2e
+CONTROL_PLANE_PACKAGES := $(MODULE)/test/controlplane sigs.k8s.io/controller-runtime/pkg/envtest
+# The older Compositor builds that test/e2e's upgrade tests start from.
+OLDER_COMPOSITORS := compositor-helm3 compositor-unsealed
+
+# Prints "TIER ./path" for each of WHAT's packages that has tests (unit, integration, e2e).
+list-tiers = go list -test -f '{{if not .ForTest}}{{.ImportPath}} {{join .Deps " "}}{{end}}' $(WHAT) | \
+  awk -v module='$(MODULE)' -v e2e='$(E2E_PACKAGE)' -v cp=' $(CONTROL_PLANE_PACKAGES) ' \
+  '$$1 ~ /\.test$$/ { pkg = substr($$1, 1, length($$1) - 5); tier = "unit"; \
+    for (i = 2; i <= NF; i++) if (index(cp, " " $$i " ")) tier = "integration"; \
+    if (pkg == e2e) tier = "e2e"; sub("^" module, ".", pkg); print tier, pkg }'
+# $(call tier-packages,TIERS): WHAT's packages in any of TIERS, one a line.
+tier-packages = $(list-tiers) | awk -v want=' $(1) ' 'index(want, " " $$1 " ") { print $$2 }'
+# WHAT's node tier: the packages that `go list` finds only with the build tag node.
+node-packages = comm -13 <(go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $(WHAT) | sort) \
+  <(go list -tags node $(WHAT) | sort) | sed 's|^$(MODULE)|.|'
+NODE_PACKAGES = $(shell $(node-packages))
+
+# $(call go-test,TIERS): go test with GO_TEST_FLAGS on WHAT's packages of TIERS, in one
+# run (two packages at a time), against bin/k8s. The e2e tests log Compositor's JSON lines
+# as they run; a failure's own lines are printed again at the end, without them, where a
+# log's tail shows them.
+define go-test
+@pkgs=$$($(call tier-packages,$(1))); \
+if [ -z "$$pkgs" ]; then echo "no package of the $(1) tier in WHAT=$(WHAT)"; exit 0; fi; \
+log=$$(mktemp); trap 'rm -f "$$log" "$$log.rc"' EXIT; \
+echo "KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS)" $$pkgs; \
+{ KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) $$pkgs 2>&1; echo $$? > "$$log.rc"; } | tee "$$log"; \
+status=$$(cat "$$log.rc"); \
+if [ "$$status" != 0 ]; then \
+  echo "=== what failed (Compositor's log lines left out)"; \
+  grep -v '^{' "$$log" | grep -E -A40 -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL' | head -400; \
+fi; \
+exit $$status
+endef
+
 .PHONY: test
-test: control-plane compositor-helm3 compositor-unsealed ## Vet, run every test with the race detector, then fuzz each target briefly
-	go vet ./...
-	@# The e2e tests log Compositor's JSON lines as they run; a failure's own lines are
-	@# printed again at the end, without them, where a log's tail shows them.
-	@log=$$(mktemp); trap 'rm -f "$$log" "$$log.rc"' EXIT; \
-	echo "KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./..."; \
-	{ KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) ./... 2>&1; echo $$? > "$$log.rc"; } | tee "$$log"; \
-	status=$$(cat "$$log.rc"); \
-	if [ "$$status" != 0 ]; then \
-	  echo "=== what failed (Compositor's log lines left out)"; \
-	  grep -v '^{' "$$log" | grep -E -A40 -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL' | head -400; \
-	fi; \
-	exit $$status
+test: control-plane compositor-helm3 compositor-unsealed ## Every tier: vet; unit, integration and e2e in one go test run with the race detector; fuzz each target briefly; then test-node
+	go vet $(WHAT)
+	$(call go-test,unit integration e2e)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(SMOKE_FUZZTIME)
+	$(MAKE) --no-print-directory test-node
+
+.PHONY: test-unit
+test-unit: ## Unit tier: WHAT's packages whose tests start no control plane (WHAT=./pkg/..., default ./...)
+	$(call go-test,unit)
+
+.PHONY: test-integration
+test-integration: control-plane ## Integration tier: WHAT's packages whose tests start kube-apiserver and etcd (test/controlplane, envtest), test/e2e aside
+	$(call go-test,integration)
+
+.PHONY: test-e2e
+test-e2e: control-plane $(OLDER_COMPOSITORS) ## E2e tier: test/e2e, journeys through the compositor binary, kubectl and helm
+	$(call go-test,e2e)
+
+.PHONY: tiers
+tiers: ## Print the tier of each of WHAT's packages that has tests
+	@$(list-tiers) | sort
+	@$(node-packages) | sed 's/^/node /'
 
 SMOKE_FUZZTIME ?= 3s
 # Minimizing a new input can outlast a short -fuzztime, which Go then reports as a
@@ -294,16 +351,18 @@ cluster-down: ## Stop `make cluster` and remove every process, mount, network na
 	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
 	$(NODE)/cluster down -dir $(CLUSTER_DIR) -k8s-bin $(K8S) -node-bin $(NODE)
 
-# `make test-node`: the e2e tier on a real node (test/node, build tag node). It starts
-# `make cluster`'s runner from a fresh state and stops it after, or uses a running one;
-# TEST_NODE_ARGS='-run TestSeedFlow' and COMPOSITOR_NODE_KEEP=1 (keep the cluster and
-# the installation) help when looking into a failure.
+# `make test-node`: the node tier, e2e on a real node (test/node, build tag node). It
+# starts `make cluster`'s runner from a fresh state and stops it after, or uses a running
+# one; TEST_NODE_ARGS='-run TestSeedFlow' and COMPOSITOR_NODE_KEEP=1 (keep the cluster and
+# the installation) help when looking into a failure. The node's binaries are built only
+# when WHAT holds a package of the tier.
 TEST_NODE_ARGS ?=
 
 .PHONY: test-node
-test-node: node image pause-image cert-manager ## E2e tier on a real node: helm install compositor (2 replicas), the README's definition, composition and upgrade, failover, uninstall; then certs.mode=cert-manager against a real cert-manager
-	cd $(TOOLS)/node && go build -o $(NODE)/cluster .
-	go test -tags node -count=1 -v -timeout 20m ./test/node/ $(TEST_NODE_ARGS)
+test-node: ## Node tier on a real node: helm install compositor (2 replicas), the README's definition, composition and upgrade, failover, uninstall; then certs.mode=cert-manager against a real cert-manager
+	$(if $(NODE_PACKAGES),$(MAKE) --no-print-directory node image pause-image cert-manager,@echo "no package of the node tier in WHAT=$(WHAT)")
+	$(if $(NODE_PACKAGES),cd $(TOOLS)/node && go build -o $(NODE)/cluster .)
+	$(if $(NODE_PACKAGES),go test -tags node -count=1 -v -timeout 20m $(NODE_PACKAGES) $(TEST_NODE_ARGS))
 
 .PHONY: clean
 clean: ## Remove bin/ and .compositor/ (after stopping `make cluster`, whose mounts live there)
