@@ -44,6 +44,9 @@ func (r *Reconciler) finalize(ctx context.Context, def *corev1alpha1.Composition
 	if err := r.plans().Forget(ctx, def); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.forgetRollout(ctx, def); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.deleteSealKey(ctx, def); err != nil {
 		return ctrl.Result{}, err
 	}

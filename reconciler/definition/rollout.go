@@ -19,9 +19,10 @@
 //  4. A retained version no composition is pinned to any more is dropped, with its
 //     controller and RBAC.
 //
-// Which compositions moved is kept in the status, which only Compositor writes; a
-// composition's own labels and status are read for where it is, never for what the
-// rollout did.
+// Which compositions moved is kept in the rollout's record, in Compositor's namespace
+// (rolloutrecord.go); the status, which the definition's namespace reads, counts them
+// and lists that namespace's. A composition's own labels and status are read for where
+// it is, never for what the rollout did.
 
 package definition
 
@@ -161,18 +162,27 @@ func (r *Reconciler) advanceRollout(ctx context.Context, def *corev1alpha1.Compo
 				return time.Second, err
 			}
 		}
+		var rec *RolloutRecord
 		switch ro.Phase {
 		case "", corev1alpha1.RolloutAwaitingApproval:
-			next, err = r.planRollout(ctx, def, api, fetched)
+			next, rec, err = r.planRollout(ctx, def, api, fetched)
 		default:
 			r.narrowKeptPlan(ctx, def)
+			rec, err = r.loadRollout(ctx, def)
 		}
-		switch ro.Phase {
-		case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
-			next, err = r.progress(ctx, def, api)
-		case corev1alpha1.RolloutRollingBack:
-			err = r.rollBack(ctx, def, api)
+		if rec != nil {
+			publishRollout(ro, rec, def.Namespace)
+			switch ro.Phase {
+			case corev1alpha1.RolloutProgressing, corev1alpha1.RolloutPaused:
+				next, err = r.progress(ctx, def, api, rec)
+			case corev1alpha1.RolloutRollingBack:
+				err = r.rollBack(ctx, def, api, rec)
+			}
+			err = errors.Join(err, r.commitRollout(ctx, def, rec))
 		}
+	} else if ro != nil && ro.Record == "" && hasLists(ro) {
+		// Of another move, written by an earlier Compositor: only its lists change.
+		err = r.narrowLegacyRollout(ctx, def)
 	}
 	changed, removal, dropErr := r.dropUnusedRetained(ctx, def, api, time.Now())
 	if changed && (next == 0 || next > time.Second) {
@@ -200,9 +210,10 @@ func (r *Reconciler) stale(ctx context.Context, def *corev1alpha1.CompositionDef
 	return live.ResourceVersion != def.ResourceVersion, nil
 }
 
-// planRollout computes the plan and starts moving compositions once it needs no
-// approval or is approved.
-func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, error) {
+// planRollout computes the plan and, once it needs no approval or is approved, freezes
+// it into the rollout's record, which it returns, written: the caller moves the first
+// compositions.
+func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, fetched *chartfetch.Result) (time.Duration, *RolloutRecord, error) {
 	ro := def.Status.Rollout
 	p, err := r.computePlan(ctx, def, api, fetched)
 	if err != nil {
@@ -211,7 +222,7 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 			r.event(def, corev1.EventTypeWarning, EventPlanFailed, message)
 		}
 		ro.Message = message
-		return r.Poll, nil
+		return r.Poll, nil, nil
 	}
 	ro.Plan = summarize(p, def.Namespace)
 	var kept error
@@ -237,28 +248,32 @@ func (r *Reconciler) planRollout(ctx context.Context, def *corev1alpha1.Composit
 		if was != ro.Phase {
 			r.event(def, corev1.EventTypeNormal, EventAwaitingApprove, ro.Message)
 		}
-		return r.Poll, nil
+		return r.Poll, nil, nil
 	}
-	// The plan is frozen here: what moves is what it planned, in its order.
+	// The plan is frozen here: what moves is what it planned, in its order, written to
+	// the record before anything moves.
+	rec, err := r.newRecord(ctx, def)
+	if err == nil {
+		for _, c := range p.Compositions {
+			name := c.Namespace + "/" + c.Name
+			if len(c.Refused) > 0 {
+				// The record is read by the platform alone, as the whole plan.
+				rec.Stayed = append(rec.Stayed, clip(name+": "+c.Refused[0]))
+			} else {
+				rec.Pending = append(rec.Pending, name)
+			}
+		}
+		err = r.saveRecord(ctx, def, rec)
+	}
+	if err != nil {
+		ro.Message = "the rollout's record could not be kept in Compositor's namespace, nothing moves: " + err.Error()
+		return 0, nil, err
+	}
 	ro.Phase = corev1alpha1.RolloutProgressing
 	ro.StartTime = ptr.To(metav1.Now())
-	ro.Stayed, ro.Pending = nil, nil
-	for _, c := range p.Compositions {
-		name := c.Namespace + "/" + c.Name
-		switch {
-		case len(c.Refused) > 0 && c.Namespace == def.Namespace:
-			ro.Stayed = append(ro.Stayed, clip(name+": "+c.Refused[0]))
-		case len(c.Refused) > 0:
-			// A refusal may quote the values it refuses, which the definition's
-			// namespace may not read: the whole plan says why.
-			ro.Stayed = append(ro.Stayed, clip(name+": refused by the plan"))
-		default:
-			ro.Pending = append(ro.Pending, name)
-		}
-	}
-	ro.Message = fmt.Sprintf("moving %d compositions from %s to %s, %d first", len(ro.Pending), ro.From, ro.To, settings.canary)
+	ro.Message = fmt.Sprintf("moving %d compositions from %s to %s, %d first", len(rec.Pending), ro.From, ro.To, settings.canary)
 	r.event(def, corev1.EventTypeNormal, EventRolloutStarted, ro.Message+" (plan "+p.Hash+")")
-	return r.progress(ctx, def, api)
+	return r.Poll, rec, nil
 }
 
 // computePlan plans moving every composition of the rollout's old version to api's.
@@ -372,15 +387,17 @@ func (r *Reconciler) narrowKeptPlan(ctx context.Context, def *corev1alpha1.Compo
 	r.narrowed.Store(done(), true)
 }
 
-// progress checks the moved compositions, rolls back when too many failed, moves the
-// next batch when every moved one is settled, and completes when none is left.
-func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) (time.Duration, error) {
+// progress checks the moved compositions of rec, rolls back when too many failed, moves
+// the next batch when every moved one is settled, and completes when none is left.
+// Messages and events, which the definition's namespace reads, name only its
+// compositions, and count the others.
+func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, rec *RolloutRecord) (next time.Duration, err error) {
 	ro := def.Status.Rollout
 	settings := settingsOf(def)
 	if def.Annotations[vocab.AnnotationRolloutPaused] == "true" {
 		if ro.Phase != corev1alpha1.RolloutPaused {
 			ro.Phase = corev1alpha1.RolloutPaused
-			ro.Message = fmt.Sprintf("%s is \"true\": %d moved, %d to move, nothing more moves until it is removed", vocab.AnnotationRolloutPaused, len(ro.Moved), len(ro.Pending))
+			ro.Message = fmt.Sprintf("%s is \"true\": %d moved, %d to move, nothing more moves until it is removed", vocab.AnnotationRolloutPaused, len(rec.Moved), len(rec.Pending))
 			r.event(def, corev1.EventTypeNormal, corev1alpha1.RolloutPaused, ro.Message)
 		}
 		return r.Poll, nil
@@ -396,8 +413,8 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 		byName[onTo[i].GetNamespace()+"/"+onTo[i].GetName()] = &onTo[i]
 	}
 	ready, waiting, counted := 0, 0, 0
-	ro.Failed = nil
-	for _, m := range ro.Moved {
+	rec.Failed = nil
+	for _, m := range rec.Moved {
 		obj, ok := byName[m.Name]
 		if !ok {
 			continue // deleted, or moved elsewhere by hand: nothing to wait for
@@ -410,10 +427,10 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 		case state == stateReady:
 			ready++
 		case state == stateFailed && obj.GetGeneration() != m.Generation:
-			ro.Failed = append(ro.Failed, clip(m.Name+": "+why+" (its spec changed since it moved: not counted)"))
+			rec.Failed = append(rec.Failed, clip(m.Name+": "+why+" (its spec changed since it moved: not counted)"))
 		case state == stateFailed:
 			counted++
-			ro.Failed = append(ro.Failed, clip(m.Name+": "+why))
+			rec.Failed = append(rec.Failed, clip(m.Name+": "+why))
 		default:
 			waiting++
 		}
@@ -421,10 +438,10 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 	ro.Ready = int32(ready)
 	if counted > settings.failed {
 		ro.Phase = corev1alpha1.RolloutRollingBack
-		return r.Poll, r.rollBack(ctx, def, api)
+		return r.Poll, r.rollBack(ctx, def, api, rec)
 	}
 	if waiting > 0 {
-		ro.Message = fmt.Sprintf("%d of %d moved compositions Ready on %s; waiting for %d before the next batch", ready, len(ro.Moved), ro.To, waiting)
+		ro.Message = fmt.Sprintf("%d of %d moved compositions Ready on %s; waiting for %d before the next batch", ready, len(rec.Moved), ro.To, waiting)
 		return rolloutPoll, nil
 	}
 
@@ -437,57 +454,72 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 	for _, item := range onFrom {
 		there[item.Namespace+"/"+item.Name] = true
 	}
-	ro.Pending = slices.DeleteFunc(ro.Pending, func(name string) bool { return !there[name] })
-	if len(ro.Pending) == 0 {
+	rec.Pending = slices.DeleteFunc(rec.Pending, func(name string) bool { return !there[name] })
+	if len(rec.Pending) == 0 {
 		ro.Phase = corev1alpha1.RolloutComplete
 		ro.CompletionTime = ptr.To(metav1.Now())
-		ro.Message = fmt.Sprintf("%d compositions moved to %s", len(ro.Moved), ro.To)
-		if len(ro.Failed) > 0 {
-			ro.Message += fmt.Sprintf(", %d of them not Ready", len(ro.Failed))
+		ro.Message = fmt.Sprintf("%d compositions moved to %s", len(rec.Moved), ro.To)
+		if len(rec.Failed) > 0 {
+			ro.Message += fmt.Sprintf(", %d of them not Ready", len(rec.Failed))
 		}
-		if len(ro.Stayed) > 0 {
-			ro.Message += fmt.Sprintf("; %d stay on %s, refused by %s", len(ro.Stayed), ro.From, ro.To)
+		if len(rec.Stayed) > 0 {
+			ro.Message += fmt.Sprintf("; %d stay on %s, refused by %s", len(rec.Stayed), ro.From, ro.To)
 		}
 		r.event(def, corev1.EventTypeNormal, EventRolloutComplete, ro.Message)
 		return r.Poll, nil
 	}
 	size := settings.batch
-	if len(ro.Moved) == 0 {
+	if len(rec.Moved) == 0 {
 		size = settings.canary
 	}
-	// The moves are recorded in the status as soon as they are made, apart from the
-	// rest of the reconciliation: a composition moved and not recorded would be
-	// neither watched nor moved back.
+	// The record is written before the batch moves and as soon as it moved, and then
+	// the status, apart from the rest of the reconciliation: a composition moved and
+	// not recorded would be neither watched nor moved back.
+	if err := r.saveRecord(ctx, def, rec); err != nil {
+		return 0, err
+	}
 	beforeBatch := def.DeepCopy()
 	defer func() {
+		if recErr := r.commitRollout(ctx, def, rec); recErr != nil {
+			ctrl.LoggerFrom(ctx).Error(recErr, "Recording the compositions a rollout moved")
+			err = errors.Join(err, recErr)
+		}
 		if err := r.Client.Status().Patch(ctx, def, client.MergeFrom(beforeBatch)); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Recording the compositions a rollout moved")
+			ctrl.LoggerFrom(ctx).Error(err, "Recording the compositions a rollout moved in the status")
 		}
 	}()
 	var movedNow, retry []string
 	var lastErr error
-	for len(movedNow)+len(retry) < size && len(ro.Pending) > 0 {
-		name := ro.Pending[0]
-		ro.Pending = ro.Pending[1:]
+	for len(movedNow)+len(retry) < size && len(rec.Pending) > 0 {
+		name := rec.Pending[0]
+		rec.Pending = rec.Pending[1:]
 		namespace, n, _ := strings.Cut(name, "/")
 		obj, err := r.relabel(ctx, api.Kind, namespace, n, ro.ToVersion, ro.ToVersion)
 		switch {
 		case err == nil:
-			ro.Moved = append(ro.Moved, corev1alpha1.MovedComposition{Name: name, Generation: obj.GetGeneration(), At: metav1.Now()})
+			rec.Moved = append(rec.Moved, corev1alpha1.MovedComposition{Name: name, Generation: obj.GetGeneration(), At: metav1.Now()})
 			movedNow = append(movedNow, name)
 		case apierrors.IsNotFound(err):
 		case refusedByAdmission(err):
-			ro.Stayed = append(ro.Stayed, clip(name+": "+err.Error()))
+			rec.Stayed = append(rec.Stayed, clip(name+": "+err.Error()))
 		default:
 			// Tried again after the others: one composition the API server cannot
 			// write now does not hold up the rest.
-			retry, lastErr = append(retry, name), err
+			retry = append(retry, name)
+			if namespace == def.Namespace {
+				lastErr = err
+			} else {
+				ctrl.LoggerFrom(ctx).Error(err, "Moving a composition", "composition", name)
+			}
 		}
 	}
-	ro.Pending = append(ro.Pending, retry...)
-	ro.Message = fmt.Sprintf("moved %s to %s; %d moved, %d to move, waiting for them to be Ready", strings.Join(movedNow, ", "), ro.To, len(ro.Moved), len(ro.Pending))
-	if lastErr != nil {
-		ro.Message += fmt.Sprintf("; %d could not be moved now and wait their turn again: %v", len(retry), lastErr)
+	rec.Pending = append(rec.Pending, retry...)
+	ro.Message = fmt.Sprintf("moved %s to %s; %d moved, %d to move, waiting for them to be Ready", cmp.Or(told(movedNow, def.Namespace, ", "), "none"), ro.To, len(rec.Moved), len(rec.Pending))
+	if len(retry) > 0 {
+		ro.Message += fmt.Sprintf("; %d could not be moved now and wait their turn again", len(retry))
+		if lastErr != nil {
+			ro.Message += fmt.Sprintf(": %v", lastErr)
+		}
 	}
 	r.event(def, corev1.EventTypeNormal, EventRolloutBatch, ro.Message)
 	return rolloutPoll, nil
@@ -497,26 +529,31 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 // the rollout: it starts again only for another chart version. Its phase, RollingBack,
 // is written before the first move, so a rollback cut short by an error goes on at the
 // next reconciliation instead of the rollout.
-func (r *Reconciler) rollBack(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI) error {
+func (r *Reconciler) rollBack(ctx context.Context, def *corev1alpha1.CompositionDefinition, api *generatedAPI, rec *RolloutRecord) error {
 	ro := def.Status.Rollout
-	var kept []string
-	for _, m := range ro.Moved {
+	rec.NotMovedBack = nil
+	for _, m := range rec.Moved {
 		namespace, n, _ := strings.Cut(m.Name, "/")
 		if _, err := r.relabel(ctx, api.Kind, namespace, n, ro.FromVersion, ro.FromVersion); err != nil && !apierrors.IsNotFound(err) {
 			if !refusedByAdmission(err) {
+				if namespace != def.Namespace {
+					// The error names the composition: the platform's log says which.
+					ctrl.LoggerFrom(ctx).Error(err, "Moving a composition back", "composition", m.Name)
+					err = fmt.Errorf("a composition of another namespace: %s", cmp.Or(string(apierrors.ReasonForError(err)), "the API server did not take the write"))
+				}
 				ro.Message = fmt.Sprintf("moving the compositions back to %s: %v", ro.From, err)
-				return fmt.Errorf("moving %s %s back to %s: %w", api.Kind, m.Name, ro.FromVersion, err)
+				return fmt.Errorf("moving %s compositions back to %s: %w", api.Kind, ro.FromVersion, err)
 			}
-			kept = append(kept, clip(m.Name+": "+err.Error()))
+			rec.NotMovedBack = append(rec.NotMovedBack, clip(m.Name+": "+err.Error()))
 		}
 	}
 	ro.Phase = corev1alpha1.RolloutRolledBack
 	ro.CompletionTime = ptr.To(metav1.Now())
-	ro.Pending = nil
+	rec.Pending = nil
 	ro.Message = fmt.Sprintf("%d moved compositions failed on %s (%d tolerated): %s; the %d moved were moved back to %s",
-		len(ro.Failed), ro.To, settingsOf(def).failed, strings.Join(ro.Failed, "; "), len(ro.Moved), ro.From)
-	if len(kept) > 0 {
-		ro.Message += fmt.Sprintf("; %d could not be moved back: %s", len(kept), strings.Join(kept, "; "))
+		len(rec.Failed), ro.To, settingsOf(def).failed, told(rec.Failed, def.Namespace, "; "), len(rec.Moved), ro.From)
+	if len(rec.NotMovedBack) > 0 {
+		ro.Message += fmt.Sprintf("; %d could not be moved back: %s", len(rec.NotMovedBack), told(rec.NotMovedBack, def.Namespace, "; "))
 	}
 	ro.Message = clipTo(ro.Message, maxMessage)
 	r.event(def, corev1.EventTypeWarning, EventRolledBack, ro.Message)

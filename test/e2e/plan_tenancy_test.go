@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -248,4 +249,202 @@ func inflatePlan(t *testing.T, b []byte) string {
 	raw, err := io.ReadAll(zr)
 	require.NoError(t, err)
 	return string(raw)
+}
+
+// TestRolloutTellsATeamNamespaceOnlyItsOwn: a definition in team-a's namespace moves a
+// composition of team-a and one each of payroll and billing, to 2.0.0 and then to
+// 2.0.1, on which billing's fails and the rollout moves it back. A tenant of team-a
+// (it reads the definition, the events and the ConfigMaps there) reads the rollout's
+// counts and team-a's composition, and nothing of payroll's or billing's: not in
+// status.rollout (pending, moved, failed, stayed, the message), the conditions or the
+// events. Every composition of every namespace is in the rollout's record in
+// Compositor's namespace, which the tenant may not read and the platform's compositor
+// plan prints.
+func TestRolloutTellsATeamNamespaceOnlyItsOwn(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) {
+		o.Controllers = app.ControllersInProcess
+		o.AllowChartNetworks = chartfetch.LoopbackNetworks()
+	})
+	repo := rolloutRepository(t)
+	ctx := context.Background()
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		res := cp.Kubectl(ctx, stdin, args...)
+		require.NoError(t, res.Err, "kubectl %v: %s", args, res.Stderr)
+		return res.Stdout
+	}
+	definitionAt := func(version string) string {
+		return definition(repo.URL, "team-a", "fireworksapp", version) +
+			"  upgrade: {approval: Never, canary: 1, batchSize: 10, progressDeadlineSeconds: 120}\n"
+	}
+	// The names a tenant of team-a must not read: the other namespaces', their
+	// compositions' and their releases' (2.0.1's failure names billing's release).
+	secrets := []string{"payroll", "billing", "invoices-nightly"}
+	for _, ns := range []string{"team-a", "payroll", "billing"} {
+		kubectl("", "create", "namespace", ns)
+	}
+	kubectl(definitionAt("1.1.5"), "apply", "-f", "-")
+	kubectl("", "wait", "compositiondefinition", "fireworksapp", "-n", "team-a", "--for", "condition=Ready=True", "--timeout", "120s")
+	// billing's has 3 replicas, for which 2.0.1's template fails at install.
+	compositions := `apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: web, namespace: team-a}
+spec: {replicaCount: 1, service: {type: ClusterIP}}
+---
+apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: payroll-eu-v2-enterprise, namespace: payroll}
+spec: {replicaCount: 2, service: {type: ClusterIP, port: 9443}}
+---
+apiVersion: composition.krateo.io/v1-1-5
+kind: FireworksApp
+metadata: {name: invoices-nightly, namespace: billing}
+spec: {replicaCount: 3, service: {type: ClusterIP}}
+`
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, compositions, "apply", "-f", "-")
+		assert.NoError(c, res.Err, res.Stderr)
+	}, time.Minute, 250*time.Millisecond)
+	for _, ns := range []string{"team-a", "payroll", "billing"} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			res := cp.Kubectl(ctx, "", "wait", "fireworksapps.composition.krateo.io", "--all", "-n", ns, "--for", "condition=Ready=True", "--timeout", "5s")
+			assert.NoError(c, res.Err, res.Stderr)
+		}, 4*time.Minute, time.Second)
+	}
+
+	// The tenant of team-a.
+	require.NoError(t, cp.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tenant"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "events"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},
+	}}))
+	require.NoError(t, cp.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tenant"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "tenant"}},
+	}))
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant"}
+	tenant, err := client.New(cfg, client.Options{Scheme: cp.Client.Scheme()})
+	require.NoError(t, err)
+	tenantKubeconfig := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	require.NoError(t, os.WriteFile(tenantKubeconfig, cp.UserKubeconfig(t, "tenant"), 0o600))
+
+	// rollout waits for the phase, as the tenant reads the definition: whole, as JSON,
+	// and as its status.rollout.
+	rollout := func(phase string, timeout time.Duration) (string, map[string]any) {
+		t.Helper()
+		var whole string
+		var ro map[string]any
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			u := &unstructured.Unstructured{}
+			u.SetAPIVersion(corev1alpha1.GroupVersion.String())
+			u.SetKind("CompositionDefinition")
+			if !assert.NoError(c, tenant.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "fireworksapp"}, u)) {
+				return
+			}
+			b, err := json.Marshal(u.Object)
+			assert.NoError(c, err)
+			whole = string(b)
+			ro, _, _ = unstructured.NestedMap(u.Object, "status", "rollout")
+			assert.Equal(c, phase, ro["phase"], "%v", ro["message"])
+		}, timeout, 250*time.Millisecond)
+		return whole, ro
+	}
+	// events are the messages of the definition's events the tenant reads in team-a,
+	// once one of reason is there.
+	events := func(reason string) string {
+		t.Helper()
+		var all string
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			list := &corev1.EventList{}
+			if !assert.NoError(c, tenant.List(ctx, list, client.InNamespace("team-a"))) {
+				return
+			}
+			var b strings.Builder
+			seen := false
+			for _, e := range list.Items {
+				seen = seen || e.Reason == reason
+				fmt.Fprintf(&b, "%s %s: %s\n", e.Reason, e.InvolvedObject.Name, e.Message)
+			}
+			all = b.String()
+			assert.True(c, seen, "no %s event yet:\n%s", reason, all)
+		}, time.Minute, 250*time.Millisecond)
+		return all
+	}
+	noneOf := func(what, s string) {
+		t.Helper()
+		for _, secret := range secrets {
+			assert.NotContains(t, s, secret, "%s, which team-a's tenant reads, names another namespace's composition", what)
+		}
+	}
+	// platform is the platform's compositor plan of the definition, and tenantPlan the
+	// tenant's.
+	platform := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		require.NoError(t, app.RunPlanDefinition(ctx, &out, io.Discard, &app.PlanOptions{Kubeconfig: cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+		return out.String()
+	}
+	tenantPlan := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		require.NoError(t, app.RunPlanDefinition(ctx, &out, io.Discard, &app.PlanOptions{Kubeconfig: tenantKubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+		return out.String()
+	}
+
+	// To 2.0.0: every one moves, billing's first (the plan's order).
+	kubectl(definitionAt("2.0.0"), "apply", "-f", "-")
+	whole, ro := rollout(corev1alpha1.RolloutComplete, 5*time.Minute)
+	noneOf("the definition", whole)
+	assert.Equal(t, []any{"team-a/web"}, namesOf(ro["moved"]), "the status lists team-a's own")
+	assert.EqualValues(t, 3, ro["movedCount"], "and counts every namespace's")
+	assert.EqualValues(t, 3, ro["ready"])
+	all := events(definitionctl.EventRolloutComplete)
+	noneOf("the events", all)
+	assert.Contains(t, all, definitionctl.EventRolloutBatch)
+	assert.Contains(t, all, "team-a/web")
+
+	out := platform()
+	assert.Contains(t, out, "billing/invoices-nightly", "the platform reads the whole rollout")
+	assert.Contains(t, out, "payroll/payroll-eu-v2-enterprise")
+	assert.Contains(t, out, "team-a/web")
+	out = tenantPlan()
+	noneOf("the tenant's compositor plan", out)
+	assert.Contains(t, out, "team-a/web")
+	assert.Contains(t, out, "may not read the rollout's record")
+
+	// To 2.0.1: billing's, the canary, fails, and is moved back.
+	kubectl(definitionAt("2.0.1"), "apply", "-f", "-")
+	whole, ro = rollout(corev1alpha1.RolloutRolledBack, 5*time.Minute)
+	noneOf("the definition", whole)
+	assert.Empty(t, ro["moved"], "the one moved is not team-a's")
+	assert.EqualValues(t, 1, ro["movedCount"])
+	assert.EqualValues(t, 1, ro["failedCount"])
+	assert.Contains(t, ro["message"], "moved back to 2.0.0")
+	all = events(definitionctl.EventRolledBack)
+	noneOf("the events", all)
+
+	out = platform()
+	assert.Contains(t, out, "billing/invoices-nightly: ", "the platform reads why it failed")
+	noneOf("the tenant's compositor plan", tenantPlan())
+
+	// The record is the platform's.
+	def := &corev1alpha1.CompositionDefinition{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "fireworksapp"}, def))
+	record := client.ObjectKey{Namespace: app.NewServeOptions().Namespace, Name: "compositor-rollout." + string(def.UID)}
+	assert.True(t, apierrors.IsForbidden(tenant.Get(ctx, record, &corev1.ConfigMap{})), "the tenant may not read the rollout's record")
+	require.NoError(t, cp.Client.Get(ctx, record, &corev1.ConfigMap{}))
+}
+
+// namesOf is the names of a status.rollout.moved read as JSON.
+func namesOf(moved any) []any {
+	var out []any
+	list, _ := moved.([]any)
+	for _, m := range list {
+		entry, _ := m.(map[string]any)
+		out = append(out, entry["name"])
+	}
+	return out
 }

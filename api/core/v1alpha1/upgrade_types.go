@@ -206,24 +206,45 @@ type Rollout struct {
 	// Plan summarizes the plan the rollout follows.
 	Plan PlanSummary `json:"plan"`
 
-	// Pending are "namespace/name" of the compositions of the plan still to move, in
-	// the order they move. A composition created after the plan is not in it, and
-	// stays where it is.
+	// Record is the ConfigMap ("namespace/name") of Compositor's namespace that keeps
+	// the rollout's every composition, of every namespace: those still to move, those
+	// moved (and when), failed and stayed, with the reasons. Only the platform reads it;
+	// Compositor reads the rollout back from it, never from the lists below. Set once
+	// the rollout moves.
+	// +optional
+	Record string `json:"record,omitempty"`
+
+	// Pending are "namespace/name" of the compositions of the definition's namespace
+	// still to move, in the order they move; PendingCount counts those of every
+	// namespace. A composition created after the plan is not in it, and stays where
+	// it is.
 	// +optional
 	Pending []string `json:"pending,omitempty"`
-	// Moved are the compositions this rollout moved.
+	// +optional
+	PendingCount int32 `json:"pendingCount,omitempty"`
+	// Moved are the compositions of the definition's namespace this rollout moved;
+	// MovedCount counts those of every namespace.
 	// +optional
 	Moved []MovedComposition `json:"moved,omitempty"`
-	// Ready is how many of Moved are Ready on the new version.
+	// +optional
+	MovedCount int32 `json:"movedCount,omitempty"`
+	// Ready is how many of the moved compositions, of every namespace, are Ready on the
+	// new version.
 	// +optional
 	Ready int32 `json:"ready,omitempty"`
-	// Failed are "namespace/name: why" of moved compositions that failed.
+	// Failed are "namespace/name: why" of moved compositions of the definition's
+	// namespace that failed; FailedCount counts those of every namespace.
 	// +optional
 	Failed []string `json:"failed,omitempty"`
-	// Stayed are "namespace/name: why" of compositions that stay on the old version:
-	// the new version refused their move.
+	// +optional
+	FailedCount int32 `json:"failedCount,omitempty"`
+	// Stayed are "namespace/name: why" of compositions of the definition's namespace
+	// that stay on the old version: the new version refused their move; StayedCount
+	// counts those of every namespace.
 	// +optional
 	Stayed []string `json:"stayed,omitempty"`
+	// +optional
+	StayedCount int32 `json:"stayedCount,omitempty"`
 
 	// StartTime and CompletionTime bound the rollout.
 	// +optional

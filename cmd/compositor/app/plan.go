@@ -69,6 +69,11 @@ only when it digests to the digest the definition's status records of it
 (status.rollout.plan.viewDigest), which only Compositor writes; else it is refused.
 Neither holds the compositions' values: a keyed digest stands for them.
 
+Before the plan, the rollout's compositions (moved, failed, to move, stayed): of every
+namespace from the rollout's record, ConfigMap compositor-rollout.<definition's UID> of
+Compositor's namespace, to whoever may read it; else only the definition's namespace's,
+from its status, and said so.
+
 plan --from --to -f computes, without a cluster, what moving compositions of one chart version
 (--from) to another (--to) would do, before anything moves:
 

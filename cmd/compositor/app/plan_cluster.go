@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,16 +88,94 @@ func RunPlanDefinition(ctx context.Context, out, errOut io.Writer, opts *PlanOpt
 		header += ": " + ro.Message
 	}
 	header += "\n"
-	if notice != "" {
+	progress, recordNotice := rolloutProgress(ctx, c, cmp.Or(opts.CompositorNamespace, defaultCompositorNamespace), def)
+	for _, n := range []string{recordNotice, notice} {
+		if n == "" {
+			continue
+		}
 		if opts.Output == "json" || opts.Output == "yaml" {
 			if errOut != nil {
-				fmt.Fprintln(errOut, notice)
+				fmt.Fprintln(errOut, n)
 			}
 		} else {
-			header += notice + "\n"
+			header += n + "\n"
 		}
 	}
-	return writePlan(out, p, opts.Output, header)
+	return writePlan(out, p, opts.Output, header+progress)
+}
+
+// rolloutProgress is the text of which compositions def's rollout moved, failed, left
+// and has still to move: of every namespace, from the rollout's record in Compositor's
+// namespace, to whoever may read it (the platform); else of def's namespace only, from
+// def's status, with a notice that says so and why. Nothing before the rollout moves.
+func rolloutProgress(ctx context.Context, c client.Client, compositorNamespace string, def *corev1alpha1.CompositionDefinition) (string, string) {
+	ro := def.Status.Rollout
+	var lists definition.RolloutRecord
+	lists.Pending, lists.Moved, lists.Failed, lists.Stayed = ro.Pending, ro.Moved, ro.Failed, ro.Stayed
+	counts := fmt.Sprintf("%d moved (%d Ready), %d to move, %d failed, %d stayed on %s", ro.MovedCount, ro.Ready, ro.PendingCount, ro.FailedCount, ro.StayedCount, ro.From)
+	key := client.ObjectKey{Namespace: compositorNamespace, Name: definition.RolloutRecordName(def.UID)}
+	if namespace, name, ok := strings.Cut(ro.Record, "/"); ok {
+		key = client.ObjectKey{Namespace: namespace, Name: name} // the status is Compositor's
+	}
+	var why string
+	cm := &corev1.ConfigMap{}
+	switch err := c.Get(ctx, key, cm); {
+	case ro.Record == "" && !hasEntries(&lists):
+		return "", "" // nothing moved yet, or the status of an earlier Compositor, which lists every namespace
+	case ro.Record == "":
+		return formatProgress(&lists, ""), ""
+	case apierrors.IsForbidden(err):
+		why = fmt.Sprintf("you may not read the rollout's record, ConfigMap %s (the platform's)", key)
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("the rollout's record is not in ConfigMap %s", key)
+	case err != nil:
+		why = fmt.Sprintf("the rollout's record, ConfigMap %s, could not be read: %v", key, err)
+	default:
+		rec, err := definition.DecodeRolloutRecord(cm)
+		switch {
+		case err != nil:
+			why = err.Error()
+		case !rec.Follows(ro):
+			why = fmt.Sprintf("the rollout's record, ConfigMap %s, records another rollout (it is being rewritten: try again)", key)
+		default:
+			return fmt.Sprintf("Every namespace's compositions, from the rollout's record, ConfigMap %s: %s\n", key, counts) + formatProgress(rec, ""), ""
+		}
+	}
+	return formatProgress(&lists, def.Namespace),
+		fmt.Sprintf("Rollout of namespace %s only, from the definition's status (%s in every namespace); %s.", def.Namespace, counts, why)
+}
+
+func hasEntries(rec *definition.RolloutRecord) bool {
+	return len(rec.Pending)+len(rec.Moved)+len(rec.Failed)+len(rec.Stayed)+len(rec.NotMovedBack) > 0
+}
+
+// formatProgress is one line per composition of rec, under what it is; of namespace
+// only, when it is not "" (the definition's status lists no other).
+func formatProgress(rec *definition.RolloutRecord, namespace string) string {
+	var b strings.Builder
+	section := func(title string, entries []string) {
+		if len(entries) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "%s:\n", title)
+		for _, e := range entries {
+			fmt.Fprintf(&b, "  %s\n", e)
+		}
+	}
+	var moved []string
+	for _, m := range rec.Moved {
+		moved = append(moved, fmt.Sprintf("%s (at %s, generation %d)", m.Name, m.At.UTC().Format(time.RFC3339), m.Generation))
+	}
+	of := ""
+	if namespace != "" {
+		of = " of namespace " + namespace
+	}
+	section("Moved"+of, moved)
+	section("Failed"+of, rec.Failed)
+	section("To move"+of, rec.Pending)
+	section("Stayed"+of, rec.Stayed)
+	section("Not moved back"+of, rec.NotMovedBack)
+	return b.String()
 }
 
 // defaultCompositorNamespace is where `compositor serve` runs unless told otherwise.

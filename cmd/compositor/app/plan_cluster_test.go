@@ -495,3 +495,56 @@ func TestForgedLegacyPlanIsNotTaken(t *testing.T) {
 	assert.Equal(t, 1, counts.Summary.Refused)
 	assert.Equal(t, counts.Scope.Digest, digest)
 }
+
+// TestRolloutOfATeamNamespace: compositor plan prints, before the plan, the rollout's
+// compositions of every namespace from its record in Compositor's namespace to the
+// platform, and to a tenant of the definition's namespace only that namespace's, from
+// the status, saying that it may not read the record.
+func TestRolloutOfATeamNamespace(t *testing.T) {
+	f := newPlanFixture(t)
+	ctx := context.Background()
+	at := metav1.Now()
+	rec := &definition.RolloutRecord{Definition: "team-a/fireworksapp", From: "1.1.5", To: "2.0.0", FromVersion: "v1-1-5", ToVersion: "v2-0-0",
+		ToDigest: "sha256:new", Plan: f.whole.Hash,
+		Moved:  []corev1alpha1.MovedComposition{{Name: "payroll/payroll-eu-v2-enterprise", Generation: 1, At: at}, {Name: "team-a/web", Generation: 1, At: at}},
+		Failed: []string{"payroll/payroll-eu-v2-enterprise: InstallFailed: payroll-eu-v2-enterprise-config is invalid"},
+		Stayed: []string{"payroll/payroll-refused: spec.exposure: external is not allowed"},
+	}
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err = zw.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	key := client.ObjectKey{Namespace: defaultCompositorNamespace, Name: definition.RolloutRecordName(f.def.UID)}
+	require.NoError(t, f.cp.Client.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
+			vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelDefinitionNamespace: "team-a", vocab.LabelDefinitionName: "fireworksapp"}},
+		BinaryData: map[string][]byte{definition.RolloutRecordKey: gz.Bytes()},
+	}))
+	require.NoError(t, f.cp.Client.Get(ctx, client.ObjectKeyFromObject(f.def), f.def))
+	ro := f.def.Status.Rollout
+	ro.Phase, ro.Record, ro.Ready = corev1alpha1.RolloutProgressing, key.String(), 1
+	ro.Moved, ro.MovedCount, ro.FailedCount, ro.StayedCount = rec.Moved[1:], 2, 1, 1
+	require.NoError(t, f.cp.Client.Status().Update(ctx, f.def))
+
+	var out bytes.Buffer
+	require.NoError(t, RunPlanDefinition(ctx, &out, io.Discard, &PlanOptions{Kubeconfig: f.cp.Kubeconfig, Output: "text"}, "team-a", "fireworksapp"))
+	assert.Contains(t, out.String(), "Every namespace's compositions, from the rollout's record, ConfigMap "+key.String()+": 2 moved (1 Ready), 0 to move, 1 failed, 1 stayed on 1.1.5\n")
+	assert.Contains(t, out.String(), "Failed:\n  payroll/payroll-eu-v2-enterprise: InstallFailed")
+	assert.Contains(t, out.String(), "Stayed:\n  payroll/payroll-refused: ")
+	assert.Contains(t, out.String(), "\n  team-a/web (at ")
+
+	f.tenant(t, "tenant", true)
+	out.Reset()
+	var notices bytes.Buffer
+	require.NoError(t, RunPlanDefinition(ctx, &out, &notices, &PlanOptions{Kubeconfig: f.kubeconfig(t, "tenant"), Output: "text"}, "team-a", "fireworksapp"))
+	assert.NotContains(t, out.String(), "payroll")
+	assert.Contains(t, out.String(), "Rollout of namespace team-a only, from the definition's status (2 moved (1 Ready), 0 to move, 1 failed, 1 stayed on 1.1.5 in every namespace); you may not read the rollout's record, ConfigMap "+key.String()+" (the platform's).\n")
+	assert.Contains(t, out.String(), "Moved of namespace team-a:\n  team-a/web (at ")
+	out.Reset()
+	require.NoError(t, RunPlanDefinition(ctx, &out, &notices, &PlanOptions{Kubeconfig: f.kubeconfig(t, "tenant"), Output: "json"}, "team-a", "fireworksapp"))
+	assert.Contains(t, notices.String(), "you may not read the rollout's record")
+	assert.NotContains(t, out.String()+notices.String(), "payroll")
+}
