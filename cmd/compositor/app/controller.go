@@ -24,7 +24,7 @@ import (
 	"github.com/compositor-dev/compositor/chartstore"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/membudget"
-	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/reconciler/constraints"
 	"github.com/compositor-dev/compositor/reconciler/policy"
 )
@@ -181,7 +181,7 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	// Each composition's records are sealed with its definition's key, read from
 	// that definition's Secret when first needed (a Secret written later, by serve,
 	// is read then).
-	keys := &compositionctrl.SecretKeys{Reader: live, Namespace: opts.ReleaseSealNamespace}
+	keys := &compositionctl.SecretKeys{Reader: live, Namespace: opts.ReleaseSealNamespace}
 	// What it installs is judged with the CompositionPolicies, as admission judges
 	// what is written: loaded before the first install, then kept in step.
 	// The install gate evaluates the constraints' Rego here too.
@@ -206,7 +206,7 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 			return err
 		}
 	}
-	mgr, err := compositionctrl.NewManager(cfg, compositionctrl.ManagerOptions{
+	mgr, err := compositionctl.NewManager(cfg, compositionctl.ManagerOptions{
 		GVK:                 gvk,
 		Scheme:              scheme,
 		Charts:              source,

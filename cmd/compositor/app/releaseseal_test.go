@@ -15,7 +15,7 @@ import (
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
 	"github.com/compositor-dev/compositor/generators/rbac"
-	compositionctrl "github.com/compositor-dev/compositor/reconciler/composition"
+	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
 
@@ -46,11 +46,11 @@ func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 		require.NoError(t, err)
 		return c
 	}
-	master, err := compositionctrl.NewMasterSeal(compositionctrl.NewSealKey())
+	master, err := compositionctl.NewMasterSeal(compositionctl.NewSealKey())
 	require.NoError(t, err)
 	mine := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: definitionNS, Name: "fireworks", UID: "uid-mine"}}
 	theirs := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "fireworks", UID: "uid-theirs"}}
-	require.NoError(t, cp.Client.Create(ctx, compositionctrl.SealSecret(compositorNS, rbac.ReleaseSealSecret, compositionctrl.NewSealKey())))
+	require.NoError(t, cp.Client.Create(ctx, compositionctl.SealSecret(compositorNS, rbac.ReleaseSealSecret, compositionctl.NewSealKey())))
 	for _, def := range []*corev1alpha1.CompositionDefinition{mine, theirs} {
 		secret, err := master.KeySecret(compositorNS, def)
 		require.NoError(t, err)
@@ -58,14 +58,14 @@ func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 	}
 
 	t.Run("without the Role", func(t *testing.T) {
-		_, err := (&compositionctrl.SecretKeys{Reader: asController(t), Namespace: compositorNS}).SealFor(ctx, mine)
-		require.ErrorIs(t, err, compositionctrl.ErrSealUnavailable)
-		assert.Contains(t, err.Error(), "may not get Secret "+compositorNS+"/"+compositionctrl.KeySecretName("uid-mine"))
+		_, err := (&compositionctl.SecretKeys{Reader: asController(t), Namespace: compositorNS}).SealFor(ctx, mine)
+		require.ErrorIs(t, err, compositionctl.ErrSealUnavailable)
+		assert.Contains(t, err.Error(), "may not get Secret "+compositorNS+"/"+compositionctl.KeySecretName("uid-mine"))
 	})
 
 	objs, err := rbac.Generate(rbac.Options{
 		Namespace: definitionNS, IdentityNamespace: compositorNS, Plural: "fireworksapps", Version: "v1-1-5",
-		ReleaseSealNamespace: compositorNS, SealKeySecrets: []string{compositionctrl.KeySecretName(mine.UID)},
+		ReleaseSealNamespace: compositorNS, SealKeySecrets: []string{compositionctl.KeySecretName(mine.UID)},
 	})
 	require.NoError(t, err)
 	for _, obj := range []client.Object{objs.ReleaseSealRole, objs.ReleaseSealBinding} {
@@ -73,8 +73,8 @@ func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 	}
 
 	t.Run("with the Role", func(t *testing.T) {
-		keys := &compositionctrl.SecretKeys{Reader: asController(t), Namespace: compositorNS}
-		var seal *compositionctrl.ReleaseSeal
+		keys := &compositionctl.SecretKeys{Reader: asController(t), Namespace: compositorNS}
+		var seal *compositionctl.ReleaseSeal
 		require.Eventually(t, func() bool {
 			seal, err = keys.SealFor(ctx, mine)
 			return err == nil
@@ -84,25 +84,25 @@ func TestControllerReadsOnlyItsDefinitionsKeys(t *testing.T) {
 		assert.Equal(t, want, seal, "its definition's key, as serve derives it")
 
 		_, err = keys.SealFor(ctx, theirs)
-		require.ErrorIs(t, err, compositionctrl.ErrSealUnavailable, "another definition's key")
+		require.ErrorIs(t, err, compositionctl.ErrSealUnavailable, "another definition's key")
 		assert.Contains(t, err.Error(), "may not get")
 
 		as := asController(t)
-		for _, name := range []string{rbac.ReleaseSealSecret, compositionctrl.KeySecretName(theirs.UID)} {
+		for _, name := range []string{rbac.ReleaseSealSecret, compositionctl.KeySecretName(theirs.UID)} {
 			err = as.Get(ctx, client.ObjectKey{Namespace: compositorNS, Name: name}, &corev1.Secret{})
 			assert.True(t, apierrors.IsForbidden(err), "get %s: %v", name, err)
 		}
 		err = as.List(ctx, &corev1.SecretList{}, client.InNamespace(compositorNS))
 		assert.True(t, apierrors.IsForbidden(err), "list Secrets: %v", err)
-		own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: compositorNS, Name: compositionctrl.KeySecretName(mine.UID)}}
+		own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: compositorNS, Name: compositionctl.KeySecretName(mine.UID)}}
 		assert.True(t, apierrors.IsForbidden(as.Delete(ctx, own)), "delete its own key")
 	})
 
 	t.Run("a Secret of that name that is not the definition's key", func(t *testing.T) {
 		impostor := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: definitionNS, Name: "other", UID: "uid-impostor"}}
-		secret := compositionctrl.SealSecret(compositorNS, compositionctrl.KeySecretName(impostor.UID), compositionctrl.NewSealKey())
+		secret := compositionctl.SealSecret(compositorNS, compositionctl.KeySecretName(impostor.UID), compositionctl.NewSealKey())
 		require.NoError(t, cp.Client.Create(ctx, secret))
-		_, err := (&compositionctrl.SecretKeys{Reader: cp.Client, Namespace: compositorNS}).SealFor(ctx, impostor)
-		assert.ErrorIs(t, err, compositionctrl.ErrSealUnavailable)
+		_, err := (&compositionctl.SecretKeys{Reader: cp.Client, Namespace: compositorNS}).SealFor(ctx, impostor)
+		assert.ErrorIs(t, err, compositionctl.ErrSealUnavailable)
 	})
 }
