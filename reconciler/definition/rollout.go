@@ -484,8 +484,15 @@ func (r *Reconciler) progress(ctx context.Context, def *corev1alpha1.Composition
 			ctrl.LoggerFrom(ctx).Error(recErr, "Recording the compositions a rollout moved")
 			err = errors.Join(err, recErr)
 		}
-		if err := r.Client.Status().Patch(ctx, def, client.MergeFrom(beforeBatch)); err != nil {
+		// A copy: the patch reads the object back, whose rollout the API server knows
+		// only as far as the status was written (without the plan, in the
+		// reconciliation that plans), and the rest of the reconciliation writes def as
+		// it is here, from the version written now.
+		patched := def.DeepCopy()
+		if err := r.Client.Status().Patch(ctx, patched, client.MergeFrom(beforeBatch)); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Recording the compositions a rollout moved in the status")
+		} else {
+			def.ResourceVersion = patched.ResourceVersion
 		}
 	}()
 	var movedNow, retry []string

@@ -407,7 +407,8 @@ spec: {replicaCount: 3, service: {type: ClusterIP}}
 	assert.Contains(t, all, "team-a/web")
 
 	out := platform()
-	assert.Contains(t, out, "billing/invoices-nightly", "the platform reads the whole rollout")
+	assert.Contains(t, out, "Every namespace's compositions, from the rollout's record, ConfigMap ")
+	assert.Contains(t, out, "\n  billing/invoices-nightly (at ", "the platform reads the whole rollout")
 	assert.Contains(t, out, "payroll/payroll-eu-v2-enterprise")
 	assert.Contains(t, out, "team-a/web")
 	out = tenantPlan()
