@@ -190,10 +190,13 @@ spec:
 
 // The tests after the seed flow build on what it installed, and go test runs a
 // package's tests in the order of its files, then of their declarations: so they are
-// declared here, after TestSeedFlow, and written in failover_test.go and
+// declared here, after TestSeedFlow, and written in teams_test.go, failover_test.go and
 // lifecycle_test.go. TestLifecycle uninstalls Compositor: it comes after them, and
 // TestCertManager, which installs Compositor again in cert-manager mode (the webhook
 // configurations are cluster-scoped: one installation at a time), comes last.
+
+// TestTwoTeams: see twoTeams (in teams_test.go).
+func TestTwoTeams(t *testing.T) { afterSeed(t); twoTeams(t) }
 
 // TestFailover: see failover.
 func TestFailover(t *testing.T) { afterSeed(t); failover(t) }
@@ -225,12 +228,6 @@ func afterSeed(t *testing.T) {
 // master key, another Secret of Compositor's namespace, or a list of them.
 func controllerKeys(t *testing.T, sa string) {
 	t.Helper()
-	as := "--as=system:serviceaccount:" + releaseNS + ":" + sa
-	canI := func(verb, what string) string {
-		out, _ := command(t, time.Minute, "", "kubectl", "auth", "can-i", verb, what, "-n", releaseNS, as)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		return strings.TrimSpace(lines[len(lines)-1])
-	}
 	var keys []string
 	eventually(t, "the key Secret of the definition", 2*time.Minute, func() error {
 		keys = strings.Fields(kubectl(t, "get", "secrets", "-n", releaseNS, "-l", compositionctl.LabelSealKeyOfDefinition, "-o", "jsonpath={.items[*].metadata.name}"))
@@ -239,11 +236,11 @@ func controllerKeys(t *testing.T, sa string) {
 		}
 		return nil
 	})
-	if got := canI("get", "secret/"+keys[0]); got != "yes" {
+	if got := canI(t, sa, "get", "secret/"+keys[0]); got != "yes" {
 		t.Fatalf("the controller may not get its definition's key %s: %q", keys[0], got)
 	}
 	for _, check := range [][2]string{{"get", "secret/compositor-release-seal"}, {"get", "secret/compositor-webhook-ca"}, {"list", "secrets"}, {"watch", "secrets"}} {
-		if got := canI(check[0], check[1]); got != "no" {
+		if got := canI(t, sa, check[0], check[1]); got != "no" {
 			t.Fatalf("the controller's token may %s %s in %s: %q, want no", check[0], check[1], releaseNS, got)
 		}
 	}
@@ -273,8 +270,13 @@ func waitAvailable(t *testing.T, name string) {
 
 // releaseAt checks helm list in definitionNS for a deployed release of chart.
 func releaseAt(name, chart string) func(t *testing.T) error {
+	return releaseIn(definitionNS, name, chart)
+}
+
+// releaseIn checks helm list in namespace for a deployed release of chart.
+func releaseIn(namespace, name, chart string) func(t *testing.T) error {
 	return func(t *testing.T) error {
-		out, err := command(t, time.Minute, "", "helm", "list", "-n", definitionNS, "-o", "json")
+		out, err := command(t, time.Minute, "", "helm", "list", "-n", namespace, "-o", "json")
 		if err != nil {
 			return fmt.Errorf("helm list: %v: %s", err, out)
 		}
