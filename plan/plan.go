@@ -751,7 +751,7 @@ func (p *planner) render(ctx context.Context, ch *chart.Chart, digest string, va
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.renderTimeout)
 	defer cancel()
-	objs, err := policies.RenderWithDeadline(ctx, ch, digest, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
+	objs, err := policies.RenderWithDeadline(policies.ForPurpose(ctx, policies.PurposePlan), ch, digest, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
 	if err != nil {
 		return releaseObjects{}, err
 	}

@@ -216,12 +216,14 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject, 
 }
 
 // oldRender is what r's old spec rendered: remembered, or rendered again; nil when it
-// does not render. It renders as the release was last installed or upgraded: an old
+// does not render. It renders as the release was last installed or upgraded (at the
+// revision the old status says is installed, with this write's capabilities): an old
 // version of generation 1 is the spec the composition was created with, which Helm
 // installed; a later one came with an update, which Helm upgraded to. The memo only
 // spares the render: what it gives is what rendering gives, whatever it holds.
 func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *renderMemo) []RenderedObject {
-	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: true}
+	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: true,
+		Revision: InstalledRevision(r.OldObject), Capabilities: r.Capabilities}
 	if md, _ := r.OldObject["metadata"].(map[string]any); generationOf(md) == 1 {
 		opts.IsUpgrade = false
 	}

@@ -31,6 +31,9 @@ var ErrWorkerFailed = errors.New("the sandbox worker failed")
 type Sandbox interface {
 	// Render is Render(ch, spec, opts). digest identifies ch's content (empty: unknown).
 	Render(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) ([]RenderedObject, error)
+	// RenderFiles is RenderFiles(ch, spec, opts); opts.Lookup is called in this
+	// process, for each lookup of the templates.
+	RenderFiles(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (map[string]string, error)
 	// ValidateValues is a JSONSchemaValidator's ValidateValues.
 	ValidateValues(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any) ([]Violation, error)
 }
@@ -63,6 +66,7 @@ func CurrentSandbox() Sandbox {
 // there is one, so that a render past its deadline stops and costs nothing more.
 // Errors for a render stopped at the deadline wrap ErrDeadline.
 func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
+	countRender(ctx, PurposeAdmission)
 	what := "rendering chart " + ch.Name()
 	if s := CurrentSandbox(); s != nil {
 		if opts.MaxRenderedBytes <= 0 {
@@ -75,6 +79,29 @@ func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spe
 	var rendered []RenderedObject
 	err = uncancellable.run(ctx, what, func() (err error) {
 		rendered, err = Render(ch, spec, opts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rendered, nil
+}
+
+// RenderFilesWithDeadline renders ch as RenderFiles does until ctx is done: in the
+// sandbox when there is one. It is the render Helm's install and upgrade apply
+// (reconciler/composition): Helm itself never runs a chart's templates.
+func RenderFilesWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (map[string]string, error) {
+	countRender(ctx, PurposeInstall)
+	what := "rendering chart " + ch.Name()
+	if s := CurrentSandbox(); s != nil {
+		if opts.MaxRenderedBytes <= 0 {
+			opts.MaxRenderedBytes = int(maxRenderedBytes.Load())
+		}
+		return s.RenderFiles(ctx, what, ch, digest, spec, opts)
+	}
+	var rendered map[string]string // the run's own: see RenderWithDeadline
+	err := uncancellable.run(ctx, what, func() (err error) {
+		rendered, err = RenderFiles(ch, spec, opts)
 		return err
 	})
 	if err != nil {

@@ -318,7 +318,8 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 // renderOptionsOf are the options r's chart renders with: as `helm install` on a
 // create, as `helm upgrade` on an update or when the release is installed already.
 func renderOptionsOf(r *Request) RenderOptions {
-	return RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE" || r.Installed}
+	return RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: r.Operation == "UPDATE" || r.Installed,
+		Revision: r.Revision, Capabilities: r.Capabilities}
 }
 
 // readHistory tells whether a library tells updates from creations.

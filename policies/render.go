@@ -12,7 +12,10 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 )
 
-// RenderOptions name the release a chart is rendered for.
+// RenderOptions are the inputs of a render besides the chart and the values: the
+// release it is rendered for and what its templates may ask of the cluster. With the
+// revision, the capabilities and a lookup Helm's install or upgrade would have, a
+// render is the one Helm makes (RenderFiles).
 type RenderOptions struct {
 	// ReleaseName is the Helm release, the composition's krateo.io/release-name.
 	ReleaseName string
@@ -20,6 +23,16 @@ type RenderOptions struct {
 	Namespace string
 	// IsUpgrade renders as `helm upgrade` would (.Release.IsUpgrade); else as install.
 	IsUpgrade bool
+	// Revision is .Release.Revision: the revision the install or upgrade records; 0
+	// is 1, a first install's.
+	Revision int
+	// Capabilities are .Capabilities: the target cluster's version and APIs; nil is
+	// Helm's defaults (`helm template`'s).
+	Capabilities *chartcommon.Capabilities
+	// Lookup answers the templates' lookup; nil finds nothing, as `helm template`
+	// does. It is not sent to a sandbox worker: the worker asks its parent, which
+	// calls it.
+	Lookup Lookup
 	// MaxRenderedBytes bounds the bytes the chart may render to (Limits.CheckRendered);
 	// 0 is the process's bound (SetMaxRenderedBytes). A sandbox worker gets the
 	// parent's bound this way.
@@ -109,14 +122,31 @@ func (o RenderedObject) Ref() string {
 
 // Render renders ch with spec as `helm template` would (dependencies processed,
 // values coalesced, the chart's schema not checked — that is the schema validator's
-// job), entirely in memory and without a cluster: lookup finds nothing and the
-// capabilities are Helm's defaults. The objects are those Helm's kube client would
+// job), entirely in memory: lookup finds nothing and the capabilities are Helm's
+// defaults unless opts give them. The objects are those Helm's kube client would
 // build to create, release manifest and hooks alike (see objectsOf and decode.go):
 // a list's items rather than the list; notes, empty documents and hooks of an event Helm
 // does not know left out. They come in template order, then in their order inside each
 // template. Errors wrap ErrRender; a document whose reading is ambiguous is refused
 // with one naming the template, the document and why.
 func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]RenderedObject, error) {
+	files, err := RenderFiles(ch, spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	for name := range files {
+		// Helm takes every file ending in NOTES.txt out before sorting the manifests.
+		if strings.HasSuffix(name, notesSuffix) {
+			delete(files, name)
+		}
+	}
+	return objectsOf(files, &opts)
+}
+
+// RenderFiles renders ch with spec for the release opts name, as Helm's install or
+// upgrade renders it: the templates' output by file (notes included), within the
+// bound on rendered bytes. Errors wrap ErrRender.
+func RenderFiles(ch *chart.Chart, spec map[string]any, opts RenderOptions) (map[string]string, error) {
 	processed, _, err := helmValues(ch, spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
@@ -124,14 +154,19 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 	vals, err := chartvalues.ToRenderValuesWithSchemaValidation(processed, spec, chartcommon.ReleaseOptions{
 		Name:      opts.ReleaseName,
 		Namespace: opts.Namespace,
-		Revision:  1,
+		Revision:  max(1, opts.Revision),
 		IsInstall: !opts.IsUpgrade,
 		IsUpgrade: opts.IsUpgrade,
-	}, nil, true)
+	}, opts.Capabilities, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
-	files, err := engine.Render(processed, vals)
+	var files map[string]string
+	if opts.Lookup != nil {
+		files, err = engine.RenderWithClientProvider(processed, vals, newLookupProvider(opts.Lookup))
+	} else {
+		files, err = engine.Render(processed, vals)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
@@ -143,13 +178,7 @@ func Render(ch *chart.Chart, spec map[string]any, opts RenderOptions) ([]Rendere
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
-	for name := range files {
-		// Helm takes every file ending in NOTES.txt out before sorting the manifests.
-		if strings.HasSuffix(name, notesSuffix) {
-			delete(files, name)
-		}
-	}
-	return objectsOf(files, &opts)
+	return files, nil
 }
 
 // notesSuffix ends the names of the files Helm renders as notes, not manifests.

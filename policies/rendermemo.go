@@ -57,9 +57,10 @@ func newRenderMemo(budget int) *renderMemo {
 }
 
 // keyOf names the render of ch (by its content digest) with spec and opts. ok is false
-// when the chart has no digest: its content cannot be told from another's.
+// when the chart has no digest (its content cannot be told from another's) or the
+// render looks objects up (their answers are not inputs the key can hold).
 func keyOf(digest string, spec map[string]any, opts RenderOptions) (key renderKey, ok bool) {
-	if digest == "" {
+	if digest == "" || opts.Lookup != nil {
 		return key, false
 	}
 	h := sha256.New()
@@ -72,6 +73,19 @@ func keyOf(digest string, spec map[string]any, opts RenderOptions) (key renderKe
 		h.Write([]byte{0})
 	}
 	binary.Write(h, binary.BigEndian, int64(opts.MaxRenderedBytes)) //nolint:errcheck // a hash never fails
+	binary.Write(h, binary.BigEndian, int64(max(1, opts.Revision))) //nolint:errcheck // a hash never fails
+	if c := opts.Capabilities; c != nil {
+		writeString(h, c.KubeVersion.Version)
+		writeString(h, c.KubeVersion.Major)
+		writeString(h, c.KubeVersion.Minor)
+		writeString(h, c.HelmVersion.Version)
+		binary.Write(h, binary.BigEndian, int64(len(c.APIVersions))) //nolint:errcheck // a hash never fails
+		for _, v := range c.APIVersions {
+			writeString(h, v)
+		}
+	} else {
+		writeString(h, "")
+	}
 	if err := writeValue(h, spec); err != nil {
 		return key, false
 	}

@@ -160,6 +160,11 @@ func (s *countingSandbox) Render(_ context.Context, _ string, ch *chart.Chart, _
 	return Render(ch, spec, opts)
 }
 
+func (s *countingSandbox) RenderFiles(_ context.Context, _ string, ch *chart.Chart, _ string, spec map[string]any, opts RenderOptions) (map[string]string, error) {
+	s.renders.Add(1)
+	return RenderFiles(ch, spec, opts)
+}
+
 func (s *countingSandbox) ValidateValues(context.Context, string, *chart.Chart, string, map[string]any) ([]Violation, error) {
 	return nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,6 +58,12 @@ type Request struct {
 	// operation is empty, judges an installed composition as its next upgrade renders,
 	// which is what Helm applied, not as a first install.
 	Installed bool
+	// Revision is the release revision the install or upgrade of this write records
+	// (.Release.Revision): one after status.revision (NextRevision); 0 renders as 1.
+	Revision int
+	// Capabilities are the cluster's .Capabilities (ClusterCapabilities); nil renders
+	// with Helm's defaults.
+	Capabilities *chartcommon.Capabilities
 	// Rendered, when not nil, are the objects the chart renders for this request,
 	// already rendered: the controller passes the manifests it is about to apply, so
 	// rendered policies judge exactly those. nil renders Chart with Spec.

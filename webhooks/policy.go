@@ -46,6 +46,9 @@ type policyCheck struct {
 	live client.Reader
 	// memo carries what /mutate learned of a request to /validate.
 	memo *reviewMemo
+	// capabilities are the cluster's, as the install renders with them; nil: Helm's
+	// defaults.
+	capabilities *policies.ClusterCapabilities
 }
 
 // decide builds the policy request for req and decides on it.
@@ -98,6 +101,18 @@ func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMe
 	}
 	if req.OldObject != nil {
 		r.OldObject = req.OldObject.Object
+	}
+	if req.Kind.Group == vocab.CompositionGroup {
+		// Rendered as the install of this write will render it: at the revision after
+		// the one installed, with the cluster's capabilities.
+		r.Revision = policies.NextRevision(r.OldObject)
+		if p.capabilities != nil {
+			caps, err := p.capabilities.Get()
+			if err != nil {
+				return nil, undecidable(err)
+			}
+			r.Capabilities = caps
+		}
 	}
 	if known != nil && req.Kind.Group == vocab.CompositionGroup && known.describe(r, pinnedVersion(req)) {
 		r.ReleaseName = releaseNameOf(req)

@@ -57,6 +57,9 @@ type Options struct {
 	Checker *policies.Checker
 	// Charts gives compositions the chart of their definition for the schema check.
 	Charts ChartSource
+	// Capabilities are the cluster's, for the charts' .Capabilities when a write is
+	// rendered; nil renders with Helm's defaults.
+	Capabilities *policies.ClusterCapabilities
 	// Authorizer asks the API server whether a definition's author may get the Secret
 	// it names; without one, definitions with credentials are refused.
 	Authorizer Authorizer
@@ -116,7 +119,7 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 	}
 	m := &Mutator{Definitions: opts.Cached, Live: opts.Live, Revisions: opts.Revisions, schemas: v.schemas}
 	if opts.Checker != nil {
-		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo()}
+		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo(), capabilities: opts.Capabilities}
 		if v.schemas != nil {
 			v.decider.schemas = v.schemas
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
 
 	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -39,17 +40,22 @@ const (
 	tagNumber // json.Number
 )
 
-// request operations.
+// request operations. opLookupAnswer is no request: it answers a worker's
+// statusLookup question in the middle of a render.
 const (
 	opRender byte = 1 + iota
 	opSchema
+	opRenderFiles
+	opLookupAnswer
 )
 
-// response statuses.
+// response statuses. statusLookup is no answer: the worker asks its parent to look an
+// object up for the render it is making, and waits for opLookupAnswer.
 const (
 	statusOK byte = iota
 	statusError
 	statusNeedChart
+	statusLookup
 )
 
 // error flags: the sentinel errors a worker's error matches.
@@ -70,7 +76,8 @@ var sentinels = []struct {
 	{flagNoChart, policies.ErrNoChart},
 }
 
-// request is one job for a worker.
+// request is one job for a worker. opts.Lookup does not cross the pipe: the worker
+// is told whether there is one, and asks for each object (lookupQuestion).
 type request struct {
 	op     byte
 	digest string
@@ -79,14 +86,26 @@ type request struct {
 	opts   policies.RenderOptions
 }
 
-// response is a worker's answer.
+// response is a worker's answer, or (statusLookup) its question.
 type response struct {
 	status     byte
 	errMsg     string
 	errFlags   uint64
 	limit      *policies.LimitError // the limit the error names, if any
 	objects    []policies.RenderedObject
+	files      map[string]string
 	violations []policies.Violation
+	question   lookupQuestion
+}
+
+// lookupQuestion is a template's lookup, asked of the parent.
+type lookupQuestion struct{ apiVersion, kind, namespace, name string }
+
+// lookupAnswer is the parent's answer: the object or list, nil when there is none, or
+// the lookup's error.
+type lookupAnswer struct {
+	object map[string]any
+	errMsg string
 }
 
 // workerError is an error the worker gave: its message, and the sentinels it matches.
@@ -329,7 +348,30 @@ func (e *encoder) request(r *request) error {
 	e.str(r.opts.Namespace)
 	e.bool(r.opts.IsUpgrade)
 	e.uvarint(uint64(max(0, r.opts.MaxRenderedBytes)))
+	e.uvarint(uint64(max(0, r.opts.Revision)))
+	caps := r.opts.Capabilities
+	e.bool(caps != nil)
+	if caps != nil {
+		e.str(caps.KubeVersion.Version)
+		e.str(caps.KubeVersion.Major)
+		e.str(caps.KubeVersion.Minor)
+		e.uvarint(uint64(len(caps.APIVersions)))
+		for _, v := range caps.APIVersions {
+			e.str(v)
+		}
+	}
+	e.bool(r.opts.Lookup != nil)
 	return nil
+}
+
+func (e *encoder) lookupAnswer(a *lookupAnswer) error {
+	e.byte(opLookupAnswer)
+	e.str(a.errMsg)
+	var obj any
+	if a.object != nil {
+		obj = a.object
+	}
+	return e.value(obj, 0)
 }
 
 func (e *encoder) response(op byte, r *response) error {
@@ -345,8 +387,24 @@ func (e *encoder) response(op byte, r *response) error {
 			e.b = binary.AppendVarint(e.b, int64(l.Value))
 			e.b = binary.AppendVarint(e.b, int64(l.Limit))
 		}
+	case statusLookup:
+		q := r.question
+		for _, s := range []string{q.apiVersion, q.kind, q.namespace, q.name} {
+			e.str(s)
+		}
 	case statusOK:
-		if op == opRender {
+		if op == opRenderFiles {
+			names := make([]string, 0, len(r.files))
+			for name := range r.files {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			e.uvarint(uint64(len(names)))
+			for _, name := range names {
+				e.str(name)
+				e.str(r.files[name])
+			}
+		} else if op == opRender {
 			e.uvarint(uint64(len(r.objects)))
 			for _, o := range r.objects {
 				e.str(o.Template)
@@ -598,7 +656,7 @@ func (d *decoder) request() (*request, error) {
 	if r.op, err = d.byte(); err != nil {
 		return nil, err
 	}
-	if r.op != opRender && r.op != opSchema {
+	if r.op != opRender && r.op != opSchema && r.op != opRenderFiles {
 		return nil, fmt.Errorf("an unknown operation %d", r.op)
 	}
 	if r.digest, err = d.str(); err != nil {
@@ -633,7 +691,76 @@ func (d *decoder) request() (*request, error) {
 		return nil, fmt.Errorf("a bad bound %d", n)
 	}
 	r.opts.MaxRenderedBytes = int(n)
+	if n, err = d.uvarint(); err != nil {
+		return nil, err
+	}
+	if n > math.MaxInt32 {
+		return nil, fmt.Errorf("a bad revision %d", n)
+	}
+	r.opts.Revision = int(n)
+	hasCaps, err := d.bool()
+	if err != nil {
+		return nil, err
+	}
+	if hasCaps {
+		caps := &chartcommon.Capabilities{HelmVersion: chartcommon.DefaultCapabilities.HelmVersion}
+		for _, into := range []*string{&caps.KubeVersion.Version, &caps.KubeVersion.Major, &caps.KubeVersion.Minor} {
+			if *into, err = d.str(); err != nil {
+				return nil, err
+			}
+		}
+		count, err := d.count()
+		if err != nil {
+			return nil, err
+		}
+		caps.APIVersions = make(chartcommon.VersionSet, count)
+		for i := range caps.APIVersions {
+			if caps.APIVersions[i], err = d.str(); err != nil {
+				return nil, err
+			}
+		}
+		r.opts.Capabilities = caps
+	}
+	lookup, err := d.bool()
+	if err != nil {
+		return nil, err
+	}
+	if lookup {
+		r.opts.Lookup = unanswered // the worker puts its own in
+	}
 	return r, d.end()
+}
+
+// unanswered marks a decoded request whose render may look objects up: the worker
+// replaces it with a Lookup that asks the parent.
+func unanswered(string, string, string, string) (map[string]any, error) {
+	return nil, errors.New("lookup is not answered here")
+}
+
+func (d *decoder) lookupAnswer() (*lookupAnswer, error) {
+	op, err := d.byte()
+	if err != nil {
+		return nil, err
+	}
+	if op != opLookupAnswer {
+		return nil, fmt.Errorf("operation %d where the answer to a lookup belongs", op)
+	}
+	a := &lookupAnswer{}
+	if a.errMsg, err = d.str(); err != nil {
+		return nil, err
+	}
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	if v != nil {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("a %T where a looked-up object belongs", v)
+		}
+		a.object = m
+	}
+	return a, d.end()
 }
 
 func (d *decoder) response(op byte) (*response, error) {
@@ -644,6 +771,13 @@ func (d *decoder) response(op byte) (*response, error) {
 	}
 	switch r.status {
 	case statusNeedChart:
+	case statusLookup:
+		q := &r.question
+		for _, into := range []*string{&q.apiVersion, &q.kind, &q.namespace, &q.name} {
+			if *into, err = d.str(); err != nil {
+				return nil, err
+			}
+		}
 	case statusError:
 		if r.errMsg, err = d.str(); err != nil {
 			return nil, err
@@ -677,6 +811,19 @@ func (d *decoder) response(op byte) (*response, error) {
 		n, err := d.count()
 		if err != nil {
 			return nil, err
+		}
+		if op == opRenderFiles {
+			r.files = make(map[string]string, n)
+			for range n {
+				name, err := d.str()
+				if err != nil {
+					return nil, err
+				}
+				if r.files[name], err = d.str(); err != nil {
+					return nil, err
+				}
+			}
+			break
 		}
 		if n == 0 {
 			break // nil, as Render and ValidateValues give nothing

@@ -165,6 +165,20 @@ func (p *Pool) Render(ctx context.Context, what string, ch *chart.Chart, digest 
 	return resp.objects, nil
 }
 
+// RenderFiles implements policies.Sandbox. A lookup of the templates is asked of this
+// process, which answers it with opts.Lookup while the worker waits; the deadline
+// covers the lookups too.
+func (p *Pool) RenderFiles(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any, opts policies.RenderOptions) (map[string]string, error) {
+	if ch == nil {
+		return policies.RenderFiles(nil, spec, opts) // the error, without a worker
+	}
+	resp, err := p.do(ctx, what, &request{op: opRenderFiles, digest: digest, chart: ch, spec: spec, opts: opts})
+	if err != nil {
+		return nil, err
+	}
+	return resp.files, nil
+}
+
 // ValidateValues implements policies.Sandbox.
 func (p *Pool) ValidateValues(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any) ([]policies.Violation, error) {
 	if ch == nil {
@@ -374,18 +388,22 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 	if w.known[req.digest] {
 		send.chart = nil
 	}
+	resend := true
 	for {
-		w.enc.b = beginFrame(w.enc.b[:0])
-		if err := w.enc.request(&send); err != nil {
-			return nil, err, false
+		if resend {
+			w.enc.b = beginFrame(w.enc.b[:0])
+			if err := w.enc.request(&send); err != nil {
+				return nil, err, false
+			}
+			if err := writeFrame(w.w, w.enc.b); err != nil {
+				return nil, fmt.Errorf("sending the request: %w", err), true
+			}
+			if send.chart != nil {
+				w.known[req.digest] = true
+				w.chartsSent++
+			}
 		}
-		if err := writeFrame(w.w, w.enc.b); err != nil {
-			return nil, fmt.Errorf("sending the request: %w", err), true
-		}
-		if send.chart != nil {
-			w.known[req.digest] = true
-			w.chartsSent++
-		}
+		resend = true
 		frame, err := readFrame(w.r, &w.buf, maxMessage)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -397,6 +415,16 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 		resp, err := d.response(req.op)
 		if err != nil {
 			return nil, fmt.Errorf("reading the answer: %w", err), true
+		}
+		if resp.status == statusLookup {
+			if req.opts.Lookup == nil {
+				return nil, errors.New("reading the answer: the worker looked an object up for a render that may not"), true
+			}
+			if err := w.answer(req.opts.Lookup, resp.question); err != nil {
+				return nil, err, true
+			}
+			resend = false // the request stands: what comes next is its answer, or another question
+			continue
 		}
 		if cap(w.buf) > 4<<20 {
 			w.buf = nil
@@ -412,6 +440,25 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 		}
 		send.chart = req.chart
 	}
+}
+
+// answer answers the worker's question with lookup. A lookup's own error goes to the
+// worker, whose render fails with it; only a pipe that fails is an error here.
+func (w *worker) answer(lookup policies.Lookup, q lookupQuestion) error {
+	obj, err := lookup(q.apiVersion, q.kind, q.namespace, q.name)
+	a := &lookupAnswer{object: obj}
+	if err != nil {
+		a = &lookupAnswer{errMsg: err.Error()}
+	}
+	w.enc.b = beginFrame(w.enc.b[:0])
+	if err := w.enc.lookupAnswer(a); err != nil {
+		w.enc.b = beginFrame(w.enc.b[:0])
+		_ = w.enc.lookupAnswer(&lookupAnswer{errMsg: fmt.Sprintf("lookup %s %s: %v", q.apiVersion, q.kind, err)})
+	}
+	if err := writeFrame(w.w, w.enc.b); err != nil {
+		return fmt.Errorf("answering the worker's lookup: %w", err)
+	}
+	return nil
 }
 
 // stop kills the worker's process group and reaps it; it says how the worker ended.

@@ -97,7 +97,9 @@ type workerState struct {
 	schemas *policies.JSONSchemaValidator
 }
 
-// Serve answers the requests read from in, one at a time, on out until in ends.
+// Serve answers the requests read from in, one at a time, on out until in ends. A
+// render that looks objects up asks for each on out (statusLookup) and reads the
+// answer from in before it goes on.
 func Serve(in io.Reader, out io.Writer) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	bw := bufio.NewWriterSize(out, 64<<10)
@@ -114,6 +116,9 @@ func Serve(in io.Reader, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("reading a request: %w", err)
 		}
+		if req.opts.Lookup != nil {
+			req.opts.Lookup = askParent(br, bw)
+		}
 		resp := st.handle(req)
 		e.b = beginFrame(e.b[:0])
 		if err := e.response(req.op, resp); err != nil {
@@ -129,6 +134,37 @@ func Serve(in io.Reader, out io.Writer) error {
 		if cap(buf) > 4<<20 {
 			buf = nil
 		}
+	}
+}
+
+// askParent is the Lookup of a render in the worker: each lookup is a question on out
+// and an answer read from in, on buffers of its own (the request's chart and values
+// stay where they were decoded).
+func askParent(in *bufio.Reader, out *bufio.Writer) policies.Lookup {
+	var e encoder
+	var buf []byte
+	return func(apiVersion, kind, namespace, name string) (map[string]any, error) {
+		e.b = beginFrame(e.b[:0])
+		q := &response{status: statusLookup, question: lookupQuestion{apiVersion: apiVersion, kind: kind, namespace: namespace, name: name}}
+		if err := e.response(opRenderFiles, q); err != nil {
+			return nil, err
+		}
+		if err := writeFrame(out, e.b); err != nil {
+			return nil, fmt.Errorf("lookup %s %s: asking Compositor: %w", apiVersion, kind, err)
+		}
+		frame, err := readFrame(in, &buf, maxMessage)
+		if err != nil {
+			return nil, fmt.Errorf("lookup %s %s: reading Compositor's answer: %w", apiVersion, kind, err)
+		}
+		d := decoder{b: frame}
+		a, err := d.lookupAnswer()
+		if err != nil {
+			return nil, fmt.Errorf("lookup %s %s: reading Compositor's answer: %w", apiVersion, kind, err)
+		}
+		if a.errMsg != "" {
+			return nil, errors.New(a.errMsg)
+		}
+		return a.object, nil
 	}
 }
 
@@ -155,6 +191,12 @@ func (st *workerState) handle(req *request) (resp *response) {
 			return errorResponse(err)
 		}
 		return &response{status: statusOK, objects: objs}
+	case opRenderFiles:
+		files, err := policies.RenderFiles(ch, req.spec, req.opts)
+		if err != nil {
+			return errorResponse(err)
+		}
+		return &response{status: statusOK, files: files}
 	default:
 		vs, err := st.schemas.ValidateValues(context.Background(), ch, req.digest, req.spec)
 		if err != nil {

@@ -277,6 +277,7 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 				r.Describe(def, ch.chart, ch.digest)
 			}
 			r.Installed = installed(obj)
+			r.Revision = policies.NextRevision(obj.Object)
 			p.evaluateComposition(ctx, obj, r, def == nil || r.Chart != nil)
 		}
 		return nil
@@ -336,7 +337,7 @@ func (p *auditPass) evaluateComposition(ctx context.Context, obj *unstructured.U
 		}
 	}
 	compositionsAudited.WithLabelValues("judged").Inc()
-	found := p.Engine.Evaluate(policies.WithLane(ctx, policies.CompositionsLane(obj.GetNamespace())), r)
+	found := p.Engine.Evaluate(policies.ForPurpose(policies.WithLane(ctx, policies.CompositionsLane(obj.GetNamespace())), policies.PurposeAudit), r)
 	if digested && keep {
 		v := verdict{inputs: inputs, engine: p.engine, found: found}
 		if slices.ContainsFunc(found, func(v policies.Violation) bool { return v.Failed }) {

@@ -47,6 +47,13 @@ func (s *countingSandbox) Render(ctx context.Context, _ string, ch *chart.Chart,
 	return policies.Render(ch, spec, opts)
 }
 
+func (s *countingSandbox) RenderFiles(ctx context.Context, _ string, ch *chart.Chart, _ string, spec map[string]any, opts policies.RenderOptions) (map[string]string, error) {
+	s.mu.Lock()
+	s.renders = append(s.renders, sandboxRender{lane: policies.LaneOf(ctx), opts: opts})
+	s.mu.Unlock()
+	return policies.RenderFiles(ch, spec, opts)
+}
+
 func (s *countingSandbox) ValidateValues(context.Context, string, *chart.Chart, string, map[string]any) ([]policies.Violation, error) {
 	return nil, nil
 }

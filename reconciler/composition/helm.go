@@ -1,6 +1,7 @@
 package composition
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v4/pkg/action"
@@ -30,7 +32,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/compositor-dev/compositor/api/vocab"
-	"github.com/compositor-dev/compositor/generators"
+	"github.com/compositor-dev/compositor/policies"
 )
 
 // Helm writes the objects of a release as vocab.FieldManager, whatever the binary's
@@ -49,7 +51,8 @@ type Helm struct {
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 	log       logr.Logger
-	live      *objectsClient // reads the objects of releases (health.go)
+	live      *objectsClient                // reads the objects of releases (health.go)
+	caps      *policies.ClusterCapabilities // the cluster's, for the charts' .Capabilities
 }
 
 // NewHelm returns Helm acting as the user of cfg, reading and writing release records
@@ -67,6 +70,7 @@ func NewHelm(cfg *rest.Config, seal *ReleaseSeal, log logr.Logger) (*Helm, error
 		mapper:    restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil),
 		log:       log,
 		live:      &objectsClient{},
+		caps:      policies.NewClusterCapabilities(cached),
 	}, nil
 }
 
@@ -74,7 +78,7 @@ func NewHelm(cfg *rest.Config, seal *ReleaseSeal, log logr.Logger) (*Helm, error
 // what the API server serves is the same for every user, and each copy of it costs
 // memory in proportion to the number of kinds served.
 func (h *Helm) As(cfg *rest.Config) *Helm {
-	return &Helm{config: rest.CopyConfig(cfg), seal: h.seal, discovery: h.discovery, mapper: h.mapper, log: h.log, live: &objectsClient{}}
+	return &Helm{config: rest.CopyConfig(cfg), seal: h.seal, discovery: h.discovery, mapper: h.mapper, log: h.log, live: &objectsClient{}, caps: h.caps}
 }
 
 // Getter returns the RESTClientGetter Helm uses for releases in namespace.
@@ -229,10 +233,18 @@ type InstallOptions struct {
 	// Gate sees the manifests before anything is applied, and the hooks before each
 	// is created, and may refuse them; nil checks nothing.
 	Gate *installGate
+	// Digest is the chart's content digest, by which a sandbox worker keeps it; empty
+	// sends the chart to a worker that does not have it.
+	Digest string
+	// RenderTimeout bounds the render (policies.DefaultTimeout when zero).
+	RenderTimeout time.Duration
 }
 
-// UpgradeInstall installs the release, or upgrades it when it exists, with a fresh copy
-// of ch (Helm writes into the charts it installs). Helm's own values-schema check is
+// UpgradeInstall installs the release, or upgrades it when it exists. The chart is
+// rendered once, bounded, in the sandbox, with the inputs Helm's own render would have
+// (render.go), and Helm applies that render: a template that runs past its deadline,
+// its memory or the bound on rendered bytes is refused (a GateError with
+// ReasonRenderRefused) before anything happens. Helm's own values-schema check is
 // off: it would load the schema's $refs from anywhere; the caller has validated the
 // values with Compositor's validator, which loads nothing. An install or upgrade, once
 // started, runs to its end even when ctx is cancelled (Compositor stopping): Helm's
@@ -240,7 +252,9 @@ type InstallOptions struct {
 // the release, and leaves the release pending. Helm's check of the manifests against
 // the OpenAPI schema is off too: the API server refuses their unknown fields itself
 // (strictFieldValidation). The chart's crds/ directory is never installed: CRDs are
-// cluster-wide, and compositions never create them.
+// cluster-wide, and compositions never create them. An upgrade takes the values it
+// is given and nothing of the last release's (ResetValues): the composition's spec is
+// the whole of them, an empty one too.
 //
 // Objects are applied server-side, as vocab.FieldManager, forcing conflicts: the chart
 // is the truth of the fields it sets, as it was with Helm 3's three-way merge, and the
@@ -253,16 +267,26 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	if err != nil {
 		return "", nil, err
 	}
-	fresh, err := generators.CopyChart(ch)
-	if err != nil {
-		return "", nil, err
-	}
 	last := opts.Last
 	// A first install that failed is upgraded: Helm upgrades from a failed revision
 	// when none is deployed, and keeps the objects the failed install created (those of
 	// an install that was interrupted, say). Unless the chart has install hooks, which
 	// only an install runs: then the release is installed again.
-	if last == nil || (last.Version == 1 && last.Info.Status == releasecommon.StatusFailed && hasInstallHooks(last)) {
+	installs := last == nil || (last.Version == 1 && last.Info.Status == releasecommon.StatusFailed && hasInstallHooks(last))
+	render := policies.RenderOptions{ReleaseName: name, Namespace: namespace, IsUpgrade: !installs, Revision: 1}
+	if !installs {
+		render.Revision = last.Version + 1
+	}
+	if render.Capabilities, err = h.capabilities(); err != nil {
+		return "", nil, err
+	}
+	cfg.Capabilities = render.Capabilities
+	render.Lookup = h.lookup(ctx, namespace, opts.ClusterResources)
+	fresh, err := h.render(ctx, ch, opts, values, render)
+	if err != nil {
+		return "", nil, err
+	}
+	if installs {
 		if last != nil {
 			gated(cfg, opts.Gate.forUninstall(), name)
 			if _, err := uninstaller(cfg).Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
@@ -271,6 +295,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 			if cfg, err = h.Actions(namespace, opts.ClusterResources...); err != nil {
 				return "", nil, err
 			}
+			cfg.Capabilities = render.Capabilities
 		}
 		gated(cfg, opts.Gate, name)
 		install := action.NewInstall(cfg)
@@ -291,6 +316,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.MaxHistory = namespace, maxReleaseHistory
 	upgrade.SkipSchemaValidation = true
+	upgrade.ResetValues = true
 	upgrade.DisableOpenAPIValidation = true // the API server validates: strictFieldValidation
 	upgrade.ServerSideApply, upgrade.ForceConflicts = "true", true
 	upgrade.WaitStrategy = kube.HookOnlyStrategy
@@ -301,6 +327,37 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	}
 	upgraded, err := asRelease(rel)
 	return Upgraded, upgraded, err
+}
+
+// render renders ch with values for the release render names, bounded, and gives the
+// chart Helm applies (prerendered). A render stopped at a bound is refused
+// (ReasonRenderRefused); one that could not start (the lane's workers busy, the
+// controller stopping) is an error to try again; any other is the chart's own error.
+func (h *Helm) render(ctx context.Context, ch *chart.Chart, opts InstallOptions, values map[string]any, render policies.RenderOptions) (*chart.Chart, error) {
+	timeout := cmp.Or(opts.RenderTimeout, policies.DefaultTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	files, err := policies.RenderFilesWithDeadline(rctx, ch, opts.Digest, values, render)
+	var limit *policies.LimitError
+	switch {
+	case err == nil:
+	case errors.Is(err, policies.ErrNotStarted), ctx.Err() != nil:
+		// Nothing is known of this render: the namespace's workers were busy, or the
+		// controller is stopping. Tried again with the queue's backoff, never refused.
+		return nil, fmt.Errorf("rendering chart %s: %w", ch.Name(), err)
+	case errors.Is(err, policies.ErrDeadline):
+		return nil, &GateError{Reason: ReasonRenderRefused, Message: fmt.Sprintf("nothing was installed: rendering the chart with these values did not finish within %s (--policy-timeout): %s",
+			timeout, strings.TrimPrefix(err.Error(), policies.ErrDeadline.Error()+": "))}
+	case errors.As(err, &limit), errors.Is(err, policies.ErrWorkerFailed):
+		return nil, &GateError{Reason: ReasonRenderRefused, Message: "nothing was installed: rendering the chart with these values went past a bound: " + err.Error()}
+	default:
+		return nil, fmt.Errorf("rendering chart %s %s: %w", ch.Name(), ch.Metadata.Version, err)
+	}
+	fresh, err := prerendered(ch, files)
+	if errors.Is(err, errNoValue) {
+		return nil, &GateError{Reason: ReasonRenderRefused, Message: "nothing was installed: " + err.Error()}
+	}
+	return fresh, err
 }
 
 // gated puts gate in front of what cfg's actions apply to release name: in Helm's

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/kube"
@@ -424,37 +425,12 @@ func (r *Reconciler) validateValues(ctx context.Context, request *policies.Reque
 	return nil
 }
 
-// renderBounded renders the chart with the values about to be installed where a
-// runaway stops (the sandbox, policies.RenderWithDeadline), before Helm renders them
-// in this process, where nothing can stop it: a template that loops on a value, or
-// renders past the bound of rendered bytes, or takes a worker's memory, is refused
-// with ReasonRenderRefused and costs no more than the deadline. Helm renders the same
-// chart and values as the sandbox did; only lookup can tell them apart, and it reads
-// nothing outside the namespace. Other render errors are Helm's to report.
-func (r *Reconciler) renderBounded(ctx context.Context, w work, namespace string, upgrade bool) error {
-	timeout := policies.DefaultTimeout
+// renderTimeout bounds the render of an install: the policies' deadline.
+func (r *Reconciler) renderTimeout() time.Duration {
 	if r.Checker != nil && r.Checker.Engine != nil {
-		timeout = r.Checker.Engine.Timeout()
+		return r.Checker.Engine.Timeout()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	_, err := policies.RenderWithDeadline(ctx, w.chart, w.digest, w.values, policies.RenderOptions{ReleaseName: w.release, Namespace: namespace, IsUpgrade: upgrade})
-	var limit *policies.LimitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, policies.ErrNotStarted), ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		// Nothing is known of this render: the namespace's workers were busy, or the
-		// controller is stopping. Tried again with the queue's backoff, never refused.
-		return fmt.Errorf("rendering the chart before installing it: %w", err)
-	case errors.Is(err, policies.ErrDeadline):
-		return &GateError{Reason: ReasonRenderRefused, Message: fmt.Sprintf("nothing was installed: rendering the chart with these values did not finish within %s (--policy-timeout): %s",
-			timeout, strings.TrimPrefix(err.Error(), policies.ErrDeadline.Error()+": "))}
-	case errors.As(err, &limit), errors.Is(err, policies.ErrWorkerFailed):
-		return &GateError{Reason: ReasonRenderRefused, Message: "nothing was installed: rendering the chart with these values went past a bound: " + err.Error()}
-	default:
-		return nil
-	}
+	return policies.DefaultTimeout
 }
 
 // identityNamespace is Compositor's own namespace, as the controller knows it: where
@@ -513,9 +489,9 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 	release := c.gate.awaitsManifest
 	c.mu.Unlock()
 	if release {
-		// Helm's own render ran in this process; what it gives may still not pass
-		// the bound the sandbox's render keeps to (a template can tell the two renders
-		// apart: lookup, the revision, the capabilities).
+		// Helm applies the sandbox's render (render.go), which kept to the bound;
+		// what Helm adds to it (its "# Source:" framing aside) is checked again here,
+		// where it is handed to the cluster.
 		name := c.gate.release
 		if req := c.gate.request; req != nil && req.Chart != nil {
 			name = req.Chart.Name()

@@ -220,8 +220,9 @@ func (r *Reconciler) lastRevision(ctx context.Context, obj *unstructured.Unstruc
 }
 
 // upgrade installs w on s, or upgrades last to it, through the install gate: the values
-// pass the chart's schema, the chart renders with them within bounds in the sandbox,
-// and every object Helm hands to the API server passes the policies.
+// pass the chart's schema, the chart renders with them within bounds in the sandbox
+// (the one render, which Helm applies: render.go), and every object Helm hands to the
+// API server passes the policies.
 func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, scope clusterScope, last *release.Release) (attempt, *release.Release) {
 	namespace := obj.GetNamespace()
 	operation := "CREATE"
@@ -246,14 +247,6 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	if err := r.validateValues(ctx, request); err != nil {
 		return r.refused(obj, s, err), nil
 	}
-	if err := r.renderBounded(ctx, w, namespace, last != nil); err != nil {
-		if _, refused := asGateError(err); !refused {
-			return failed(ReasonInstallFailed, fmt.Errorf("%w%s", err, s.on())), nil
-		}
-		a := r.refused(obj, s, err)
-		a.requeue = retryRunaway
-		return a, nil
-	}
 	if s.bind != nil {
 		if err := s.bind(ctx, namespace); err != nil {
 			return failed(ReasonBindFailed, err), nil
@@ -268,9 +261,16 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		Labels:           releaseLabels(obj, w, s),
 		ClusterResources: scope.resources,
 		Gate:             gate,
+		Digest:           w.digest,
+		RenderTimeout:    r.renderTimeout(),
 	})
 	if err != nil && gate.refusal != nil {
 		return r.refused(obj, s, gate.refusal), nil
+	}
+	if refusal, refused := asGateError(err); refused && refusal.Reason == ReasonRenderRefused {
+		a := r.refused(obj, s, err)
+		a.requeue = retryRunaway
+		return a, nil
 	}
 	if err != nil {
 		err = fmt.Errorf("%w%s", err, s.on())

@@ -32,6 +32,7 @@ func newSandboxWorkerCommand() *cobra.Command {
 // run in worker processes, so that work past its deadline stops; when this executable
 // cannot serve as a worker (a test binary without sandbox.Main), they stay in-process.
 func setupSandbox() error {
+	rendersOnce.Do(func() { ctrlmetrics.Registry.MustRegister(policies.RendersTotal) })
 	if !sandbox.SelfServes() {
 		ctrl.Log.WithName("sandbox").Info("renders and schema checks run in-process: this executable cannot start sandbox workers (no sandbox.Main)")
 		return nil
@@ -45,7 +46,7 @@ func setupSandbox() error {
 	return nil
 }
 
-var sandboxMetricsOnce sync.Once
+var sandboxMetricsOnce, rendersOnce sync.Once
 
 // registerSandboxMetrics shows the workers on /metrics: how many started and were
 // killed (at a deadline, or after dying), and how many run.

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -277,12 +279,17 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	if err != nil {
 		return nil, err
 	}
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("creating a discovery client for the charts' .Capabilities: %w", err)
+	}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
 		ReleaseNames: releaseNames,
 		Cached:       mgr.GetClient(),
 		Live:         mgr.GetAPIReader(),
 		Checker:      checker,
 		Charts:       charts,
+		Capabilities: policies.NewClusterCapabilities(memory.NewMemCacheClient(dc)),
 		// Creates SubjectAccessReviews, never cached.
 		Authorizer:      authorizer,
 		Users:           users,

@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/compositor-dev/compositor/cmd/compositor/app"
+	"github.com/compositor-dev/compositor/test/controlplane"
+)
+
+// tplChart is chart tells 0.1.0: a ConfigMap whose note is a value passed through tpl,
+// as Bitnami's common.tplvalues.render passes extraDeploy and friends: the value is a
+// template of its own, which sees what the chart's templates see.
+func tplChart() *chart.Chart {
+	return &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "tells", Version: "0.1.0"},
+		Values:   map[string]any{"note": "hello", "round": 0},
+		Schema:   []byte(`{"type":"object","properties":{"note":{"type":"string"},"round":{"type":"integer"}},"additionalProperties":false}`),
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ .Release.Name }}}
+data:
+  note: {{ tpl .Values.note . | quote }}
+  round: {{ .Values.round | quote }}
+  revision: {{ .Release.Revision | quote }}
+`)}},
+	}
+}
+
+// loop is a template that runs about a billion empty iterations: minutes of CPU.
+const loop = `{{ range until 1000 }}{{ range until 1000 }}{{ range until 1000 }}{{ end }}{{ end }}{{ end }}`
+
+// Issue 47: a template can tell the renders of an install apart — by the revision,
+// install or upgrade, what lookup finds, what the cluster serves — so a value that
+// loops only in the render Helm applies would, with Helm rendering in Compositor's
+// process, cost that process the whole loop. The install renders once, in the sandbox,
+// with Helm's real inputs, and Helm applies that render: each variant is stopped at
+// the deadline in a worker and refused with the reason (RenderRefused), installs
+// nothing new, and costs Compositor's own process (this test's, where it runs) little
+// CPU per write. Another namespace's installs meanwhile are timed and logged.
+func TestTemplatesThatTellRendersApartStopInTheSandbox(t *testing.T) {
+	cp := controlplane.Start(t)
+	startCompositor(t, cp, func(o *app.ServeOptions) { o.Controllers = app.ControllersInProcess })
+	applyDefinition(t, cp, serveCharts(t, tplChart()).URL, "tells", "tells", "0.1.0")
+	ctx := context.Background()
+	for _, ns := range []string{"team-a", "team-b"} {
+		res := cp.Kubectl(ctx, "", "create", "namespace", ns)
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	trigger := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trigger", Namespace: "team-a"}, Data: map[string]string{"flag": "on"}}
+	require.NoError(t, cp.Client.Create(ctx, trigger))
+
+	applied := func(namespace, name, note string, round int) error {
+		manifest := fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Tells\nmetadata: {name: %s, namespace: %s}\nspec:\n  note: %q\n  round: %d\n", name, namespace, note, round)
+		if res := cp.Kubectl(ctx, manifest, "apply", "-f", "-"); res.Err != nil {
+			return fmt.Errorf("%s/%s is admitted (no rendered policy is in force): %w: %s", namespace, name, res.Err, res.Stderr)
+		}
+		return nil
+	}
+	apply := func(namespace, name, note string, round int) {
+		t.Helper()
+		require.NoError(t, applied(namespace, name, note, round))
+	}
+	ready := func(namespace, name string) string { return readyCondition(t, cp, "tells", namespace, name) }
+	installed := func(namespace, name string, round int) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			cm := &corev1.ConfigMap{}
+			if assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
+				assert.Equal(c, fmt.Sprint(round), cm.Data["round"])
+			}
+			assert.True(c, strings.HasPrefix(ready(namespace, name), "True "), ready(namespace, name))
+		}, 2*time.Minute, 50*time.Millisecond, "%s/%s round %d is installed", namespace, name, round)
+	}
+
+	// Each variant loops only where the admission-time render (revision 1, an install
+	// or an upgrade by the operation, Helm's default capabilities, lookup finding
+	// nothing) does not.
+	variants := []struct {
+		name, note string
+		// installs: the first install passes, and an upgrade is what loops.
+		installsFirst bool
+	}{
+		{"revision", `{{ if gt (int .Release.Revision) 1 }}` + loop + `{{ end }}ok`, true},
+		{"upgrade", `{{ if .Release.IsUpgrade }}` + loop + `{{ end }}ok`, true},
+		{"install", `{{ if .Release.IsInstall }}` + loop + `{{ end }}ok`, false},
+		{"lookup", `{{ if lookup "v1" "ConfigMap" .Release.Namespace "trigger" }}` + loop + `{{ end }}ok`, false},
+		{"capabilities", `{{ if .Capabilities.APIVersions.Has "composition.krateo.io/v0-1-0/Tells" }}` + loop + `{{ end }}ok`, false},
+	}
+	var quiet, attacked []time.Duration
+	writeB := func(phase string, n int, into *[]time.Duration) {
+		for i := range n {
+			name := fmt.Sprintf("b-%s-%d", phase, i)
+			start := time.Now()
+			apply("team-b", name, "plain", 1)
+			installed("team-b", name, 1)
+			*into = append(*into, time.Since(start))
+		}
+	}
+	writeB("quiet", 8, &quiet)
+
+	selfCPU := func() time.Duration {
+		var u syscall.Rusage
+		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &u))
+		return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+	}
+	idleStart, idleCPU := time.Now(), selfCPU()
+	time.Sleep(3 * time.Second)
+	idleRate := float64(selfCPU()-idleCPU) / float64(time.Since(idleStart))
+
+	for _, v := range variants {
+		if v.installsFirst {
+			apply("team-a", v.name, v.note, 1)
+			installed("team-a", v.name, 1)
+		}
+	}
+	refused := func(round int) {
+		t.Helper()
+		for _, v := range variants {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				got := ready("team-a", v.name)
+				assert.True(c, strings.HasPrefix(got, "False RenderRefused "), got)
+				assert.Contains(c, got, "was stopped at the deadline")
+			}, 2*time.Minute, 50*time.Millisecond, "team-a's %s loop of round %d is refused", v.name, round)
+			cm := &corev1.ConfigMap{}
+			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: v.name}, cm)
+			if v.installsFirst {
+				require.NoError(t, err)
+				assert.Equal(t, "1", cm.Data["round"], "team-a's %s: the refused upgrade changed nothing", v.name)
+			} else {
+				assert.Error(t, err, "team-a's %s installed nothing", v.name)
+			}
+		}
+	}
+
+	// The loops alone: what each costs Compositor's process beyond what it spends idle.
+	start, cpu := time.Now(), selfCPU()
+	for _, v := range variants {
+		apply("team-a", v.name, v.note, 2) // an upgrade for the first two, an install for the rest
+	}
+	refused(2)
+	spent, elapsed := selfCPU()-cpu, time.Since(start)
+	beyondIdle := spent - time.Duration(idleRate*float64(elapsed))
+	perWrite := beyondIdle / time.Duration(len(variants))
+	t.Logf("Compositor's process: %s of CPU over %s (idle: %.0f ms/s), %s beyond idle for %d writes whose loops were refused: %s a write (its sandbox workers are other processes)",
+		spent.Round(time.Millisecond), elapsed.Round(time.Millisecond), idleRate*1000, beyondIdle.Round(time.Millisecond), len(variants), perWrite.Round(time.Millisecond))
+	assert.Less(t, perWrite, 100*time.Millisecond, "no loop ran in Compositor's process (one would take seconds)")
+
+	// Another namespace's installs while team-a writes its loops again, every second.
+	loopsCtx, stopLoops := context.WithCancel(ctx)
+	looped := make(chan int)
+	go func() {
+		round := 2
+		defer func() { looped <- round }()
+		for loopsCtx.Err() == nil {
+			round++
+			for _, v := range variants {
+				if err := applied("team-a", v.name, v.note, round); err != nil {
+					t.Error(err)
+				}
+			}
+			select {
+			case <-loopsCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	writeB("attacked", 8, &attacked)
+	stopLoops()
+	refused(<-looped)
+	t.Logf("team-b, %d installs without the loops: p50 %s, p99 %s", len(quiet), latencyPercentile(quiet, 50), latencyPercentile(quiet, 99))
+	t.Logf("team-b, %d installs while team-a wrote its %d loops again every second: p50 %s, p99 %s", len(attacked), len(variants), latencyPercentile(attacked, 50), latencyPercentile(attacked, 99))
+
+	// What Helm applied is the sandbox's render of the real inputs: the revision
+	// reaches the ConfigMap as the release records it.
+	apply("team-b", "b-quiet-0", "plain", 2)
+	installed("team-b", "b-quiet-0", 2)
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "b-quiet-0"}, cm))
+	assert.Equal(t, "2", cm.Data["revision"])
+}
