@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -284,8 +285,9 @@ func (k *Runtime) enqueueAll() {
 	for key, v := range k.versions.All() {
 		for _, item := range v.informer.Store().List() {
 			if obj, err := meta.Accessor(item); err == nil {
-				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}})
-				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
+				k.enqueue(true,
+					request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}},
+					request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
 			}
 		}
 	}
@@ -333,7 +335,7 @@ func (k *Runtime) SetFormerIdentity(namespace, plural, version string, former bo
 		for _, item := range v.informer.Store().List() {
 			if obj, err := meta.Accessor(item); err == nil && !seen[obj.GetNamespace()] {
 				seen[obj.GetNamespace()] = true
-				k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
+				k.enqueue(true, request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
 			}
 		}
 	}
@@ -458,13 +460,13 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 // its namespace's release binding when it comes or goes (a relabelled one leaves this
 // version's informer).
 func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.ResourceEventHandler {
-	enqueueComposition := func(obj client.Object) {
+	enqueueComposition := func(obj client.Object, low bool) {
 		if !bindingsOnly {
-			k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
+			k.enqueue(low, request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
 		}
 	}
-	enqueueBinding := func(obj client.Object) {
-		k.queue.Add(request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
+	enqueueBinding := func(obj client.Object, low bool) {
+		k.enqueue(low, request{Version: key, NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace()}, Binding: true})
 	}
 	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{},
 		predicate.LabelChangedPredicate{}, composition.DeletionStarted{}, composition.Resynced{})
@@ -473,18 +475,22 @@ func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.Resource
 		// status.clusters, and the leader's finalizer lets the others install.
 		changed = predicate.Or(changed, composition.PlacementProgressed{})
 	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
 			if o, ok := obj.(client.Object); ok {
-				enqueueBinding(o)
-				enqueueComposition(o)
+				// What the informer lists when it starts is a backlog: a version
+				// served anew, or Compositor starting.
+				enqueueBinding(o, isInInitialList)
+				enqueueComposition(o, isInInitialList)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
 			before, okOld := oldObj.(client.Object)
 			after, okNew := newObj.(client.Object)
 			if okOld && okNew && changed.Update(event.TypedUpdateEvent[client.Object]{ObjectOld: before, ObjectNew: after}) {
-				enqueueComposition(after)
+				// A resync (the same resourceVersion) is periodic work; a change is
+				// someone's.
+				enqueueComposition(after, before.GetResourceVersion() == after.GetResourceVersion())
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -492,10 +498,26 @@ func (k *Runtime) handler(key VersionKey, bindingsOnly bool) toolscache.Resource
 				obj = tombstone.Obj
 			}
 			if o, ok := obj.(client.Object); ok {
-				enqueueBinding(o)
-				enqueueComposition(o)
+				enqueueBinding(o, false)
+				enqueueComposition(o, false)
 			}
 		},
+	}
+}
+
+// enqueue adds reqs to the controller's queue. Work nobody is waiting for (low: an
+// informer's first list, a resync, a sweep of every composition) goes at
+// controller-runtime's low priority, so that a composition someone just created,
+// changed or deleted — a new definition's first ones too — is not reconciled after a
+// backlog of thousands (the controller's queue is controller-runtime's priority
+// queue, its default).
+func (k *Runtime) enqueue(low bool, reqs ...request) {
+	if pq, ok := k.queue.(priorityqueue.PriorityQueue[request]); ok && low {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reqs...)
+		return
+	}
+	for _, req := range reqs {
+		k.queue.Add(req)
 	}
 }
 
@@ -566,7 +588,7 @@ func (k *Runtime) ClustersChanged() {
 			_, placed := obj.GetAnnotations()[vocab.AnnotationPlacement]
 			_, wasPlaced, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "clusters")
 			if placed || wasPlaced {
-				k.queue.Add(request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
+				k.enqueue(true, request{Version: key, NamespacedName: client.ObjectKeyFromObject(obj)})
 			}
 		}
 	}
