@@ -96,6 +96,27 @@ $(UNSEALED_COMPOSITOR_STAMP):
 	cd "$$tmp" && go build -o $(UNSEALED_COMPOSITOR) ./cmd/compositor
 	rm -f $(BIN)/unsealed/.compositor-* && touch $@
 
+# The last Compositor before identities moved to its namespace (issue #46): a version's
+# controller ServiceAccount <plural>-<version>-controller lived in the definition's
+# namespace. test/e2e's TestUpgradeFromPreIdentityCompositor upgrades in place from it.
+PREIDENTITY_COMPOSITOR_COMMIT ?= 9b9a52f9bee267cabe499cc6513d1af223e1b7cb
+PREIDENTITY_COMPOSITOR := $(BIN)/preidentity/compositor
+PREIDENTITY_COMPOSITOR_STAMP := $(BIN)/preidentity/.compositor-$(PREIDENTITY_COMPOSITOR_COMMIT)
+
+.PHONY: compositor-preidentity
+compositor-preidentity: $(PREIDENTITY_COMPOSITOR_STAMP) ## Build the last Compositor before identities moved (PREIDENTITY_COMPOSITOR_COMMIT) into bin/preidentity/compositor
+
+$(PREIDENTITY_COMPOSITOR_STAMP):
+	@git -C $(CURDIR) cat-file -e '$(PREIDENTITY_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
+	  echo "commit $(PREIDENTITY_COMPOSITOR_COMMIT) (PREIDENTITY_COMPOSITOR_COMMIT, the last Compositor before identities moved) is not in this clone:"; \
+	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
+	  exit 1; }
+	@echo "Building the Compositor of commit $(PREIDENTITY_COMPOSITOR_COMMIT) into $(PREIDENTITY_COMPOSITOR)"
+	mkdir -p $(BIN)/preidentity; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git -C $(CURDIR) archive $(PREIDENTITY_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
+	cd "$$tmp" && go build -o $(PREIDENTITY_COMPOSITOR) ./cmd/compositor
+	rm -f $(BIN)/preidentity/.compositor-* && touch $@
+
 .PHONY: generate
 generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -164,7 +185,7 @@ MODULE := github.com/compositor-dev/compositor
 E2E_PACKAGE := $(MODULE)/test/e2e
 CONTROL_PLANE_PACKAGES := $(MODULE)/test/controlplane sigs.k8s.io/controller-runtime/pkg/envtest
 # The older Compositor builds that test/e2e's upgrade tests start from.
-OLDER_COMPOSITORS := compositor-helm3 compositor-unsealed
+OLDER_COMPOSITORS := compositor-helm3 compositor-unsealed compositor-preidentity
 
 # Prints "TIER ./path" for each of WHAT's packages that has tests (unit, integration, e2e).
 list-tiers = go list -test -f '{{if not .ForTest}}{{.ImportPath}} {{join .Deps " "}}{{end}}' $(WHAT) | \
@@ -198,7 +219,7 @@ exit $$status
 endef
 
 .PHONY: test
-test: control-plane compositor-helm3 compositor-unsealed ## Every tier: vet; unit, integration and e2e in one go test run with the race detector; fuzz each target briefly; then test-node
+test: control-plane compositor-helm3 compositor-unsealed compositor-preidentity ## Every tier: vet; unit, integration and e2e in one go test run with the race detector; fuzz each target briefly; then test-node
 	go vet $(WHAT)
 	$(call go-test,unit integration e2e)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(SMOKE_FUZZTIME)
