@@ -5,6 +5,8 @@ package audit
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -90,6 +93,9 @@ type Auditor struct {
 	Charts DefinitionCharts
 	// Interval is the time between the end of one pass and the start of the next.
 	Interval time.Duration
+	// Capabilities are the cluster's, which compositions render with as their next
+	// upgrade would; nil renders with Helm's defaults.
+	Capabilities *policies.ClusterCapabilities
 
 	// verdicts are what earlier passes found of each composition, and from what: a
 	// composition whose inputs are unchanged is not judged again (see verdicts).
@@ -132,6 +138,13 @@ func (a *Auditor) Audit(ctx context.Context) error {
 		}
 	}
 	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}, seen: map[types.UID]bool{}, engine: a.Engine.Version()}
+	if a.Capabilities != nil {
+		caps, err := a.Capabilities.Get()
+		if err != nil {
+			return err
+		}
+		pass.capabilities, pass.capabilitiesDigest = caps, capabilitiesDigest(caps)
+	}
 	if err := pass.run(ctx); err != nil {
 		return err
 	}
@@ -146,8 +159,12 @@ func (a *Auditor) Audit(ctx context.Context) error {
 // auditPass is the state of one pass.
 type auditPass struct {
 	*Auditor
-	findings        *auditFindings
-	namespaceLabels map[string]map[string]string
+	// capabilities are the cluster's for this pass; capabilitiesDigest tells them
+	// apart, so that a verdict found under others is judged again.
+	capabilities       *chartcommon.Capabilities
+	capabilitiesDigest string
+	findings           *auditFindings
+	namespaceLabels    map[string]map[string]string
 	// definitions by namespace/name, as the API server has them.
 	definitions []corev1alpha1.CompositionDefinition
 	// charts by namespace/name@digest of the definition's version (chart).
@@ -278,6 +295,7 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 			}
 			r.Installed = installed(obj)
 			r.Revision = policies.NextRevision(obj.Object)
+			r.Capabilities = p.capabilities
 			p.evaluateComposition(ctx, obj, r, def == nil || r.Chart != nil)
 		}
 		return nil
@@ -327,7 +345,7 @@ func (p *auditPass) request(obj *unstructured.Unstructured, resource string) *po
 func (p *auditPass) evaluateComposition(ctx context.Context, obj *unstructured.Unstructured, r *policies.Request, keep bool) {
 	uid := obj.GetUID()
 	p.seen[uid] = true
-	inputs, digested := inputsOf(obj.Object, r.NamespaceLabels, r)
+	inputs, digested := inputsOf(obj.Object, r.NamespaceLabels, r, p.capabilitiesDigest)
 	now := time.Now()
 	if digested {
 		if found, ok := p.verdicts.recall(uid, inputs, p.engine, now); ok {
@@ -346,6 +364,16 @@ func (p *auditPass) evaluateComposition(ctx context.Context, obj *unstructured.U
 		p.verdicts.keep(uid, v)
 	}
 	p.record(obj, found)
+}
+
+// capabilitiesDigest names caps: the Kubernetes version and every API served.
+func capabilitiesDigest(caps *chartcommon.Capabilities) string {
+	h := sha256.New()
+	fmt.Fprintln(h, caps.KubeVersion.Version)
+	for _, v := range caps.APIVersions {
+		fmt.Fprintln(h, v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // installed tells whether a composition's release is installed, as the controller

@@ -87,7 +87,7 @@ func (m *verdicts) forget(seen map[types.UID]bool) {
 // inputsOf digests what a composition is judged from: the object as stored, less
 // the fields every write of it changes (its resourceVersion and managedFields); the
 // labels of its namespace; and its definition's chart, name and annotations.
-func inputsOf(obj map[string]any, namespaceLabels map[string]string, r *policies.Request) ([sha256.Size]byte, bool) {
+func inputsOf(obj map[string]any, namespaceLabels map[string]string, r *policies.Request, capabilities string) ([sha256.Size]byte, bool) {
 	h := sha256.New()
 	object := maps.Clone(obj)
 	if md, ok := obj["metadata"].(map[string]any); ok {
@@ -108,7 +108,7 @@ func inputsOf(obj map[string]any, namespaceLabels map[string]string, r *policies
 		clusterScoped = append(clusterScoped, gk.String())
 	}
 	slices.Sort(clusterScoped)
-	for _, part := range []any{object, labels, r.Definition, r.ChartDigest, r.Resource, r.Installed, clusterScoped} {
+	for _, part := range []any{object, labels, r.Definition, r.ChartDigest, r.Resource, r.Installed, clusterScoped, capabilities} {
 		if err := enc.Encode(part); err != nil {
 			return [sha256.Size]byte{}, false
 		}

@@ -259,6 +259,13 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		return nil, err
 	}
 	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}
+	// Admission and the audit render with the cluster's .Capabilities, as the install
+	// does.
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("creating a discovery client for the charts' .Capabilities: %w", err)
+	}
+	capabilities := policies.NewClusterCapabilities(memory.NewMemCacheClient(dc))
 	// Admission finds a composition's definition through this index of the cache.
 	if err := ownership.IndexServed(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
@@ -279,17 +286,13 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	if err != nil {
 		return nil, err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, fmt.Errorf("creating a discovery client for the charts' .Capabilities: %w", err)
-	}
 	webhooks.Register(mgr.GetWebhookServer(), webhooks.Options{
 		ReleaseNames: releaseNames,
 		Cached:       mgr.GetClient(),
 		Live:         mgr.GetAPIReader(),
 		Checker:      checker,
 		Charts:       charts,
-		Capabilities: policies.NewClusterCapabilities(memory.NewMemCacheClient(dc)),
+		Capabilities: capabilities,
 		// Creates SubjectAccessReviews, never cached.
 		Authorizer:      authorizer,
 		Users:           users,
@@ -307,7 +310,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	}
 	if opts.AuditInterval > 0 {
 		// Leader only: one replica writes the audit status.
-		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval}
+		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval, Capabilities: capabilities}
 		if err := mgr.Add(auditor); err != nil {
 			return nil, err
 		}
