@@ -229,10 +229,13 @@ func (p *Pool) do(ctx context.Context, what string, req *request) (*response, er
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err, fatal := w.exchange(req)
+		resp, err, fatal := w.exchange(ctx, req)
 		done <- result{resp, err, fatal}
 	}()
 	var res result
+	stopped := func() (*response, error) {
+		return nil, fmt.Errorf("%w: %s was stopped at the deadline (a template or value that takes this long is refused; its worker process was killed)", policies.ErrDeadline, what)
+	}
 	select {
 	case res = <-done:
 	case <-ctx.Done():
@@ -240,11 +243,14 @@ func (p *Pool) do(ctx context.Context, what string, req *request) (*response, er
 		case res = <-done: // the answer came with the deadline: it stands
 		default:
 			p.discard(w)
-			<-done // the exchange ends: the worker's pipes are closed
-			return nil, fmt.Errorf("%w: %s was stopped at the deadline (a template or value that takes this long is refused; its worker process was killed)", policies.ErrDeadline, what)
+			<-done // the exchange ends: the worker's pipes are closed, its lookup given up
+			return stopped()
 		}
 	}
 	switch {
+	case res.err != nil && res.fatal && ctx.Err() != nil:
+		p.discard(w) // an exchange given up at the deadline: a lookup was under way
+		return stopped()
 	case res.err != nil && res.fatal:
 		state := p.discard(w)
 		return nil, fmt.Errorf("%s: %w (%s): %w%s", what, policies.ErrWorkerFailed, state, res.err, w.log.say())
@@ -377,7 +383,8 @@ func startWorker(command, env []string) (*worker, error) {
 }
 
 // exchange sends req and reads the answer. fatal says the worker cannot be used again.
-func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
+// ctx bounds the worker's questions: the parent's lookups for it.
+func (w *worker) exchange(ctx context.Context, req *request) (_ *response, err error, fatal bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			err, fatal = fmt.Errorf("reading the answer: %v", p), true
@@ -389,6 +396,7 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 		send.chart = nil
 	}
 	resend := true
+	asked := 0
 	for {
 		if resend {
 			w.enc.b = beginFrame(w.enc.b[:0])
@@ -420,7 +428,12 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 			if req.opts.Lookup == nil {
 				return nil, errors.New("reading the answer: the worker looked an object up for a render that may not"), true
 			}
-			if err := w.answer(req.opts.Lookup, resp.question); err != nil {
+			// The worker keeps to MaxLookups; this process, which sends them to the
+			// API server, does too, whatever a worker asks.
+			if asked++; asked > policies.MaxLookups {
+				return nil, fmt.Errorf("reading the answer: the worker asked for more than %d lookups in one render", policies.MaxLookups), true
+			}
+			if err := w.answer(ctx, req.opts.Lookup, resp.question); err != nil {
 				return nil, err, true
 			}
 			resend = false // the request stands: what comes next is its answer, or another question
@@ -443,20 +456,51 @@ func (w *worker) exchange(req *request) (_ *response, err error, fatal bool) {
 }
 
 // answer answers the worker's question with lookup. A lookup's own error goes to the
-// worker, whose render fails with it; only a pipe that fails is an error here.
-func (w *worker) answer(lookup policies.Lookup, q lookupQuestion) error {
-	obj, err := lookup(q.apiVersion, q.kind, q.namespace, q.name)
-	a := &lookupAnswer{object: obj}
-	if err != nil {
-		a = &lookupAnswer{errMsg: err.Error()}
+// worker, whose render fails with it; only a pipe that fails, or ctx done before the
+// lookup is (the render's deadline: the worker is being killed), is an error here. A
+// lookup that does not return by then is left to end on its own, its answer unsent.
+// An answer too large for the worker to read is a lookup error: a frame past
+// maxMessage would be left half read in the worker's input.
+func (w *worker) answer(ctx context.Context, lookup policies.Lookup, q lookupQuestion) error {
+	type found struct {
+		obj map[string]any
+		err error
+	}
+	got := make(chan found, 1)
+	go func() {
+		var f found
+		defer func() {
+			if p := recover(); p != nil {
+				f = found{err: fmt.Errorf("lookup %s %s: %v", q.apiVersion, q.kind, p)}
+			}
+			got <- f
+		}()
+		f.obj, f.err = lookup(q.apiVersion, q.kind, q.namespace, q.name)
+	}()
+	var f found
+	select {
+	case f = <-got:
+	case <-ctx.Done():
+		return fmt.Errorf("answering the worker's lookup %s %s: %w", q.apiVersion, q.kind, ctx.Err())
+	}
+	a := &lookupAnswer{object: f.obj}
+	if f.err != nil {
+		a = &lookupAnswer{errMsg: f.err.Error()}
 	}
 	w.enc.b = beginFrame(w.enc.b[:0])
-	if err := w.enc.lookupAnswer(a); err != nil {
+	err := w.enc.lookupAnswer(a)
+	if err == nil && len(w.enc.b)-4 > maxMessage {
+		err = fmt.Errorf("the answer is %d bytes, more than the limit of %d", len(w.enc.b)-4, maxMessage)
+	}
+	if err != nil {
 		w.enc.b = beginFrame(w.enc.b[:0])
 		_ = w.enc.lookupAnswer(&lookupAnswer{errMsg: fmt.Sprintf("lookup %s %s: %v", q.apiVersion, q.kind, err)})
 	}
 	if err := writeFrame(w.w, w.enc.b); err != nil {
 		return fmt.Errorf("answering the worker's lookup: %w", err)
+	}
+	if cap(w.enc.b) > 4<<20 {
+		w.enc.b = nil // do not keep one large answer's buffer
 	}
 	return nil
 }

@@ -116,10 +116,16 @@ func Serve(in io.Reader, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("reading a request: %w", err)
 		}
+		var broken error // the pipe to the parent, out of step
 		if req.opts.Lookup != nil {
-			req.opts.Lookup = askParent(br, bw)
+			req.opts.Lookup = askParent(br, bw, &broken)
 		}
 		resp := st.handle(req)
+		if broken != nil {
+			// The rest of an answer this worker could not read is in its input: what
+			// it would read next is no request of the parent's.
+			return broken
+		}
 		e.b = beginFrame(e.b[:0])
 		if err := e.response(req.op, resp); err != nil {
 			e.b = beginFrame(e.b[:0])
@@ -139,8 +145,10 @@ func Serve(in io.Reader, out io.Writer) error {
 
 // askParent is the Lookup of a render in the worker: each lookup is a question on out
 // and an answer read from in, on buffers of its own (the request's chart and values
-// stay where they were decoded).
-func askParent(in *bufio.Reader, out *bufio.Writer) policies.Lookup {
+// stay where they were decoded). A question that could not be sent, or an answer
+// that could not be read whole, is put in *broken: the render fails, and the worker
+// ends, as the pipes are out of step.
+func askParent(in *bufio.Reader, out *bufio.Writer, broken *error) policies.Lookup {
 	var e encoder
 	var buf []byte
 	return func(apiVersion, kind, namespace, name string) (map[string]any, error) {
@@ -149,12 +157,17 @@ func askParent(in *bufio.Reader, out *bufio.Writer) policies.Lookup {
 		if err := e.response(opRenderFiles, q); err != nil {
 			return nil, err
 		}
+		if *broken != nil {
+			return nil, *broken
+		}
 		if err := writeFrame(out, e.b); err != nil {
-			return nil, fmt.Errorf("lookup %s %s: asking Compositor: %w", apiVersion, kind, err)
+			*broken = fmt.Errorf("lookup %s %s: asking Compositor: %w", apiVersion, kind, err)
+			return nil, *broken
 		}
 		frame, err := readFrame(in, &buf, maxMessage)
 		if err != nil {
-			return nil, fmt.Errorf("lookup %s %s: reading Compositor's answer: %w", apiVersion, kind, err)
+			*broken = fmt.Errorf("lookup %s %s: reading Compositor's answer: %w", apiVersion, kind, err)
+			return nil, *broken
 		}
 		d := decoder{b: frame}
 		a, err := d.lookupAnswer()
