@@ -281,7 +281,6 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 		return "", nil, err
 	}
 	cfg.Capabilities = render.Capabilities
-	render.Lookup = h.lookup(ctx, namespace, opts.ClusterResources)
 	fresh, err := h.render(ctx, ch, opts, values, render)
 	if err != nil {
 		return "", nil, err
@@ -330,13 +329,16 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 }
 
 // render renders ch with values for the release render names, bounded, and gives the
-// chart Helm applies (prerendered). A render stopped at a bound is refused
+// chart Helm applies (prerendered). The templates' lookups are made through the
+// namespace-confined client, within the render's deadline: a request still open then
+// ends with it. A render stopped at a bound is refused
 // (ReasonRenderRefused); one that could not start (the lane's workers busy, the
 // controller stopping) is an error to try again; any other is the chart's own error.
 func (h *Helm) render(ctx context.Context, ch *chart.Chart, opts InstallOptions, values map[string]any, render policies.RenderOptions) (*chart.Chart, error) {
 	timeout := cmp.Or(opts.RenderTimeout, policies.DefaultTimeout)
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	render.Lookup = h.lookup(rctx, render.Namespace, opts.ClusterResources)
 	files, err := policies.RenderFilesWithDeadline(rctx, ch, opts.Digest, values, render)
 	var limit *policies.LimitError
 	switch {

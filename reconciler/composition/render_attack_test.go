@@ -1,0 +1,113 @@
+package composition
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/compositor-dev/compositor/policies"
+)
+
+// lookupHelm is a Helm whose API server is srv, that knows ConfigMaps, Services and
+// Pods: enough for the templates' lookup, without a cluster.
+func lookupHelm(srv *httptest.Server) *Helm {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for _, kind := range []string{"ConfigMap", "Service", "Pod"} {
+		mapper.Add(schema.GroupVersionKind{Version: "v1", Kind: kind}, meta.RESTScopeNamespace)
+	}
+	return &Helm{config: &rest.Config{Host: srv.URL}, mapper: mapper, log: logr.Discard()}
+}
+
+func askingChart(tpl string) *chart.Chart {
+	return &chart.Chart{
+		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "asks", Version: "0.1.0"},
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(tpl)}},
+	}
+}
+
+// The install render's lookups are requests that end at the render's deadline: an API
+// server (or an aggregated API) slow to answer a template's lookup does not keep a
+// request, and the render's slot, after the render was refused.
+func TestInstallLookupsEndAtTheRenderDeadline(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	cancelled := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-release:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	h := lookupHelm(srv)
+	ch := askingChart(`x: {{ lookup "v1" "ConfigMap" "team-a" "slow" | toJson | quote }}`)
+	opts := InstallOptions{RenderTimeout: 300 * time.Millisecond}
+	_, err := h.render(context.Background(), ch, opts, nil, policies.RenderOptions{ReleaseName: "r", Namespace: "team-a"})
+	require.Error(t, err)
+	select {
+	case <-asked:
+	default:
+		t.Fatal("the template's lookup asked nothing of the API server")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lookup's request was still open 5s after the render's deadline of 300ms")
+	}
+}
+
+// A lookup names one object: a name (or namespace) that is no path segment would have
+// the request reach a subresource (a Service's proxy, a Pod's log) or another path,
+// and is refused before any request is made.
+func TestInstallLookupNamesAreObjectNames(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	lookup := lookupHelm(srv).lookup(context.Background(), "team-a", nil)
+	for _, q := range [][4]string{
+		{"v1", "Service", "team-a", "web:80/proxy/admin"},
+		{"v1", "Pod", "team-a", "p/log"},
+		{"v1", "ConfigMap", "team-a", ".."},
+		{"v1", "ConfigMap", "team-a/configmaps/x", ""},
+		{"v1", "ConfigMap", "..", ""},
+	} {
+		_, err := lookup(q[0], q[1], q[2], q[3])
+		assert.Error(t, err, "%v", q)
+	}
+	mu.Lock()
+	assert.Empty(t, paths, "requests made")
+	mu.Unlock()
+
+	// A plain lookup still asks, and finds nothing.
+	obj, err := lookup("v1", "ConfigMap", "team-a", "plain")
+	require.NoError(t, err)
+	assert.Nil(t, obj)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"/api/v1/namespaces/team-a/configmaps/plain"}, paths)
+}
