@@ -169,8 +169,11 @@ spec:
 	started = time.Now()
 	kubectl(t, "patch", "fireworksapp", "demo", "-n", teamNS, "--type", "merge", "-p", `{"spec":{"replicaCount":3}}`)
 	eventually(t, "Y's composition refuses the copied record", 2*time.Minute, func() error {
-		got := kubectl(t, "get", "fireworksapp", "demo", "-n", teamNS, "-o",
+		out := kubectl(t, "get", "fireworksapp", "demo", "-n", teamNS, "-o",
 			`jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}`)
+		// The last line: kubectl's warnings (a deprecated version) come before it.
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		got := lines[len(lines)-1]
 		if !strings.HasPrefix(got, "False "+compositionctl.ReasonReleaseTampered+": ") ||
 			!strings.Contains(got, copied.Name) || !strings.Contains(got, "nothing was installed or deleted") {
 			return fmt.Errorf("Ready: %q", got)
