@@ -2,8 +2,10 @@ package composition
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/engine"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -110,4 +114,35 @@ func TestInstallLookupNamesAreObjectNames(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []string{"/api/v1/namespaces/team-a/configmaps/plain"}, paths)
+}
+
+// Whatever text the sandbox rendered, Helm's render of the prerendered chart gives it
+// back unchanged, under the same name: braces, trim markers, comments, backquotes and
+// what looks like Helm's own actions included.
+func TestPrerenderedGivesBackAnyText(t *testing.T) {
+	alphabet := []string{"{", "{", "}", "}", "-", " ", "`", "/*", "*/", "a", "\n", "\"", "|", "(", ")", ".Values", "template", "define", "end", "<no", "value>"}
+	rng := rand.New(rand.NewPCG(47, 47))
+	ch := &chart.Chart{Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "c", Version: "0.1.0"}}
+	for i := range 3000 {
+		var b strings.Builder
+		for range rng.IntN(40) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		text := b.String()
+		if strings.Contains(text, "<no value>") {
+			continue // refused: errNoValue
+		}
+		files := map[string]string{"c/templates/x.yaml": text, "c/charts/sub/templates/y.yaml": text + "!", "c/templates/NOTES.txt": "n" + text}
+		out, err := prerendered(ch, files)
+		require.NoError(t, err)
+		vals, err := chartutilValues(out)
+		require.NoError(t, err)
+		got, err := engine.Render(out, vals)
+		require.NoError(t, err, "case %d: %q", i, text)
+		assert.Equal(t, files, got, "case %d: %q", i, text)
+	}
+}
+
+func chartutilValues(ch *chart.Chart) (chartcommon.Values, error) {
+	return chartutil.ToRenderValues(ch, map[string]any{}, chartcommon.ReleaseOptions{Name: "r", Namespace: "n", Revision: 1, IsInstall: true}, nil)
 }
