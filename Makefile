@@ -53,6 +53,21 @@ help: ## List the targets
 build: ## Build bin/compositor
 	go build -o $(BIN)/compositor ./cmd/compositor
 
+# earlier-compositor builds Compositor of commit $(1) (named by variable $(2), the
+# $(3)) into $(4)/compositor from git history, and stamps it. The clone must hold the
+# commit: a shallow clone does not.
+define earlier-compositor
+	@git -C $(CURDIR) cat-file -e '$(1)^{commit}' 2>/dev/null || { \
+	  echo "commit $(1) ($(2), $(3)) is not in this clone:"; \
+	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
+	  exit 1; }
+	@echo "Building the Compositor of commit $(1) into $(4)/compositor"
+	mkdir -p $(4); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git -C $(CURDIR) archive $(1) | tar -x -C "$$tmp"; \
+	cd "$$tmp" && go build -o $(4)/compositor ./cmd/compositor
+	rm -f $(4)/.compositor-* && touch $@
+endef
+
 # The last Compositor on Helm 3 (issue #28): test/e2e's TestUpgradeFromHelm3Compositor
 # installs compositions with it, replaces it with the current code and upgrades and
 # uninstalls them. It is built from git history, so the clone must hold the commit (not
@@ -66,15 +81,7 @@ HELM3_COMPOSITOR_STAMP := $(BIN)/helm3/.compositor-$(HELM3_COMPOSITOR_COMMIT)
 compositor-helm3: $(HELM3_COMPOSITOR_STAMP) ## Build the last Helm 3 Compositor (HELM3_COMPOSITOR_COMMIT) into bin/helm3/compositor
 
 $(HELM3_COMPOSITOR_STAMP):
-	@git -C $(CURDIR) cat-file -e '$(HELM3_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
-	  echo "commit $(HELM3_COMPOSITOR_COMMIT) (HELM3_COMPOSITOR_COMMIT, the last Compositor on Helm 3) is not in this clone:"; \
-	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
-	  exit 1; }
-	@echo "Building the Helm 3 Compositor of commit $(HELM3_COMPOSITOR_COMMIT) into $(HELM3_COMPOSITOR)"
-	mkdir -p $(BIN)/helm3; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	git -C $(CURDIR) archive $(HELM3_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
-	cd "$$tmp" && go build -o $(HELM3_COMPOSITOR) ./cmd/compositor
-	rm -f $(BIN)/helm3/.compositor-* && touch $@
+	$(call earlier-compositor,$(HELM3_COMPOSITOR_COMMIT),HELM3_COMPOSITOR_COMMIT,the last Compositor on Helm 3,$(BIN)/helm3)
 
 # The last Compositor before release records were sealed (issue #46): an installation
 # upgraded in place from it has only unsealed records, which the seal migration adopts.
@@ -86,15 +93,7 @@ UNSEALED_COMPOSITOR_STAMP := $(BIN)/unsealed/.compositor-$(UNSEALED_COMPOSITOR_C
 compositor-unsealed: $(UNSEALED_COMPOSITOR_STAMP) ## Build the last Compositor before sealed records (UNSEALED_COMPOSITOR_COMMIT) into bin/unsealed/compositor
 
 $(UNSEALED_COMPOSITOR_STAMP):
-	@git -C $(CURDIR) cat-file -e '$(UNSEALED_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
-	  echo "commit $(UNSEALED_COMPOSITOR_COMMIT) (UNSEALED_COMPOSITOR_COMMIT, the last Compositor before sealed records) is not in this clone:"; \
-	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
-	  exit 1; }
-	@echo "Building the Compositor of commit $(UNSEALED_COMPOSITOR_COMMIT) into $(UNSEALED_COMPOSITOR)"
-	mkdir -p $(BIN)/unsealed; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	git -C $(CURDIR) archive $(UNSEALED_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
-	cd "$$tmp" && go build -o $(UNSEALED_COMPOSITOR) ./cmd/compositor
-	rm -f $(BIN)/unsealed/.compositor-* && touch $@
+	$(call earlier-compositor,$(UNSEALED_COMPOSITOR_COMMIT),UNSEALED_COMPOSITOR_COMMIT,the last Compositor before sealed records,$(BIN)/unsealed)
 
 # The last Compositor before identities moved to its namespace (issue #46): a version's
 # controller ServiceAccount <plural>-<version>-controller lived in the definition's
@@ -107,15 +106,7 @@ PREIDENTITY_COMPOSITOR_STAMP := $(BIN)/preidentity/.compositor-$(PREIDENTITY_COM
 compositor-preidentity: $(PREIDENTITY_COMPOSITOR_STAMP) ## Build the last Compositor before identities moved (PREIDENTITY_COMPOSITOR_COMMIT) into bin/preidentity/compositor
 
 $(PREIDENTITY_COMPOSITOR_STAMP):
-	@git -C $(CURDIR) cat-file -e '$(PREIDENTITY_COMPOSITOR_COMMIT)^{commit}' 2>/dev/null || { \
-	  echo "commit $(PREIDENTITY_COMPOSITOR_COMMIT) (PREIDENTITY_COMPOSITOR_COMMIT, the last Compositor before identities moved) is not in this clone:"; \
-	  echo "a shallow clone does not hold it. Run 'git fetch --unshallow' (or fetch that commit), then make again."; \
-	  exit 1; }
-	@echo "Building the Compositor of commit $(PREIDENTITY_COMPOSITOR_COMMIT) into $(PREIDENTITY_COMPOSITOR)"
-	mkdir -p $(BIN)/preidentity; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	git -C $(CURDIR) archive $(PREIDENTITY_COMPOSITOR_COMMIT) | tar -x -C "$$tmp"; \
-	cd "$$tmp" && go build -o $(PREIDENTITY_COMPOSITOR) ./cmd/compositor
-	rm -f $(BIN)/preidentity/.compositor-* && touch $@
+	$(call earlier-compositor,$(PREIDENTITY_COMPOSITOR_COMMIT),PREIDENTITY_COMPOSITOR_COMMIT,the last Compositor before identities moved,$(BIN)/preidentity)
 
 .PHONY: generate
 generate: $(CODEGEN_STAMP) ## Regenerate deepcopy functions and the CRDs in api/crds and charts/compositor/crds
