@@ -200,11 +200,13 @@ define go-test
 if [ -z "$$pkgs" ]; then echo "no package of the $(1) tier in WHAT=$(WHAT)"; exit 0; fi; \
 log=$$(mktemp); trap 'rm -f "$$log" "$$log.rc"' EXIT; \
 echo "KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS)" $$pkgs; \
-{ KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) $$pkgs 2>&1; echo $$? > "$$log.rc"; } | tee "$$log"; \
+{ rc=0; KUBEBUILDER_ASSETS=$(K8S) go test $(GO_TEST_FLAGS) $$pkgs 2>&1 || rc=$$?; echo $$rc > "$$log.rc"; } | tee "$$log"; \
 status=$$(cat "$$log.rc"); \
 if [ "$$status" != 0 ]; then \
   echo "=== what failed (Compositor's log lines left out)"; \
-  grep -v '^{' "$$log" | grep -E -A40 -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL' | head -400; \
+  grep -v -E '^[[:space:]]*\{' "$$log" | grep -E -A40 -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL' | head -400; \
+  echo "=== the tests that failed"; \
+  grep -E -e '^[[:space:]]*--- FAIL' -e '^panic: ' -e '^FAIL[[:space:]]' "$$log" | sed 's/ (.*//' | head -20; \
 fi; \
 exit $$status
 endef
