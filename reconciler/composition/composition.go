@@ -78,8 +78,9 @@ const waitForSeal = 5 * time.Second
 // retryRefused is how often a composition the install gate refused is tried again.
 const retryRefused = time.Minute
 
-// retryRunaway is how often a composition whose render was stopped at the deadline is
-// tried again: each try costs a deadline's CPU. A change of its spec tries at once.
+// retryRunaway is the longest a composition whose render was stopped at the deadline
+// waits before it is tried again (runaway.go): each try costs a deadline's CPU. A
+// change of its spec tries at once.
 const retryRunaway = 5 * time.Minute
 
 // Reconciler installs one Helm release per composition of one served version of a
@@ -131,6 +132,9 @@ type Reconciler struct {
 	// condition Representable says which versions cannot show the composition's values
 	// (representable.go); nil leaves it out.
 	Schemas conversion.SchemaSource
+
+	// runaways backs off the compositions whose render was stopped at the deadline.
+	runaways runaways
 }
 
 // laneRetry is how soon a composition whose lane was full is tried again; jitter
@@ -231,6 +235,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = policies.WithLane(ctx, lane)
 	obj, def, err := r.load(ctx, req)
 	if obj == nil || err != nil {
+		if err == nil {
+			r.runaways.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, err
 	}
 	seal, ours, err := r.sealOf(ctx, obj, def)

@@ -269,9 +269,10 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	}
 	if refusal, refused := asGateError(err); refused && refusal.Reason == ReasonRenderRefused {
 		a := r.refused(obj, s, err)
-		a.requeue = retryRunaway
+		a.requeue = r.runaways.retryAfter(obj)
 		return a, nil
 	}
+	r.runaways.forget(client.ObjectKeyFromObject(obj))
 	if err != nil {
 		err = fmt.Errorf("%w%s", err, s.on())
 		r.eventf(obj, s.related, corev1.EventTypeWarning, EventHelmInstallFailed, "Install", "%s", err.Error())
