@@ -40,7 +40,7 @@ var dangerousVerbs = []string{"escalate", "bind", "impersonate"}
 //     (chart-<hex>), in the namespace of its RoleBinding;
 //   - the ReleaseSealRole, if any, only gets the key Secrets of its definitions
 //     (SealKeySecretPrefix), by name, never ReleaseSealSecret (and
-//     reads ConfigMap ConstraintsConfigMap, by name), in the
+//     reads ConfigMaps ConstraintsConfigMap and BoundNamespaces, by name), in the
 //     namespace of its RoleBinding;
 //   - every binding binds its own role to the ServiceAccount only (and the release
 //     binding, while an installation moves, to the one it had in the definition
@@ -133,10 +133,15 @@ func checkChartArchive(objs *Objects, add func(string, ...any)) {
 // bound in its own namespace to the ServiceAccount only.
 func checkReleaseSeal(objs *Objects, add func(string, ...any)) {
 	role, binding := objs.ReleaseSealRole, objs.ReleaseSealBinding
-	// Besides the seal, the role may read ConfigMap ConstraintsConfigMap by name.
+	// Besides the seal, the role may read ConfigMap ConstraintsConfigMap and, for a
+	// controller Deployment, its BoundNamespaces, each by name.
 	if role != nil {
-		if n := len(role.Rules); n > 1 && equalRules(role.Rules[n-1], constraintsRule()) {
-			role = role.DeepCopy()
+		readers := []rbacv1.PolicyRule{constraintsRule()}
+		if objs.BoundNamespaces.Name != "" {
+			readers = append(readers, configMapReader(objs.BoundNamespaces.Name))
+		}
+		role = role.DeepCopy()
+		for n := len(role.Rules); n > 1 && slices.ContainsFunc(readers, func(r rbacv1.PolicyRule) bool { return equalRules(role.Rules[n-1], r) }); n-- {
 			role.Rules = role.Rules[:n-1]
 		}
 	}

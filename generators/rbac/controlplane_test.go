@@ -178,9 +178,13 @@ func testImpersonation(t *testing.T, cp *controlplane.ControlPlane, mapper meta.
 			attrs   authorizationv1.ResourceAttributes
 			allowed bool
 		}{
-			// A Deployment's informer lists and watches; it writes compositions and
-			// their status only where the release role is bound (team-a).
-			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "watch", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},
+			// A Deployment's informer lists and watches, and it writes compositions
+			// and their status, only where the release role is bound (team-a).
+			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "watch", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "list", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "watch", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},
+			{authorizationv1.ResourceAttributes{Namespace: "team-b", Verb: "list", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},
+			{authorizationv1.ResourceAttributes{Verb: "list", Group: "composition.krateo.io", Resource: "fireworksapps"}, false},
 			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "status"}, true},
 			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "update", Group: "composition.krateo.io", Resource: "fireworksapps", Subresource: "finalizers"}, true},
 			{authorizationv1.ResourceAttributes{Namespace: "team-a", Verb: "patch", Group: "composition.krateo.io", Resource: "fireworksapps"}, true},

@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,10 +64,12 @@ type Options struct {
 	// Namespace, the layout before issue #46, left only to offline previews (compositor
 	// lint) and tests: compositor serve always knows its namespace.
 	IdentityNamespace string
-	// WatchCompositions grants list and watch on the kind's compositions in every
-	// namespace: a controller Deployment's informer needs them, as it cannot know
-	// which namespaces it will be bound in before it starts. An in-process controller
-	// reads through Compositor's informers and gets no cluster-wide read.
+	// WatchCompositions is for a controller Deployment, whose informer lists and
+	// watches its compositions itself: it may read ConfigMap Names.BoundNamespaces, in
+	// ReleaseSealNamespace, which lists the namespaces where its release role is bound
+	// (and with it list and watch there), and watches there only. An in-process
+	// controller reads through Compositor's informers. Neither gets a cluster-wide read
+	// of compositions.
 	WatchCompositions bool
 	// FormerServiceAccount, while an installation moves from the layout where the
 	// ServiceAccount lived in Namespace (LegacyServiceAccountName), makes the release
@@ -141,6 +144,9 @@ type Names struct {
 	// ReleaseSeal names the Role, in Compositor's namespace, that reads Secret
 	// ReleaseSealSecret, and its RoleBinding.
 	ReleaseSeal string
+	// BoundNamespaces names the ConfigMap, in Compositor's namespace, listing where the
+	// release role is bound (Objects.BoundNamespaces).
+	BoundNamespaces string
 }
 
 // identityPrefixLen is how much of "<namespace>-<plural>-<version>" a ServiceAccount
@@ -214,6 +220,7 @@ func NamesFor(namespace, plural, version string) Names {
 		Credentials:      prefix + ":credentials",
 		ChartArchive:     prefix + ":chart-archive",
 		ReleaseSeal:      prefix + ":release-seal",
+		BoundNamespaces:  ServiceAccountName(namespace, plural, version) + "-namespaces",
 	}
 }
 
@@ -254,13 +261,14 @@ type Objects struct {
 	// ServiceAccount the version's controller runs as.
 	ServiceAccount *corev1.ServiceAccount
 	// CompositionsRole lets the controller record events and read definitions and
-	// policies in every namespace, and, with Options.WatchCompositions, list and watch
-	// its compositions. Writing them is the ReleaseRole's.
+	// policies in every namespace. Reading and writing its compositions is the
+	// ReleaseRole's.
 	CompositionsRole *rbacv1.ClusterRole
 	// CompositionsBinding binds CompositionsRole cluster-wide.
 	CompositionsBinding *rbacv1.ClusterRoleBinding
 	// ReleaseRole holds the chart's namespaced rights, Helm's release Secrets, and the
-	// rights on the compositions themselves (get, update, their status and finalizers).
+	// rights on the compositions themselves (get, list, watch, update, their status and
+	// finalizers).
 	// It is never bound cluster-wide: ReleaseBinding binds it in one namespace, where
 	// the definition owns compositions.
 	ReleaseRole *rbacv1.ClusterRole
@@ -287,6 +295,11 @@ type Objects struct {
 	// ReleaseSealBinding binds ReleaseSealRole, in Compositor's namespace, to the
 	// ServiceAccount; nil with it.
 	ReleaseSealBinding *rbacv1.RoleBinding
+	// BoundNamespaces, with Options.WatchCompositions and ReleaseSealNamespace, is the
+	// ConfigMap, in Compositor's namespace, whose keys are the namespaces where the
+	// release role is bound (reconciler/binding keeps it): the controller Deployment
+	// watches its compositions there only. ReleaseSealRole may read it, by name.
+	BoundNamespaces types.NamespacedName
 
 	releaseBindingName  string
 	labels              map[string]string
@@ -336,7 +349,7 @@ func Generate(opts Options) (*Objects, error) {
 	}
 	objs := &Objects{
 		ServiceAccount:   sa,
-		CompositionsRole: clusterRole(names.CompositionsRole, labels, compositionRules(opts.Group, opts.Plural, opts.WatchCompositions)),
+		CompositionsRole: clusterRole(names.CompositionsRole, labels, compositionRules()),
 		ReleaseRole: clusterRole(names.ReleaseRole, labels, releaseRules(opts.Group, opts.Plural, namespaced,
 			removedOnly(opts.RemovedTypes, namespaced))),
 		releaseBindingName:  names.ReleaseBinding,
@@ -365,6 +378,10 @@ func Generate(opts Options) (*Objects, error) {
 		objs.ReleaseSealRole.Rules[0].ResourceNames = slices.Compact(keys)
 		// And, in the same namespace, the Gatekeeper constraints serve enforces.
 		objs.ReleaseSealRole.Rules = append(objs.ReleaseSealRole.Rules, constraintsRule())
+		if opts.WatchCompositions {
+			objs.BoundNamespaces = types.NamespacedName{Namespace: opts.ReleaseSealNamespace, Name: names.BoundNamespaces}
+			objs.ReleaseSealRole.Rules = append(objs.ReleaseSealRole.Rules, configMapReader(names.BoundNamespaces))
+		}
 	}
 	if err := Check(objs); err != nil {
 		return nil, err
@@ -520,8 +537,11 @@ func (o *Objects) List() []client.Object {
 const ConstraintsConfigMap = "compositor-constraints"
 
 // constraintsRule reads and watches ConstraintsConfigMap by name.
-func constraintsRule() rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{ConstraintsConfigMap}}
+func constraintsRule() rbacv1.PolicyRule { return configMapReader(ConstraintsConfigMap) }
+
+// configMapReader reads and watches one ConfigMap by name.
+func configMapReader(name string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{name}}
 }
 
 // credentialsRule reads one Secret by name.
@@ -551,15 +571,10 @@ func clusterRoleBinding(role *rbacv1.ClusterRole, subjects []rbacv1.Subject) *rb
 }
 
 // compositionRules are what a controller needs in every namespace: record events,
-// read definitions, namespaces and policies and, with watch, list and watch the
-// compositions of its resource (a Deployment's informer). Writing compositions is
-// bound per namespace (compositionWriteRules).
-func compositionRules(group, plural string, watch bool) []rbacv1.PolicyRule {
-	var rules []rbacv1.PolicyRule
-	if watch {
-		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"list", "watch"}})
-	}
-	return append(rules, []rbacv1.PolicyRule{
+// read definitions, namespaces and policies. Reading and writing compositions is bound
+// per namespace (compositionWriteRules).
+func compositionRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{eventsGroup}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{vocab.DefinitionGroup}, Resources: []string{vocab.DefinitionResource}, Verbs: []string{"get", "list", "watch"}},
@@ -567,15 +582,15 @@ func compositionRules(group, plural string, watch bool) []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 		// To judge what it installs with the rendered policies, as admission does.
 		{APIGroups: []string{vocab.PolicyGroup}, Resources: []string{vocab.PolicyResource}, Verbs: []string{"get", "list", "watch"}},
-	}...)
+	}
 }
 
 // compositionWriteRules let a controller reconcile the compositions of its resource in
-// the namespace where they are bound: read and update them, their status and
-// finalizers.
+// the namespace where they are bound: read, list, watch and update them, their status
+// and finalizers.
 func compositionWriteRules(group, plural string) []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{group}, Resources: []string{plural}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
 		{APIGroups: []string{group}, Resources: []string{plural + "/status"}, Verbs: []string{"get", "patch", "update"}},
 		{APIGroups: []string{group}, Resources: []string{plural + "/finalizers"}, Verbs: []string{"update"}},
 	}

@@ -67,7 +67,7 @@ var helmVerbs = []string{"create", "delete", "get", "list", "patch", "update", "
 
 // compositionWrites are the rights on the compositions, bound per namespace.
 var compositionWrites = []rbacv1.PolicyRule{
-	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
 	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
 	{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
 }
@@ -93,10 +93,9 @@ func TestGenerateFireworksAppRules(t *testing.T) {
 			revisions,
 		},
 	}
-	// Cluster-wide the controller only lists and watches its compositions (a
-	// Deployment's informer); it writes them where the release role is bound.
+	// Cluster-wide the controller reads no composition: it lists, watches and writes
+	// them where the release role is bound.
 	compositions := []rbacv1.PolicyRule{
-		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"core.krateo.io"}, Resources: []string{"compositiondefinitions"}, Verbs: []string{"get", "list", "watch"}},

@@ -1,12 +1,14 @@
 package rbac
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -107,23 +109,27 @@ func TestMoveKey(t *testing.T) {
 	assert.Empty(t, validation.IsConfigMapKey(MoveKey("team-a", "fireworksapps", "v1-1-5")))
 }
 
-// In process the controller reads through Compositor's informers: it gets no right to
-// list or watch compositions across namespaces. Writing them is the release role's,
-// bound per namespace, in either mode.
-func TestNoClusterWideCompositionWrites(t *testing.T) {
+// Neither in process nor as a Deployment does a controller get a right on its
+// compositions across namespaces: reading and writing them is the release role's,
+// bound per namespace. A Deployment may read the ConfigMap that lists those namespaces.
+func TestNoClusterWideCompositionReads(t *testing.T) {
 	for _, watch := range []bool{false, true} {
 		opts := fireworksOptions(t, "1.1.5", fireworksTypes(t)["1.1.5"])
 		opts.WatchCompositions = watch
+		opts.ReleaseSealNamespace = "compositor-system"
+		opts.SealKeySecrets = []string{keyX}
 		objs, err := Generate(opts)
 		require.NoError(t, err)
 		for _, r := range objs.CompositionsRole.Rules {
 			for _, res := range r.Resources {
-				if strings.HasPrefix(res, "fireworksapps") {
-					assert.True(t, watch, "compositions listed cluster-wide in process: %v", r)
-					assert.Equal(t, []string{"list", "watch"}, r.Verbs)
-					assert.Equal(t, "fireworksapps", res)
-				}
+				assert.False(t, strings.HasPrefix(res, "fireworksapps"), "compositions read cluster-wide (watch %v): %v", watch, r)
 			}
+		}
+		bound := NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").BoundNamespaces
+		reads := slices.ContainsFunc(objs.ReleaseSealRole.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.ResourceNames, bound) })
+		assert.Equal(t, watch, reads, "the release seal role reads ConfigMap %s", bound)
+		if watch {
+			assert.Equal(t, types.NamespacedName{Namespace: "compositor-system", Name: bound}, objs.BoundNamespaces)
 		}
 		assert.Subset(t, objs.ReleaseRole.Rules, compositionWrites)
 	}

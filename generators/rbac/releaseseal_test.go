@@ -45,6 +45,10 @@ func TestReleaseSealRoleShape(t *testing.T) {
 			// The Gatekeeper constraints serve enforces, for the install gate.
 			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
 			ResourceNames: []string{"compositor-constraints"},
+		}, {
+			// The namespaces where its release role is bound: its informer watches there.
+			APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+			ResourceNames: []string{ServiceAccountName("fireworksapp-system", "fireworksapps", "v1-1-5") + "-namespaces"},
 		}},
 	}, objs.ReleaseSealRole)
 	assert.Equal(t, &rbacv1.RoleBinding{

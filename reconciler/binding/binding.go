@@ -8,7 +8,9 @@ package binding
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -76,6 +79,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	case held:
 		err := ssa.Apply(ctx, r.Writer, binding)
+		if err == nil {
+			// Bound first, then listed: the controller watches a namespace only once
+			// it may.
+			err = r.list(ctx, namespace, true)
+		}
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			// The binding went with its namespace, and with it the controller's right to
 			// write the compositions there: Compositor lets them go itself.
@@ -88,9 +96,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	default:
+		// Unlisted first, then unbound: the controller stops watching before it may
+		// no longer.
+		if err := r.list(ctx, namespace, false); err != nil {
+			return reconcile.Result{}, err
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(r.Writer.Delete(ctx, binding))
 	}
 }
+
+// list adds namespace to, or removes it from, the ConfigMap of the namespaces where
+// the release role is bound (rbac.Objects.BoundNamespaces), which a controller
+// Deployment reads to know where to watch its compositions; nothing without one.
+// Each namespace is one key, patched alone, so the reconciles of two namespaces never
+// write over each other.
+func (r *Reconciler) list(ctx context.Context, namespace string, bound bool) error {
+	at := r.RBAC.BoundNamespaces
+	if at.Name == "" {
+		return nil
+	}
+	var value any // JSON null removes the key
+	if bound {
+		value = boundValue
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{namespace: value}})
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: at.Name, Namespace: at.Namespace}}
+	err = r.Writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("listing namespace %s in ConfigMap %s: %w", namespace, at, err)
+	case !bound:
+		return nil
+	}
+	cm.Labels = r.RBAC.ServiceAccount.Labels
+	cm.Data = map[string]string{namespace: boundValue}
+	if err := r.Writer.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("listing namespace %s in ConfigMap %s: %w", namespace, at, err)
+	} else if err != nil {
+		return r.list(ctx, namespace, bound)
+	}
+	return nil
+}
+
+// boundValue is the value of a namespace's key in the BoundNamespaces ConfigMap.
+const boundValue = "bound"
 
 // owns reports whether the compositions of the version in namespace belong to the
 // definition's controller. With no Ready definition serving the version, it keeps them:

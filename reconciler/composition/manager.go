@@ -47,6 +47,12 @@ type ManagerOptions struct {
 	// HealthProbeAddr and MetricsAddr: "0" turns them off.
 	HealthProbeAddr string
 	MetricsAddr     string
+	// Namespaces, when set, are the only namespaces whose compositions the controller
+	// watches: those where its release role is bound, which lets it list and watch
+	// them there. An empty, non-nil list runs no composition controller at all (the
+	// manager serves its probes and whatever else is added to it). nil watches every
+	// namespace.
+	Namespaces []string
 }
 
 // managerWorkers is how many compositions one version's controller Deployment
@@ -80,12 +86,19 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 	if metricsAddr == "" {
 		metricsAddr = "0"
 	}
+	var namespaces map[string]cache.Config
+	for _, ns := range opts.Namespaces {
+		if namespaces == nil {
+			namespaces = map[string]cache.Config{}
+		}
+		namespaces[ns] = cache.Config{}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: opts.Scheme,
 		Cache: cache.Options{
 			SyncPeriod: &sync,
 			ByObject: map[client.Object]cache.ByObject{
-				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{vocab.LabelCompositionVersion: opts.GVK.Version})},
+				r.NewComposition(): {Label: labels.SelectorFromSet(labels.Set{vocab.LabelCompositionVersion: opts.GVK.Version}), Namespaces: namespaces},
 			},
 		},
 		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
@@ -105,8 +118,10 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 	}
 	r.Client, r.Live, r.Helm, r.Keys = mgr.GetClient(), mgr.GetAPIReader(), helm, opts.Keys
 	r.Recorder = mgr.GetEventRecorder(r.GVK.Kind + "-" + r.GVK.Version + "-controller")
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, err
+	if opts.Namespaces == nil || len(opts.Namespaces) > 0 {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 	}
 	if healthAddr != "0" {
 		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -235,8 +235,9 @@ func (r *Reconciler) versionRBAC(ctx context.Context, def *corev1alpha1.Composit
 	}
 	opts.IdentityNamespace = r.compositorNamespace()
 	inProcess := r.Kinds != nil && r.Kinds.InProcess
-	// A Deployment's informer lists its compositions in every namespace; in process,
-	// Compositor's informers do.
+	// A Deployment's informer lists its compositions in the namespaces where it is
+	// bound, which it reads from the list the binder keeps; in process, Compositor's
+	// informers do.
 	opts.WatchCompositions = !inProcess
 	if opts.FormerServiceAccount, err = r.formerIdentity(ctx, def, api.Plural, api.Version); err != nil {
 		return rbac.Options{}, nil, err

@@ -405,6 +405,11 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 	if err != nil {
 		return nil, fmt.Errorf("naming the RBAC: %w", err)
 	}
+	if ns := k.identityNamespace(); ns != "" && !k.InProcess {
+		// The controller Deployment watches where the binder lists it as bound (the
+		// generated RBAC lets it read the list: reconciler/definition).
+		objs.BoundNamespaces = types.NamespacedName{Namespace: ns, Name: rbac.NamesFor(def.Namespace, key.Plural, key.Version).BoundNamespaces}
+	}
 	v := &servedVersion{key: key, gvk: gvk}
 	v.informer = k.newInformer(key, k.handler(key, !k.InProcess))
 	v.reader = v.informer.Reader()

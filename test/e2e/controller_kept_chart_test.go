@@ -220,10 +220,14 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 	sealRoleName := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").ReleaseSeal
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, role))
 	keyName := compositionctl.KeySecretName(def.UID)
+	boundList := rbac.NamesFor(keptNamespace, "keptapps", "v0-1-0").BoundNamespaces
 	assert.Equal(t, append(archiveRule(keyName), rbacv1.PolicyRule{
 		APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
 		ResourceNames: []string{rbac.ConstraintsConfigMap},
-	}), role.Rules, "the seal, and the Gatekeeper constraints serve enforces")
+	}, rbacv1.PolicyRule{
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+		ResourceNames: []string{boundList},
+	}), role.Rules, "the seal, the Gatekeeper constraints serve enforces, and the namespaces where it is bound")
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: sealRoleName}, binding))
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: keptServiceAccount, Namespace: keptIdentities}}, binding.Subjects)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sealRoleName}, binding.RoleRef)
@@ -284,6 +288,50 @@ func TestGeneratedControllerInstallsFromTheKeptChart(t *testing.T) {
 			assert.Equal(c, "two", cm.Data["value"])
 		}
 	}, 2*time.Minute, 250*time.Millisecond, "installed from the kept chart, the chart source down")
+
+	t.Run("it watches its compositions only where it is bound, and where it is bound later", func(t *testing.T) {
+		// Issue 46: no read of compositions across namespaces. Its informer lists and
+		// watches the namespaces Compositor lists as bound, and starts again when one
+		// more is bound.
+		canI := func(verb, namespace string) bool {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: keptUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + keptIdentities, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: "composition.krateo.io", Resource: "keptapps", Namespace: namespace},
+			}}
+			require.NoError(t, cp.Client.Create(ctx, review))
+			return review.Status.Allowed
+		}
+		const later = "kept-later"
+		for _, verb := range []string{"list", "watch", "get"} {
+			assert.False(t, canI(verb, ""), "%s keptapps in every namespace", verb)
+			assert.False(t, canI(verb, later), "%s keptapps in %s, where it has no composition", verb, later)
+			assert.True(t, canI(verb, keptNamespace), "%s keptapps in %s, where it is bound", verb, keptNamespace)
+		}
+		list := &corev1.ConfigMap{}
+		require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: boundList}, list))
+		assert.Equal(t, map[string]string{keptNamespace: "bound"}, list.Data)
+
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: later}}))
+		elsewhere := keptApp("bound-later")
+		elsewhere.SetNamespace(later)
+		require.NoError(t, cp.Client.Create(ctx, elsewhere))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			obj := keptApp("bound-later")
+			obj.SetNamespace(later)
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+			assert.True(c, isReady(*obj), "Ready: %v", obj.Object["status"])
+			assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: later, Name: "bound-later"}, &corev1.ConfigMap{}))
+		}, 2*time.Minute, 250*time.Millisecond, "installed in a namespace bound after the controller started")
+		assert.True(t, canI("watch", later))
+		assert.False(t, canI("watch", ""))
+
+		require.NoError(t, cp.Client.Delete(ctx, elsewhere))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: archives, Name: boundList}, list))
+			assert.Equal(c, map[string]string{keptNamespace: "bound"}, list.Data)
+			assert.False(c, canI("watch", later), "unbound once its last composition is gone")
+		}, 2*time.Minute, 250*time.Millisecond)
+	})
 
 	t.Run("what the generated controller installs is judged with the rendered policies", func(t *testing.T) {
 		// The policy judges creates of compositions labelled judge=yes: a composition

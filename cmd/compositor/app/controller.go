@@ -12,16 +12,19 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/compositor-dev/compositor/api"
 	"github.com/compositor-dev/compositor/chartfetch"
 	"github.com/compositor-dev/compositor/chartstore"
+	"github.com/compositor-dev/compositor/generators/rbac"
 	"github.com/compositor-dev/compositor/policies"
 	"github.com/compositor-dev/compositor/policies/membudget"
 	compositionctl "github.com/compositor-dev/compositor/reconciler/composition"
@@ -206,30 +209,41 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 			return err
 		}
 	}
-	mgr, err := compositionctl.NewManager(cfg, compositionctl.ManagerOptions{
-		GVK:                 gvk,
-		Scheme:              scheme,
-		Charts:              source,
-		Checker:             &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-		DefinitionNamespace: namespace,
-		MaxReconcileRate:    opts.MaxReconcileRate,
-		Sync:                opts.Sync,
-		Keys:                keys,
-		HealthProbeAddr:     opts.HealthProbeAddr,
-		MetricsAddr:         opts.MetricsAddr,
-	})
+	build := func(namespaces []string) (manager.Manager, error) {
+		mgr, err := compositionctl.NewManager(cfg, compositionctl.ManagerOptions{
+			GVK:                 gvk,
+			Scheme:              scheme,
+			Charts:              source,
+			Checker:             &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+			DefinitionNamespace: namespace,
+			MaxReconcileRate:    opts.MaxReconcileRate,
+			Sync:                opts.Sync,
+			Keys:                keys,
+			HealthProbeAddr:     opts.HealthProbeAddr,
+			MetricsAddr:         opts.MetricsAddr,
+			Namespaces:          namespaces,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine, ReadOnly: true}).SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
+		if constraintsFollower != nil {
+			if err := mgr.Add(constraintsFollower); err != nil {
+				return nil, err
+			}
+		}
+		return mgr, nil
+	}
+	// Its compositions are watched only where its release role is bound, which is
+	// where it may list and watch them: the manager is made again when that changes.
+	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	if err := (&policy.Reconciler{Client: mgr.GetClient(), Engine: engine, ReadOnly: true}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if constraintsFollower != nil {
-		if err := mgr.Add(constraintsFollower); err != nil {
-			return err
-		}
-	}
-	return mgr.Start(ctx)
+	at := types.NamespacedName{Namespace: opts.ReleaseSealNamespace, Name: rbac.NamesFor(namespace, opts.Resource, opts.Version).BoundNamespaces}
+	return runScoped(ctrl.LoggerInto(ctx, ctrl.Log), newBoundNamespaces(clientset, at), build)
 }
 
 // kindOf finds the kind of a served resource through discovery.
