@@ -222,7 +222,6 @@ func afterSeed(t *testing.T) {
 	t.Skip("needs TestSeedFlow's installation: run TestSeedFlow first (-run 'TestSeedFlow|" + t.Name() + "')")
 }
 
-// waitAvailable waits for a Deployment in definitionNS to exist and be Available.
 // controllerKeys checks, through the API server's own authorizer, what the controller's
 // ServiceAccount may read of Compositor's keys: its definition's key Secret, and not the
 // master key, another Secret of Compositor's namespace, or a list of them.
@@ -313,7 +312,8 @@ func diagnose(t *testing.T) {
 		{"get", "pods,deployments", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by", ".lastTimestamp"},
 		{"logs", "-n", releaseNS, "-l", "app.kubernetes.io/instance=" + release, "--tail", "60", "--prefix"},
-		{"logs", "-n", definitionNS, "-l", "app.kubernetes.io/managed-by=compositor", "--tail", "60", "--prefix"},
+		// The generated controllers run in Compositor's namespace.
+		{"logs", "-n", releaseNS, "-l", "app.kubernetes.io/managed-by=compositor", "--tail", "60", "--prefix"},
 	} {
 		out, err := command(t, time.Minute, "", "kubectl", args...)
 		t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
