@@ -222,7 +222,13 @@ spec:
 	require.Error(t, res.Err, "admitted: %s", res.Stdout)
 	assert.Contains(t, res.Stderr, "rendering chart loops was stopped at the deadline")
 	assert.Contains(t, res.Stderr, "[policy no-forbidden-configmaps]")
-	res = cp.Kubectl(ctx, loops("cheap", 3), "apply", "-f", "-")
-	assert.NoError(t, res.Err, "a cheap composition is admitted while the runaway render goes on: %s", res.Stderr)
+	// A cheap composition is admitted after it. Under a loaded machine (the race
+	// detector, a shared CI host) a 200 ms deadline can stop even a cheap render, which
+	// is then refused at the deadline, as it should be: it is tried again, and must be
+	// admitted by a try that finished in time.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, loops("cheap", 3), "apply", "-f", "-")
+		assert.NoError(c, res.Err, "a cheap composition is admitted: %s", res.Stderr)
+	}, 30*time.Second, 500*time.Millisecond)
 	assert.Error(t, cp.Kubectl(ctx, "", "get", "loops.v0-1-0.composition.krateo.io", "runaway", "-n", "loops").Err, "runaway was not stored")
 }
