@@ -250,7 +250,8 @@ func TestDeploymentChartRBACIsEnough(t *testing.T) {
 		if assert.NoError(c, cp.Client.Get(ctx, sealRole, role)) {
 			assert.Equal(c, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
 				ResourceNames: []string{compositionctl.KeySecretName(seedDef.UID)}}, {APIGroups: []string{""}, Resources: []string{"configmaps"},
-				Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{rbac.ConstraintsConfigMap}}}, role.Rules)
+				Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{rbac.ConstraintsConfigMap}}, {APIGroups: []string{""}, Resources: []string{"configmaps"},
+				Verbs: []string{"get", "list", "watch"}, ResourceNames: []string{rbac.NamesFor("fireworksapp-system", "fireworksapps", "v1-1-5").BoundNamespaces}}}, role.Rules)
 			if assert.Len(c, role.OwnerReferences, 1, "owned by Compositor's ServiceAccount") {
 				assert.Equal(c, "compositor", role.OwnerReferences[0].Name)
 			}

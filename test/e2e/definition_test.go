@@ -105,9 +105,9 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 
 	// Resolved through the API server's discovery: exactly what the chart can create,
 	// with the verbs Helm needs, and Helm's release Secrets.
-	// The compositions themselves are written only where the role is bound.
+	// The compositions themselves are read and written only where the role is bound.
 	assert.Equal(t, []rbacv1.PolicyRule{
-		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
 		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
 		{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
@@ -189,7 +189,7 @@ func TestDefinitionServesItsChartAsAnAPI(t *testing.T) {
 		// 2.0.0 renders an Ingress when exposure is public: its role grants Ingresses.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Equal(c, []rbacv1.PolicyRule{
-				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "patch", "update"}},
+				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps"}, Verbs: []string{"get", "list", "watch", "patch", "update"}},
 				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/status"}, Verbs: []string{"get", "patch", "update"}},
 				{APIGroups: []string{"composition.krateo.io"}, Resources: []string{"fireworksapps/finalizers"}, Verbs: []string{"update"}},
 				{APIGroups: []string{""}, Resources: []string{"configmaps", "services"}, Verbs: helmVerbs},
