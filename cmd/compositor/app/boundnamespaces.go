@@ -133,15 +133,10 @@ func runScoped(ctx context.Context, bound *boundNamespaces, build func(namespace
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("the controller's manager stopped: %w", cmpErr(err))
+			if err == nil {
+				err = errors.New("with no error, while the controller ran")
+			}
+			return fmt.Errorf("the controller's manager stopped: %w", err)
 		}
 	}
-}
-
-// cmpErr names a manager that stopped with no error.
-func cmpErr(err error) error {
-	if err == nil {
-		return errors.New("with no error, while the controller ran")
-	}
-	return err
 }
