@@ -1,6 +1,7 @@
 package composition
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,10 +16,17 @@ func TestARenderStoppedAtTheDeadlineIsTriedSoonThenLessOften(t *testing.T) {
 	obj.SetName("web")
 	obj.SetUID("uid-1")
 	obj.SetGeneration(1)
+	stop := &GateError{Reason: ReasonRenderRefused, Message: "stopped"}
 	var r runaways
+	if _, _, ok := r.standing(obj); ok {
+		t.Fatal("a composition never stopped has a standing refusal")
+	}
 	var waits []time.Duration
-	for range 9 {
-		waits = append(waits, r.retryAfter(obj))
+	for i := range 9 {
+		waits = append(waits, r.retryAfter(obj, &GateError{Reason: ReasonRenderRefused, Message: fmt.Sprintf("stop %d", i)}))
+	}
+	if refusal, wait, ok := r.standing(obj); !ok || refusal.Message != "stop 8" || wait != retryRunaway {
+		t.Errorf("standing refusal after 9 stops = %v, %s, %v; want the last stop's, waiting %s", refusal, wait, ok, retryRunaway)
 	}
 	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, retryRunaway, retryRunaway, retryRunaway}
 	for i := range want {
@@ -28,16 +36,19 @@ func TestARenderStoppedAtTheDeadlineIsTriedSoonThenLessOften(t *testing.T) {
 	}
 
 	obj.SetGeneration(2)
-	if got := r.retryAfter(obj); got != firstRunawayRetry {
+	if _, _, ok := r.standing(obj); ok {
+		t.Error("a new spec has the old spec's refusal standing")
+	}
+	if got := r.retryAfter(obj, stop); got != firstRunawayRetry {
 		t.Errorf("a new spec's first stop waits %s, want %s", got, firstRunawayRetry)
 	}
 	obj.SetUID("uid-2")
-	if got := r.retryAfter(obj); got != firstRunawayRetry {
+	if got := r.retryAfter(obj, stop); got != firstRunawayRetry {
 		t.Errorf("a composition made again under the same name waits %s at its first stop, want %s", got, firstRunawayRetry)
 	}
-	r.retryAfter(obj)
+	r.retryAfter(obj, stop)
 	r.forget(client.ObjectKeyFromObject(obj))
-	if got := r.retryAfter(obj); got != firstRunawayRetry {
+	if got := r.retryAfter(obj, stop); got != firstRunawayRetry {
 		t.Errorf("after an install, the next stop waits %s, want %s", got, firstRunawayRetry)
 	}
 	r.forget(types.NamespacedName{Namespace: "team-a", Name: "web"})

@@ -8,6 +8,7 @@ package composition
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -269,8 +270,13 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 	}
 	if refusal, refused := asGateError(err); refused && refusal.Reason == ReasonRenderRefused {
 		a := r.refused(obj, s, err)
-		a.requeue = r.runaways.retryAfter(obj)
+		a.requeue = r.runaways.retryAfter(obj, refusal)
 		return a, nil
+	}
+	if refusal, wait, ok := r.runaways.standing(obj); ok && errors.Is(err, policies.ErrNotStarted) {
+		// This try learnt nothing: the spec's last render, stopped at the deadline,
+		// still says what the composition is.
+		return attempt{reason: refusal.Reason, message: s.clusterPrefix() + refusal.Message, requeue: wait}, nil
 	}
 	r.runaways.forget(client.ObjectKeyFromObject(obj))
 	if err != nil {

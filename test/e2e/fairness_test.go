@@ -427,10 +427,11 @@ func TestRunawayRendersHoldNoControllerWorker(t *testing.T) {
 	}
 	stopped := 0
 	for _, name := range runaways {
-		if _, _, message := ready("team-a", name); strings.Contains(message, "was stopped at the deadline") {
-			if stopped++; stopped == 1 {
-				t.Logf("team-a's %s: %s", name, message)
-			}
+		status, reason, message := ready("team-a", name)
+		if !strings.Contains(message, "was stopped at the deadline") {
+			t.Logf("team-a's %s is not refused for being stopped at the deadline: %s %s %s", name, status, reason, message)
+		} else if stopped++; stopped == 1 {
+			t.Logf("team-a's %s: %s", name, message)
 		}
 	}
 	_, _, message := ready("team-a", runaways[len(runaways)-1])
