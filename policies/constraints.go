@@ -19,13 +19,21 @@ import (
 
 // SetConstraints makes lib the Gatekeeper constraints of origin in force (OriginObject:
 // the cluster's ConstraintTemplates and Constraints; OriginDir: --policy-dir files), in
-// place of that origin's previous ones, in one swap. nil removes them.
+// place of that origin's previous ones, in one swap. nil removes them. A library the
+// same as the one in force (gatekeeper.Library.Same: rebuilt from what was parsed and
+// compiled before, as the constraints controller does every resync) changes nothing,
+// the engine's Version included: verdicts found under it still hold.
 func (e *Engine) SetConstraints(origin Origin, lib *gatekeeper.Library) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	next := map[Origin]*gatekeeper.Library{}
 	if cur := e.constraints.Load(); cur != nil {
+		if (*cur)[origin].Same(lib) {
+			return
+		}
 		maps.Copy(next, *cur)
+	} else if lib.Empty() {
+		return
 	}
 	if lib.Empty() {
 		delete(next, origin)

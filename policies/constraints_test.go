@@ -98,6 +98,35 @@ func TestConstraintsSeeTheCompositionAndWhatItRenders(t *testing.T) {
 	}
 }
 
+// The constraints controller rebuilds the library from what it parsed and compiled
+// before at every resync: the same library changes nothing the engine enforces, so
+// verdicts found under its Version still hold (the audit judges nothing again); a
+// constraint parsed anew, an empty library after none, or the last one removed do.
+func TestTheSameConstraintsKeepTheEnginesVersion(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	start := e.Version()
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary(nil, nil))
+	e.SetConstraints(OriginObject, nil)
+	assert.True(t, start == e.Version(), "no constraints, then none again")
+
+	tmpl := testTemplate(t, echoTemplate)
+	all := testConstraint(t, "TestEcho", "all", "{}")
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{tmpl}, []*gatekeeper.Constraint{all}))
+	enforced := e.Version()
+	assert.True(t, start != enforced, "a constraint enforced")
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{tmpl}, []*gatekeeper.Constraint{all}))
+	assert.True(t, enforced == e.Version(), "the same constraint and template, rebuilt")
+
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{tmpl}, []*gatekeeper.Constraint{testConstraint(t, "TestEcho", "all", "{}")}))
+	reparsed := e.Version()
+	assert.True(t, enforced != reparsed, "a constraint parsed anew")
+	e.SetConstraints(OriginObject, gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, echoTemplate)}, e.Constraints(OriginObject).Constraints()))
+	assert.True(t, reparsed != e.Version(), "its template compiled anew")
+	e.SetConstraints(OriginObject, nil)
+	assert.True(t, reparsed != e.Version(), "the constraints removed")
+	assert.Empty(t, e.Constraints(OriginObject).Constraints())
+}
+
 // A deletion is not judged (Gatekeeper's default), and the delete hooks of an
 // uninstall are judged without the composition that goes.
 func TestConstraintsLeaveDeletionsAlone(t *testing.T) {

@@ -64,6 +64,18 @@ func (l *Library) ReadsHistory() bool {
 // Empty reports whether the library enforces no constraint.
 func (l *Library) Empty() bool { return l == nil || len(l.constraints) == 0 }
 
+// Same reports whether l and other enforce the same thing: the very constraints, as
+// parsed, with the very templates of their kinds, as compiled. Equal copies are not
+// the same: a library rebuilt from what was parsed and compiled before is. Two libraries
+// that enforce nothing are the same.
+func (l *Library) Same(other *Library) bool {
+	if l.Empty() || other.Empty() {
+		return l.Empty() && other.Empty()
+	}
+	return slices.Equal(l.constraints, other.constraints) &&
+		!slices.ContainsFunc(l.constraints, func(c *Constraint) bool { return l.templates[c.Kind] != other.templates[c.Kind] })
+}
+
 // Constraints lists the enforced constraints, by kind and name.
 func (l *Library) Constraints() []*Constraint {
 	if l == nil {
