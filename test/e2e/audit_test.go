@@ -180,6 +180,13 @@ func TestAuditReportsExistingViolationsInPolicyStatus(t *testing.T) {
 // admission has found.
 func dryRunViolations(t *testing.T, addr, source string) float64 {
 	t.Helper()
+	return counter(t, addr, "compositor_admission_violations_total", map[string]string{"source": source, "action": "dryrun"})
+}
+
+// counter reads from Compositor's /metrics at addr the value of the counter family
+// whose labels include want; 0 when it has not been counted yet.
+func counter(t *testing.T, addr, family string, want map[string]string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -187,18 +194,28 @@ func dryRunViolations(t *testing.T, addr, source string) float64 {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
-	family, ok := families["compositor_admission_violations_total"]
+	f, ok := families[family]
 	if !ok {
 		return 0
 	}
-	for _, m := range family.GetMetric() {
+	for _, m := range f.GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["source"] == source && labels["action"] == "dryrun" {
+		if matches(labels, want) {
 			return m.GetCounter().GetValue()
 		}
 	}
 	return 0
+}
+
+// matches tells whether labels hold every label of want.
+func matches(labels, want map[string]string) bool {
+	for k, v := range want {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policyv1alpha1 "github.com/compositor-dev/compositor/api/policy/v1alpha1"
 	"github.com/compositor-dev/compositor/cmd/compositor/app"
 	"github.com/compositor-dev/compositor/test/controlplane"
 )
@@ -205,4 +206,135 @@ func TestTemplatesThatTellRendersApartStopInTheSandbox(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "b-quiet-0"}, cm))
 	assert.Equal(t, "2", cm.Data["revision"])
+}
+
+// quietNote is a rendered policy of the tells chart: it judges what the chart renders,
+// so admission and the audit render every composition of it.
+const quietNote = `apiVersion: policy.compositor.dev/v1alpha1
+kind: CompositionPolicy
+metadata:
+  name: quiet-note
+spec:
+  target: rendered
+  match:
+    kinds: [{group: composition.krateo.io, kind: Tells}]
+  rego: |
+    package compositor.quietnote
+
+    deny contains {"msg": "the note shouts", "path": "spec.note"} if {
+      some obj in input.rendered
+      obj.kind == "ConfigMap"
+      contains(obj.data.note, "!")
+    }
+`
+
+// Issue 47, the audit: a template that loops only on install passes admission when an
+// update adds it (rendered, as the install will render it, as an upgrade), and Helm
+// upgrades it. The audit judges an installed composition as its next upgrade would
+// render, in its namespace's lane, and only when something it is judged from changed:
+// with 15 such compositions and a pass every second, the audit finds nothing to refuse
+// (no render was stopped), a pass over them unchanged renders nothing (counted on
+// /metrics), and another namespace's writes meanwhile are all admitted and installed.
+// Their latencies, quiet and under the audit, are logged.
+func TestTheAuditOfInstallOnlyLoopsCostsOtherNamespacesNothing(t *testing.T) {
+	cp := controlplane.Start(t)
+	var metrics string
+	startCompositor(t, cp, func(o *app.ServeOptions) {
+		o.Controllers = app.ControllersInProcess
+		o.AuditInterval = time.Second
+		o.MetricsAddr = freePort(t)
+		metrics = o.MetricsAddr
+	})
+	applyDefinition(t, cp, serveCharts(t, tplChart()).URL, "tells", "tells", "0.1.0")
+	applyPolicies(t, cp, quietNote)
+	ctx := context.Background()
+	for _, ns := range []string{"team-a", "team-b"} {
+		res := cp.Kubectl(ctx, "", "create", "namespace", ns)
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	apply := func(namespace, name, note string, round int) controlplane.Result {
+		manifest := fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Tells\nmetadata: {name: %s, namespace: %s}\nspec:\n  note: %q\n  round: %d\n", name, namespace, note, round)
+		return cp.Kubectl(ctx, manifest, "apply", "-f", "-")
+	}
+	installed := func(namespace, name string, round int) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			cm := &corev1.ConfigMap{}
+			if assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
+				assert.Equal(c, fmt.Sprint(round), cm.Data["round"])
+			}
+			ready := readyCondition(t, cp, "tells", namespace, name)
+			assert.True(c, strings.HasPrefix(ready, "True "), ready)
+		}, 2*time.Minute, 50*time.Millisecond, "%s/%s round %d is installed", namespace, name, round)
+	}
+	var written int
+	writeB := func(n int) (took []time.Duration) {
+		for range n {
+			written++
+			name := fmt.Sprintf("b-%d", written)
+			start := time.Now()
+			res := apply("team-b", name, "plain", 1)
+			require.NoError(t, res.Err, "team-b's %s is admitted: %s", name, res.Stderr)
+			installed("team-b", name, 1)
+			took = append(took, time.Since(start))
+		}
+		return took
+	}
+	quiet := writeB(8)
+
+	installOnly := `{{ if .Release.IsInstall }}` + loop + `{{ end }}ok`
+	res := apply("team-a", "direct", installOnly, 1)
+	require.Error(t, res.Err, "a create renders as an install, which loops")
+	assert.Contains(t, res.Stderr, "stopped at the deadline")
+
+	const attackers = 15
+	for i := range attackers {
+		res := apply("team-a", fmt.Sprintf("a-%d", i), "plain", 1)
+		require.NoError(t, res.Err, res.Stderr)
+	}
+	for i := range attackers {
+		installed("team-a", fmt.Sprintf("a-%d", i), 1)
+	}
+	for i := range attackers {
+		res := apply("team-a", fmt.Sprintf("a-%d", i), installOnly, 2)
+		require.NoError(t, res.Err, "an update renders as an upgrade, which does not loop: %s", res.Stderr)
+	}
+	for i := range attackers {
+		installed("team-a", fmt.Sprintf("a-%d", i), 2)
+	}
+
+	audited := func(result string) float64 {
+		return counter(t, metrics, "compositor_audit_compositions_total", map[string]string{"result": result})
+	}
+	auditRenders := func() float64 {
+		return counter(t, metrics, "compositor_chart_renders_total", map[string]string{"purpose": "audit"})
+	}
+	// Settled: a pass after the upgrades found every composition and judged none again.
+	all := float64(attackers + len(quiet))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		judged, unchanged := audited("judged"), audited("unchanged")
+		time.Sleep(2500 * time.Millisecond) // two passes or more
+		assert.Equal(c, judged, audited("judged"), "compositions judged again")
+		assert.GreaterOrEqual(c, audited("unchanged")-unchanged, all, "passes over every composition")
+	}, 2*time.Minute, 100*time.Millisecond, "the audit settles")
+	// No render of the audit was stopped: it would be a violation of the policy.
+	policy := &policyv1alpha1.CompositionPolicy{}
+	require.NoError(t, cp.Client.Get(ctx, client.ObjectKey{Name: "quiet-note"}, policy))
+	require.NotNil(t, policy.Status.Audit.LastRunTime, "the audit ran")
+	assert.Zero(t, policy.Status.Audit.ViolationCount, "no render of the audit was stopped: %v", policy.Status.Audit.Examples)
+
+	// Three passes or more over the compositions unchanged render nothing.
+	renders, judged, unchanged := auditRenders(), audited("judged"), audited("unchanged")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.GreaterOrEqual(c, audited("unchanged")-unchanged, 3*all, "three passes or more")
+	}, time.Minute, 100*time.Millisecond)
+	assert.Zero(t, auditRenders()-renders, "renders of passes over unchanged compositions")
+	assert.Zero(t, audited("judged")-judged, "compositions judged again")
+
+	renders, judged = auditRenders(), audited("judged")
+	attacked := writeB(8)
+	renders, judged = auditRenders()-renders, audited("judged")-judged
+	t.Logf("team-b, %d writes (admitted and installed) before team-a's %d install-only loops: p50 %s, p99 %s", len(quiet), attackers, latencyPercentile(quiet, 50), latencyPercentile(quiet, 99))
+	t.Logf("team-b, %d writes during audit passes every second over them: p50 %s, p99 %s; the audit judged %.0f compositions and rendered %.0f charts meanwhile",
+		len(attacked), latencyPercentile(attacked, 50), latencyPercentile(attacked, 99), judged, renders)
 }
