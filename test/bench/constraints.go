@@ -60,6 +60,17 @@ type constraintsMeasure struct {
 	// runs on the machine.
 	OtherCores      float64 `json:"otherCores"`
 	FloorOtherCores float64 `json:"floorOtherCores"`
+	// Renders are the charts Compositor rendered for admission over the same run
+	// (compositor_chart_renders_total{purpose="admission"}, read from its /metrics).
+	Renders float64 `json:"renders"`
+}
+
+// rendersPerRequest is how many charts Compositor rendered for each request.
+func (m constraintsMeasure) rendersPerRequest() float64 {
+	if m.Compositor.Requests == 0 {
+		return 0
+	}
+	return m.Renders / float64(m.Compositor.Requests)
 }
 
 // cpuPerRequest is Compositor's CPU per request, its sandbox workers' included, in ms.
@@ -252,6 +263,9 @@ func rerenderConstraints(path string, o options) error {
 	return run.write(o.out)
 }
 
+// writeWorkload names one write as the API server sends it: /mutate, then /validate.
+const writeWorkload = "composition create /mutate then /validate"
+
 // unrememberedUpdates names the updates whose old version Compositor must render again.
 const unrememberedUpdates = "composition update /validate, old version not remembered"
 
@@ -263,7 +277,7 @@ func (run *constraintsRun) measure(ctx context.Context, o options, fl *floor, d 
 	}
 	var workloads []workload
 	for _, wl := range admissionWorkloads(w, d.chartsURL) {
-		if wl.name == "composition create /validate" || wl.name == "composition update /validate" {
+		if wl.name == "composition create /validate" || wl.name == "composition update /validate" || wl.name == writeWorkload {
 			workloads = append(workloads, wl)
 		}
 	}
@@ -394,7 +408,8 @@ func measureConstraintsPhase(ctx context.Context, o options, fl *floor, d *dev, 
 			logf("%s: %s at concurrency %d", phase, wl.name, c)
 			var m constraintsMeasure
 			var err error
-			if m.Floor, _, m.FloorOtherCores, err = measureRun(ctx, fl.endpoint, wl.name, floorCalls(wl.calls), c, o.warmup, o.duration, nil); err != nil {
+			var floorRun, compositorRun sampled
+			if m.Floor, floorRun, err = measureRun(ctx, fl.endpoint, wl.name, floorCalls(wl.calls), c, o.warmup, o.duration, samplers{}); err != nil {
 				return nil, err
 			}
 			var profile chan error
@@ -405,10 +420,15 @@ func measureConstraintsPhase(ctx context.Context, o options, fl *floor, d *dev, 
 					profile <- saveProfile(ctx, d.pprof, o.warmup+time.Second, o.duration-time.Second, path)
 				}()
 			}
-			workers := func() (float64, error) { return sandboxWorkersCPU(d.cmd.Process.Pid) }
-			if m.Compositor, m.WorkerCPUSeconds, m.OtherCores, err = measureRun(ctx, d.endpoint, wl.name, wl.calls, c, o.warmup, o.duration, workers); err != nil {
+			of := samplers{
+				workers: func() (float64, error) { return sandboxWorkersCPU(d.cmd.Process.Pid) },
+				renders: func() (float64, error) { return d.renders(ctx, policies.PurposeAdmission) },
+			}
+			if m.Compositor, compositorRun, err = measureRun(ctx, d.endpoint, wl.name, wl.calls, c, o.warmup, o.duration, of); err != nil {
 				return nil, err
 			}
+			m.FloorOtherCores = floorRun.otherCores
+			m.WorkerCPUSeconds, m.OtherCores, m.Renders = compositorRun.workerCPU, compositorRun.otherCores, compositorRun.renders
 			if profile != nil {
 				if err := <-profile; err != nil {
 					return nil, err
@@ -422,21 +442,37 @@ func measureConstraintsPhase(ctx context.Context, o options, fl *floor, d *dev, 
 
 // cpuSample is what measureRun reads besides the server's CPU time, at the same
 // instants: the CPU time of the server's sandbox workers, of this process (the load
-// generator) and of the whole machine (busy), in seconds.
+// generator) and of the whole machine (busy), in seconds, and the server's renders.
 type cpuSample struct {
-	workers, harness, busy float64
+	workers, harness, busy, renders float64
+}
+
+// samplers read, for measureRun, the CPU time of the server's sandbox workers and the
+// charts it rendered so far; nil ones count nothing.
+type samplers struct {
+	workers, renders func() (float64, error)
+}
+
+// sampled is what measureRun tells besides the result: the workers' CPU time over
+// the run, the cores every other process used meanwhile (the machine's busy time less
+// the server's, its workers' and this process's), and the renders made.
+type sampled struct {
+	workerCPU, otherCores, renders float64
 }
 
 // measureRun is drive, with a cpuSample read at the same instants as the server's CPU
-// time when workers says whose sandbox workers to count (nil: none). It returns the
-// workers' CPU time over the run and the cores every other process used meanwhile
-// (the machine's busy time less the server's, its workers' and this process's).
-func measureRun(ctx context.Context, e *endpoint, workload string, calls []call, concurrency int, warmup, d time.Duration, workers func() (float64, error)) (result, float64, float64, error) {
+// time, the warm-up left out.
+func measureRun(ctx context.Context, e *endpoint, workload string, calls []call, concurrency int, warmup, d time.Duration, of samplers) (result, sampled, error) {
 	sample := func() (cpuSample, error) {
 		var s cpuSample
 		var err error
-		if workers != nil {
-			if s.workers, err = workers(); err != nil {
+		if of.workers != nil {
+			if s.workers, err = of.workers(); err != nil {
+				return s, err
+			}
+		}
+		if of.renders != nil {
+			if s.renders, err = of.renders(); err != nil {
 				return s, err
 			}
 		}
@@ -456,29 +492,29 @@ func measureRun(ctx context.Context, e *endpoint, workload string, calls []call,
 		return s, nil
 	}
 	if _, err := run(ctx, e, calls, concurrency, warmup); err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	before, err := cpuSeconds(e.pid)
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	sampleBefore, err := sample()
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	start := time.Now()
 	stats, err := run(ctx, e, calls, concurrency, d)
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	elapsed := time.Since(start)
 	after, err := cpuSeconds(e.pid)
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	sampleAfter, err := sample()
 	if err != nil {
-		return result{}, 0, 0, err
+		return result{}, sampled{}, err
 	}
 	r := result{
 		Server: e.name, Workload: workload, Concurrency: concurrency,
@@ -493,7 +529,7 @@ func measureRun(ctx context.Context, e *endpoint, workload string, calls []call,
 	r.Throughput = float64(len(stats.latencies)) / elapsed.Seconds()
 	workerCPU := sampleAfter.workers - sampleBefore.workers
 	others := (sampleAfter.busy - sampleBefore.busy) - r.CPUSeconds - workerCPU - (sampleAfter.harness - sampleBefore.harness)
-	return r, workerCPU, max(0, others/elapsed.Seconds()), nil
+	return r, sampled{workerCPU: workerCPU, otherCores: max(0, others/elapsed.Seconds()), renders: sampleAfter.renders - sampleBefore.renders}, nil
 }
 
 // sandboxWorkersCPU is the CPU time used so far by the sandbox workers of process pid:

@@ -30,12 +30,30 @@ func (run *constraintsRun) targets() []constraintsTargetRow {
 			out = append(out, boundRows(r, "the rendered rewrites'", *r.Rendered)...)
 		}
 	}
+	for _, r := range run.Rows {
+		if r.Workload != writeWorkload {
+			continue
+		}
+		where := fmt.Sprintf("%s, c %d", r.Workload, r.Concurrency)
+		perWrite := r.After.rendersPerRequest()
+		out = append(out, constraintsTargetRow{where + ": at most one render per write, after (issue #47)", fmt.Sprintf("%.2f", perWrite), perWrite <= 1})
+		if r.Rendered != nil {
+			b, a := r.Rendered.Compositor, r.After.Compositor
+			p50 := ratio(a.P50, b.P50)
+			out = append(out, constraintsTargetRow{fmt.Sprintf("%s: p50 ≤ %.1f× the rendered rewrites' p50 (issue #47)", where, writeTarget),
+				fmt.Sprintf("%.2f ms → %.2f ms = %.2f×", b.P50, a.P50, p50), p50 <= writeTarget})
+		}
+	}
 	if p := run.Peer; p != nil {
 		out = append(out, constraintsTargetRow{"engine on the library (render included) beats Gatekeeper's on the release's requests",
 			fmt.Sprintf("%.0f/s vs %.0f/s = %.2f×", p.Compositor.ReviewsPerSecond, p.Gatekeeper.ReviewsPerSecond, p.Ratio), p.Ratio > 1})
 	}
 	return out
 }
+
+// writeTarget is issue #47's bound on one write (/mutate then /validate): with the
+// library, its p50 within this factor of the five rendered policies'.
+const writeTarget = 1.3
 
 // boundRows are the three bounds of row r's after against baseline, named by whose
 // figures baseline holds.
@@ -75,7 +93,8 @@ func (run *constraintsRun) markdown() string {
 	p("")
 	p("Written by `make bench-constraints` (`go run ./test/bench -constraints %s`) on %s in %s, on %s (%d cores),", run.Dir,
 		run.Started.UTC().Format("2006-01-02 15:04 MST"), run.Finished.Sub(run.Started).Round(time.Second), m.CPU, m.Cores)
-	p("Compositor `%s` at %s. In one `compositor dev`, composition `/validate` is measured over HTTPS with the", m.Compositor, m.Commit)
+	p("Compositor `%s` at %s. In one `compositor dev`, composition `/validate`, and one write (`/mutate` then", m.Compositor, m.Commit)
+	p("`/validate`), are measured over HTTPS with the")
 	p("five CompositionPolicies of `test/bench/policies` and the built-ins (*before*), then again after %d ConstraintTemplates", run.Templates)
 	p("with one Constraint each (`%s`) were created with the API and enforced (*after*); each run beside the", run.Dir)
 	p("do-nothing floor webhook of `make bench`, with its load generator and durations (%.0f s warm-up, %.0f s measured).", run.WarmupSeconds, run.DurationSeconds)
@@ -129,6 +148,19 @@ func (run *constraintsRun) markdown() string {
 	}
 	p("")
 	p("CPU is Compositor's process and its sandbox workers (which render the chart) per request.")
+	p("Renders per request are Compositor's own count (`compositor_chart_renders_total{purpose=\"admission\"}` on its")
+	p("`/metrics`) over each measured run, divided by the requests answered; a write is its `/mutate` and `/validate`.")
+	p("")
+	p("| workload | c | renders/req before | rendered | after |")
+	p("|---|---|---|---|---|")
+	for _, r := range run.Rows {
+		rendered := "–"
+		if r.Rendered != nil {
+			rendered = fmt.Sprintf("%.2f", r.Rendered.rendersPerRequest())
+		}
+		p("| %s | %d | %.2f | %s | %.2f |", r.Workload, r.Concurrency, r.Before.rendersPerRequest(), rendered, r.After.rendersPerRequest())
+	}
+	p("")
 	for _, r := range run.Rows {
 		phases := []phaseMeasure{{"before", r.Before}, {"after", r.After}}
 		if r.Rendered != nil {

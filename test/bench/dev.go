@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -39,8 +41,8 @@ type dev struct {
 	client client.Client
 	// chartsURL serves the sample charts.
 	chartsURL string
-	// pprof is the address of Compositor's /debug/pprof.
-	pprof string
+	// pprof is the address of Compositor's /debug/pprof, metrics its /metrics.
+	pprof, metrics string
 	// dataDir is dev's --data-dir, which holds the client certificate it minted for the
 	// API server to present to the webhooks.
 	dataDir string
@@ -51,7 +53,7 @@ type dev struct {
 // harness's own, and waits until its webhooks are installed and answer. Its log goes to
 // dir/compositor.log.
 func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...string) (*dev, error) {
-	var ports [3]int
+	var ports [4]int
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -70,6 +72,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...st
 		log:       logPath,
 		chartsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		pprof:     fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		metrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[3]),
 	}
 	d.dataDir = filepath.Join(dir, "etcd")
 	d.cmd = exec.Command(bin, append([]string{"dev", "--reset",
@@ -80,6 +83,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...st
 		"--chart-cache-dir", filepath.Join(dir, "charts"),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		"--pprof-bind-address", d.pprof,
+		"--metrics-bind-address", strings.TrimSuffix(strings.TrimPrefix(d.metrics, "http://"), "/metrics"),
 		// The audit re-checks every composition each minute; it would add load of its
 		// own to some runs and not others.
 		"--audit-interval", "0",
@@ -250,4 +254,38 @@ func mustMap(v any) map[string]any {
 		panic(err)
 	}
 	return out
+}
+
+// renders is how many charts Compositor has rendered for purpose so far, as its
+// /metrics counts them (compositor_chart_renders_total); 0 before the first.
+func (d *dev) renders(ctx context.Context, purpose string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.metrics, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading Compositor's metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("reading Compositor's metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("reading Compositor's metrics: %w", err)
+	}
+	family, ok := families["compositor_chart_renders_total"]
+	if !ok {
+		return 0, nil
+	}
+	for _, m := range family.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "purpose" && l.GetValue() == purpose {
+				return m.GetCounter().GetValue(), nil
+			}
+		}
+	}
+	return 0, nil
 }
