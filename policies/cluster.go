@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +79,11 @@ func (c *ClusterCapabilities) read() (*chartcommon.Capabilities, error) {
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
 		return nil, fmt.Errorf("reading the cluster's APIs for the chart's .Capabilities: %w", err)
 	}
+	// Helm gathers them in a map, so each read lists them in another order: sorted,
+	// the same APIs are the same capabilities, for a template that ranges over them,
+	// for the render memo's key and for the audit's verdicts.
+	apis = slices.Clone(apis)
+	slices.Sort(apis)
 	return &chartcommon.Capabilities{
 		APIVersions: apis,
 		KubeVersion: chartcommon.KubeVersion{Version: version.GitVersion, Major: version.Major, Minor: version.Minor},

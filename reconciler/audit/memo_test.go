@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/compositor-dev/compositor/api/core/v1alpha1"
@@ -310,3 +313,26 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The cluster's capabilities, read again, are the same when its APIs are: Helm gathers
+// them in a map, and a new order each read would change the audit's key of every
+// composition (capabilitiesDigest), judging all of them again every read, and miss
+// admission's render memo.
+func TestTheClusterCapabilitiesReadAgainAreTheSame(t *testing.T) {
+	cp := controlplane.Start(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	require.NoError(t, err)
+	read := func() *chartcommon.Capabilities {
+		caps, err := policies.NewClusterCapabilities(memory.NewMemCacheClient(dc)).Get()
+		require.NoError(t, err)
+		return caps
+	}
+	first := read()
+	require.Greater(t, len(first.APIVersions), 50, "the API server serves its built-in APIs")
+	assert.True(t, slices.IsSorted(first.APIVersions), "listed in order")
+	for range 5 {
+		again := read()
+		assert.Equal(t, first.APIVersions, again.APIVersions)
+		assert.Equal(t, capabilitiesDigest(first), capabilitiesDigest(again))
+	}
+}
