@@ -294,7 +294,7 @@ bench-rollout: control-plane build ## Measure a rollout's plan of 1,000 paused c
 CONSTRAINTS_ARGS ?=
 
 .PHONY: bench-constraints
-bench-constraints: control-plane build ## Measure /validate before and after 50 Gatekeeper ConstraintTemplates with their constraints (issue #31), and the engine against Gatekeeper's on them; writes its section of BENCHMARKS.md (about 3 minutes)
+bench-constraints: control-plane build ## Measure /validate and one write (/mutate then /validate), with their renders per request, before and after 50 Gatekeeper ConstraintTemplates with their constraints (issues #31, #47), and the engine against Gatekeeper's on them; writes its section of BENCHMARKS.md (about 5 minutes)
 	mkdir -p $(BIN)/profiles; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	(cd $(TOOLS)/gatekeeper && go run . -constraints ../../bench/constraints -cpuprofile $(BIN)/profiles/constraints-engine.pprof -json) > "$$tmp/peer.json"; \
 	go run ./test/bench -constraints test/bench/constraints -compositor $(BIN)/compositor -control-plane-dir $(K8S) \
