@@ -40,6 +40,26 @@ data:
 	}
 }
 
+// applyTells applies a composition of the tells chart with kubectl.
+func applyTells(cp *controlplane.ControlPlane, namespace, name, note string, round int) controlplane.Result {
+	manifest := fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Tells\nmetadata: {name: %s, namespace: %s}\nspec:\n  note: %q\n  round: %d\n", name, namespace, note, round)
+	return cp.Kubectl(context.Background(), manifest, "apply", "-f", "-")
+}
+
+// requireTellsInstalled waits until the tells composition is Ready and its ConfigMap
+// holds round.
+func requireTellsInstalled(t *testing.T, cp *controlplane.ControlPlane, namespace, name string, round int) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cm := &corev1.ConfigMap{}
+		if assert.NoError(c, cp.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
+			assert.Equal(c, fmt.Sprint(round), cm.Data["round"])
+		}
+		ready := readyCondition(t, cp, "tells", namespace, name)
+		assert.True(c, strings.HasPrefix(ready, "True "), ready)
+	}, 2*time.Minute, 50*time.Millisecond, "%s/%s round %d is installed", namespace, name, round)
+}
+
 // loop is a template that runs about a billion empty iterations: minutes of CPU.
 const loop = `{{ range until 1000 }}{{ range until 1000 }}{{ range until 1000 }}{{ end }}{{ end }}{{ end }}`
 
@@ -64,8 +84,7 @@ func TestTemplatesThatTellRendersApartStopInTheSandbox(t *testing.T) {
 	require.NoError(t, cp.Client.Create(ctx, trigger))
 
 	applied := func(namespace, name, note string, round int) error {
-		manifest := fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Tells\nmetadata: {name: %s, namespace: %s}\nspec:\n  note: %q\n  round: %d\n", name, namespace, note, round)
-		if res := cp.Kubectl(ctx, manifest, "apply", "-f", "-"); res.Err != nil {
+		if res := applyTells(cp, namespace, name, note, round); res.Err != nil {
 			return fmt.Errorf("%s/%s is admitted (no rendered policy is in force): %w: %s", namespace, name, res.Err, res.Stderr)
 		}
 		return nil
@@ -77,13 +96,7 @@ func TestTemplatesThatTellRendersApartStopInTheSandbox(t *testing.T) {
 	ready := func(namespace, name string) string { return readyCondition(t, cp, "tells", namespace, name) }
 	installed := func(namespace, name string, round int) {
 		t.Helper()
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			cm := &corev1.ConfigMap{}
-			if assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
-				assert.Equal(c, fmt.Sprint(round), cm.Data["round"])
-			}
-			assert.True(c, strings.HasPrefix(ready(namespace, name), "True "), ready(namespace, name))
-		}, 2*time.Minute, 50*time.Millisecond, "%s/%s round %d is installed", namespace, name, round)
+		requireTellsInstalled(t, cp, namespace, name, round)
 	}
 
 	// Each variant loops only where the admission-time render (revision 1, an install
@@ -253,19 +266,11 @@ func TestTheAuditOfInstallOnlyLoopsCostsOtherNamespacesNothing(t *testing.T) {
 		require.NoError(t, res.Err, res.Stderr)
 	}
 	apply := func(namespace, name, note string, round int) controlplane.Result {
-		manifest := fmt.Sprintf("apiVersion: composition.krateo.io/v0-1-0\nkind: Tells\nmetadata: {name: %s, namespace: %s}\nspec:\n  note: %q\n  round: %d\n", name, namespace, note, round)
-		return cp.Kubectl(ctx, manifest, "apply", "-f", "-")
+		return applyTells(cp, namespace, name, note, round)
 	}
 	installed := func(namespace, name string, round int) {
 		t.Helper()
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			cm := &corev1.ConfigMap{}
-			if assert.NoError(c, cp.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)) {
-				assert.Equal(c, fmt.Sprint(round), cm.Data["round"])
-			}
-			ready := readyCondition(t, cp, "tells", namespace, name)
-			assert.True(c, strings.HasPrefix(ready, "True "), ready)
-		}, 2*time.Minute, 50*time.Millisecond, "%s/%s round %d is installed", namespace, name, round)
+		requireTellsInstalled(t, cp, namespace, name, round)
 	}
 	var written int
 	writeB := func(n int) (took []time.Duration) {
