@@ -273,10 +273,12 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		a.requeue = r.runaways.retryAfter(obj, refusal)
 		return a, nil
 	}
-	if refusal, wait, ok := r.runaways.standing(obj); ok && errors.Is(err, policies.ErrNotStarted) {
-		// This try learnt nothing: the spec's last render, stopped at the deadline,
-		// still says what the composition is.
-		return attempt{reason: refusal.Reason, message: s.clusterPrefix() + refusal.Message, requeue: wait}, nil
+	if errors.Is(err, policies.ErrNotStarted) {
+		if refusal, wait, ok := r.runaways.standing(obj); ok {
+			// This try learnt nothing: the spec's last render, stopped at the deadline,
+			// still says what the composition is.
+			return attempt{reason: refusal.Reason, message: s.clusterPrefix() + refusal.Message, requeue: wait}, nil
+		}
 	}
 	r.runaways.forget(client.ObjectKeyFromObject(obj))
 	if err != nil {

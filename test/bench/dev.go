@@ -41,7 +41,7 @@ type dev struct {
 	client client.Client
 	// chartsURL serves the sample charts.
 	chartsURL string
-	// pprof is the address of Compositor's /debug/pprof, metrics its /metrics.
+	// pprof is the address of Compositor's /debug/pprof, metrics of its /metrics.
 	pprof, metrics string
 	// dataDir is dev's --data-dir, which holds the client certificate it minted for the
 	// API server to present to the webhooks.
@@ -72,7 +72,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...st
 		log:       logPath,
 		chartsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		pprof:     fmt.Sprintf("127.0.0.1:%d", ports[2]),
-		metrics:   fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[3]),
+		metrics:   fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
 	d.dataDir = filepath.Join(dir, "etcd")
 	d.cmd = exec.Command(bin, append([]string{"dev", "--reset",
@@ -83,7 +83,7 @@ func startDev(ctx context.Context, bin, controlPlaneDir, dir string, extra ...st
 		"--chart-cache-dir", filepath.Join(dir, "charts"),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		"--pprof-bind-address", d.pprof,
-		"--metrics-bind-address", strings.TrimSuffix(strings.TrimPrefix(d.metrics, "http://"), "/metrics"),
+		"--metrics-bind-address", d.metrics,
 		// The audit re-checks every composition each minute; it would add load of its
 		// own to some runs and not others.
 		"--audit-interval", "0",
@@ -259,7 +259,7 @@ func mustMap(v any) map[string]any {
 // renders is how many charts Compositor has rendered for purpose so far, as its
 // /metrics counts them (compositor_chart_renders_total); 0 before the first.
 func (d *dev) renders(ctx context.Context, purpose string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.metrics, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
