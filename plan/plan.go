@@ -9,7 +9,7 @@
 //
 // Nothing here is new machinery: conversion is package conversion on the CRD
 // generators/crd builds for both versions (as `compositor convert` builds it), the
-// verdict is policies.Checker, rendering is policies.Render, and the resource types are
+// verdict is policies.Judge, rendering is policies.Render, and the resource types are
 // rbac.ResourceTypes resolved with chartlint's offline RESTMapper.
 //
 // A Plan carries a Hash of its canonical JSON, so that an approval can name the exact
@@ -38,6 +38,7 @@ import (
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
@@ -90,9 +91,9 @@ type Options struct {
 	// From is the chart version the compositions are pinned to now; To the version
 	// they move to. Both are versions of the same chart.
 	From, To *chart.Chart
-	// Checker judges the moved values under To: its schema and, with an Engine, the
+	// Judge judges the moved values under To: its schema and, with an Engine, the
 	// policies. nil checks the schema only.
-	Checker *policies.Checker
+	Judge *policies.Judge
 	// Mapper resolves the types the charts create for the RBAC change; nil is
 	// chartlint.RESTMapper(), the kinds of a default API server and any other kind
 	// guessed as a namespaced resource.
@@ -458,7 +459,7 @@ type planner struct {
 	fromName, toName string
 	kind, plural     string
 	schemas          *conversion.Schemas
-	checker          *policies.Checker
+	judge            *policies.Judge
 	mapper           meta.RESTMapper
 	namespace        string
 	fromDigest       string
@@ -477,11 +478,11 @@ func newPlanner(opts Options) (*planner, error) {
 	case from.Name() != to.Name():
 		return nil, fmt.Errorf("%w: moving from chart %s to chart %s: they must be versions of one chart", ErrBadChart, from.Name(), to.Name())
 	}
-	p := &planner{from: from, to: to, checker: opts.Checker, mapper: opts.Mapper, namespace: opts.Namespace,
+	p := &planner{from: from, to: to, judge: opts.Judge, mapper: opts.Mapper, namespace: opts.Namespace,
 		fromDigest: opts.FromDigest, toDigest: opts.ToDigest, renderTimeout: cmp.Or(opts.RenderTimeout, policies.DefaultTimeout),
 		digestKey: opts.DigestKey}
-	if p.checker == nil {
-		p.checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
+	if p.judge == nil {
+		p.judge = policies.NewJudge(policies.JudgeOptions{})
 	}
 	if p.mapper == nil {
 		p.mapper = chartlint.RESTMapper()
@@ -695,10 +696,10 @@ func (p *planner) move(obj map[string]any) (moved, before map[string]any, err er
 	return moved, before, nil
 }
 
-// verdict checks the moved object with the checker, as an update through To. cur is
+// verdict checks the moved object with the judge, as an update through To. cur is
 // To's render of c.Values for c's release (curErr its error), which the rendered
-// policies judge: the checker would render the same. Without it (the render failed,
-// or c has no values, which the checker renders as nil rather than {}) the checker
+// policies judge: the judge would render the same. Without it (the render failed,
+// or c has no values, which the judge renders as nil rather than {}) the judge
 // renders, and fails, itself.
 func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map[string]any, cur releaseObjects, curErr error) error {
 	obj, err := plain(moved)
@@ -709,10 +710,8 @@ func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map
 	if err != nil {
 		return err
 	}
-	req := policies.NewRequest("UPDATE", obj, p.namespace)
-	req.OldObject = old
-	req.Resource.Resource = p.plural
-	req.Chart = p.to
+	req := policies.NewRequest(policies.Write{Operation: "UPDATE", Object: obj, OldObject: old, Namespace: p.namespace,
+		Resource: metav1.GroupVersionResource{Resource: p.plural}, Chart: p.to})
 	req.NamespaceLabels = map[string]string{"kubernetes.io/metadata.name": req.Namespace}
 	if curErr == nil && c.Values != nil && req.ReleaseName == c.ReleaseName && req.Namespace == c.Namespace {
 		req.Rendered = cur.objs
@@ -720,7 +719,7 @@ func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map
 			req.Rendered = []policies.RenderedObject{} // nil would render again
 		}
 	}
-	d, err := p.checker.Check(ctx, req)
+	d, err := p.judge.Decide(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -751,7 +750,7 @@ func (p *planner) render(ctx context.Context, ch *chart.Chart, digest string, va
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.renderTimeout)
 	defer cancel()
-	objs, err := policies.RenderWithDeadline(policies.ForPurpose(ctx, policies.PurposePlan), ch, digest, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
+	objs, err := p.judge.Renderer().Render(policies.ForPurpose(ctx, policies.PurposePlan), ch, digest, deepCopy(values), policies.RenderOptions{ReleaseName: c.ReleaseName, Namespace: c.Namespace, IsUpgrade: true})
 	if err != nil {
 		return releaseObjects{}, err
 	}

@@ -68,9 +68,9 @@ deny contains {"msg": sprintf("a highly available app has at least 2 replicas, n
 `},
 }
 
-// benchChecker is the checker admission uses: the schemas, the built-in policies and
+// benchJudge is the judge admission uses: the schemas, the built-in policies and
 // benchPolicies.
-func benchChecker(tb testing.TB) *policies.Checker {
+func benchJudge(tb testing.TB) *policies.Judge {
 	tb.Helper()
 	ctx := context.Background()
 	e, err := policies.NewEngine(ctx, policies.Options{})
@@ -80,7 +80,7 @@ func benchChecker(tb testing.TB) *policies.Checker {
 	if err := e.Sync(ctx, policies.OriginObject, benchPolicies); err != nil {
 		tb.Fatal(err)
 	}
-	return &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: e}
+	return policies.NewJudge(policies.JudgeOptions{Engine: e})
 }
 
 // variedCompositions are n 1.1.5 FireworksApps as a cluster holds them: 25 namespaces
@@ -165,7 +165,7 @@ func variedCompositions(n int) []map[string]any {
 // One op is the whole plan of 1,000: its ns/op is the wall time of the plan.
 func BenchmarkCompute1000(b *testing.B) {
 	from, to := loadTB(b, "1.1.5"), loadTB(b, "2.0.0")
-	checker := benchChecker(b)
+	judge := benchJudge(b)
 	comps := variedCompositions(1000)
 	ctx := context.Background()
 	for _, workers := range []int{1, 2} {
@@ -173,7 +173,7 @@ func BenchmarkCompute1000(b *testing.B) {
 			b.ReportAllocs()
 			cpu0, cpuOK := cpuTime()
 			for b.Loop() {
-				p, err := plan.Compute(ctx, plan.Options{From: from, To: to, Checker: checker, Workers: workers}, comps)
+				p, err := plan.Compute(ctx, plan.Options{From: from, To: to, Judge: judge, Workers: workers}, comps)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -202,10 +202,10 @@ func TestPlanWorkersSamePlan(t *testing.T) {
 	malformed["spec"] = "not an object"
 	comps = append(comps, other, newer, malformed)
 	from, to := loadTB(t, "1.1.5"), loadTB(t, "2.0.0")
-	checker := benchChecker(t)
+	judge := benchJudge(t)
 	var want *plan.Plan
 	for _, workers := range []int{1, 2, 0, 7} {
-		p, err := plan.Compute(context.Background(), plan.Options{From: from, To: to, Checker: checker, Workers: workers}, comps)
+		p, err := plan.Compute(context.Background(), plan.Options{From: from, To: to, Judge: judge, Workers: workers}, comps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestPlanCanceled(t *testing.T) {
 		t.Errorf("canceled before: plan %v, err %v; want no plan and context.Canceled", p != nil, err)
 	}
 
-	// Canceled while the renders of a composition look its objects up. The checker
+	// Canceled while the renders of a composition look its objects up. The judge
 	// checks nothing: a schema check cut short by the cancel leaves a goroutine of
 	// package policies writing its result (see policies.validateWithDeadline).
 	mapper := &countingMapper{RESTMapper: chartlint.RESTMapper()}
@@ -248,7 +248,7 @@ func TestPlanCanceled(t *testing.T) {
 	for _, workers := range []int{1, 2} {
 		ctx, cancel := context.WithCancel(context.Background())
 		mapper := &countingMapper{RESTMapper: chartlint.RESTMapper(), cancelAt: 5 * perComposition, cancel: cancel}
-		p, err := plan.Compute(ctx, plan.Options{From: from, To: to, Checker: &policies.Checker{}, Mapper: mapper, Workers: workers}, comps)
+		p, err := plan.Compute(ctx, plan.Options{From: from, To: to, Judge: &policies.Judge{}, Mapper: mapper, Workers: workers}, comps)
 		cancel()
 		if !errors.Is(err, context.Canceled) || p != nil {
 			t.Errorf("%d workers, canceled during: plan %v, err %v; want no plan and context.Canceled", workers, p != nil, err)

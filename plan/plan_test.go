@@ -125,9 +125,8 @@ func TestPlanSampleChart(t *testing.T) {
 
 	bad := byName(t, p, "bad")
 	// 1.1.5 admits it: the refusal is the move's.
-	req := policies.NewRequest("CREATE", threeCompositions(t)[2], "")
-	req.Chart = load(t, "1.1.5")
-	if d, err := (&policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}).Check(context.Background(), req); err != nil || d.Denied() {
+	req := policies.NewRequest(policies.Write{Operation: "CREATE", Object: threeCompositions(t)[2], Chart: load(t, "1.1.5")})
+	if d, err := policies.NewJudge(policies.JudgeOptions{}).Decide(context.Background(), req); err != nil || d.Denied() {
 		t.Fatalf("1.1.5 refuses the bad composition (%v): %s", err, d.Message())
 	}
 	if len(bad.Refused) != 1 || !strings.HasPrefix(bad.Refused[0], "spec.exposure: ") || !strings.HasSuffix(bad.Refused[0], "(values.schema.json)") {

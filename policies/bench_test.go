@@ -78,17 +78,17 @@ func BenchmarkSchemaAndFivePolicies(b *testing.B) {
 	for _, p := range fivePolicies {
 		require.NoError(b, e.Set(ctx, p))
 	}
-	checker := &Checker{Schemas: NewJSONSchemaValidator(0), Engine: e}
+	judge := NewJudge(JudgeOptions{Engine: e})
 	r := compositionRequest(typicalSpec(b))
 	r.Chart = loadChart(b, "1.1.5")
 	r.ChartDigest = "sha256:bench"
 	r.UserInfo.Groups = []string{"devs", "system:authenticated"}
-	d, err := checker.Check(ctx, r)
+	d, err := judge.Decide(ctx, r)
 	require.NoError(b, err)
 	require.Len(b, d.Violations, 2, fmt.Sprint(d.Violations)) // max-replicas and team-label
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := checker.Check(ctx, r); err != nil {
+		if _, err := judge.Decide(ctx, r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -129,7 +129,7 @@ func TestBuiltinsThroughTheEngine(t *testing.T) {
 	}, "team-a")
 	e, err := NewEngine(ctx, Options{})
 	require.NoError(t, err)
-	d, err := (&Checker{Engine: e}).Check(ctx, bad)
+	d, err := NewJudge(JudgeOptions{Engine: e, Schemas: noSchemas{}}).Decide(ctx, bad)
 	require.NoError(t, err)
 	assert.True(t, d.Denied())
 	assert.Equal(t, strings.Join([]string{

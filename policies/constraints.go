@@ -106,7 +106,7 @@ func CompileTemplate(ctx context.Context, t *gatekeeper.TemplateSource) (*gateke
 // workload implies. render renders once, on demand. When the chart does not render,
 // lib's constraints are returned as unrendered, with render's error, rather than
 // judged: the caller stands for those of every library at once (renderFailures).
-func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, render func() ([]RenderedObject, error)) (out []Violation, unrendered []*gatekeeper.Constraint, renderErr error) {
+func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library, r *Request, rr *Renderer, render func() ([]RenderedObject, error)) (out []Violation, unrendered []*gatekeeper.Constraint, renderErr error) {
 	if r.Operation == "DELETE" {
 		// As Gatekeeper by default: a deletion is not judged, so that an object
 		// written before a constraint can always go.
@@ -158,7 +158,7 @@ func (e *Engine) reviewConstraints(ctx context.Context, lib *gatekeeper.Library,
 	// one a CREATE, when a template can tell (and the old objects can be known).
 	var previous map[objectID]map[string]any
 	if r.Operation == "UPDATE" && lib.ReadsHistory() {
-		previous = previousObjects(ctx, r, objs, e.renders)
+		previous = previousObjects(ctx, r, objs, e.renders, rr)
 	}
 	for i, s := range subjects {
 		if ctx.Err() != nil {
@@ -202,14 +202,14 @@ func idOf(s *gatekeeper.Subject) objectID {
 // request carries (the install gate's release), else the same rendering when the spec
 // did not change, else the old spec's render (oldRender). nil when they
 // cannot be known: the objects are then reviewed as UPDATEs without old versions.
-func previousObjects(ctx context.Context, r *Request, current []RenderedObject, memo *renderMemo) map[objectID]map[string]any {
+func previousObjects(ctx context.Context, r *Request, current []RenderedObject, memo *renderMemo, rr *Renderer) map[objectID]map[string]any {
 	prev := r.Previous
 	if prev == nil && r.OldObject != nil {
 		oldSpec, _ := r.OldObject["spec"].(map[string]any)
 		if reflect.DeepEqual(oldSpec, r.Spec()) {
 			prev = current
 		} else if r.Chart != nil {
-			prev = oldRender(ctx, r, oldSpec, memo)
+			prev = oldRender(ctx, r, oldSpec, memo, rr)
 		}
 	}
 	if prev == nil {
@@ -229,7 +229,7 @@ func previousObjects(ctx context.Context, r *Request, current []RenderedObject, 
 // version of generation 1 is the spec the composition was created with, which Helm
 // installed; a later one came with an update, which Helm upgraded to. The memo only
 // spares the render: what it gives is what rendering gives, whatever it holds.
-func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *renderMemo) []RenderedObject {
+func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *renderMemo, rr *Renderer) []RenderedObject {
 	opts := RenderOptions{ReleaseName: cmp.Or(r.ReleaseName, r.Name), Namespace: r.Namespace, IsUpgrade: true,
 		Revision: InstalledRevision(r.OldObject), Capabilities: r.Capabilities}
 	if md, _ := r.OldObject["metadata"].(map[string]any); generationOf(md) == 1 {
@@ -240,7 +240,7 @@ func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *re
 			return objs
 		}
 	}
-	objs, err := RenderWithDeadline(ctx, r.Chart, r.ChartDigest, oldSpec, opts)
+	objs, err := rr.Render(ctx, r.Chart, r.ChartDigest, oldSpec, opts)
 	if err != nil {
 		return nil
 	}

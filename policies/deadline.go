@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 )
@@ -38,40 +37,50 @@ type Sandbox interface {
 	ValidateValues(ctx context.Context, what string, ch *chart.Chart, digest string, spec map[string]any) ([]Violation, error)
 }
 
-type sandboxHolder struct{ s Sandbox }
-
-var configuredSandbox atomic.Pointer[sandboxHolder]
-
-// SetSandbox makes every render for policies and every schema check of a
-// JSONSchemaValidator in this process run in s; nil runs them in-process again, on
-// goroutines that a deadline abandons but cannot stop. `compositor serve` and `dev`
-// set one at start.
-func SetSandbox(s Sandbox) {
-	if s == nil {
-		configuredSandbox.Store(nil)
-		return
-	}
-	configuredSandbox.Store(&sandboxHolder{s: s})
+// Renderer renders charts, and checks values against their schemas, where work past
+// its deadline stops: in Sandbox's worker processes, every render within
+// MaxRenderedBytes. It is an option of the Judge, of the controllers' installs and of
+// the upgrade plan, never a setting of the process: a test or a tool that builds its
+// own judge gets its own bounds. Without a Sandbox (a nil Renderer too), the work runs
+// in this process, on goroutines that a deadline abandons but cannot stop: for tests
+// and `compositor validate`.
+type Renderer struct {
+	// Sandbox runs the renders and the large schema checks; nil runs them in-process.
+	Sandbox Sandbox
+	// MaxRenderedBytes bounds what one render may produce (DefaultMaxRenderedBytes
+	// when zero or less).
+	MaxRenderedBytes int
 }
 
-// CurrentSandbox is the Sandbox SetSandbox set, or nil.
-func CurrentSandbox() Sandbox {
-	if h := configuredSandbox.Load(); h != nil {
-		return h.s
+// RenderedBytes is the bound on what one render may produce.
+func (rr *Renderer) RenderedBytes() int {
+	if rr == nil || rr.MaxRenderedBytes <= 0 {
+		return DefaultMaxRenderedBytes
 	}
-	return nil
+	return rr.MaxRenderedBytes
 }
 
-// RenderWithDeadline renders ch as Render does until ctx is done: in the sandbox when
-// there is one, so that a render past its deadline stops and costs nothing more.
-// Errors for a render stopped at the deadline wrap ErrDeadline.
-func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
+// CheckRendered is Limits.CheckRendered with rr's bound: the install gate applies it
+// to every manifest Helm builds, as Render does to what the chart renders.
+func (rr *Renderer) CheckRendered(chartName string, files map[string]string) error {
+	return Limits{MaxRenderedBytes: rr.RenderedBytes()}.CheckRendered(chartName, files)
+}
+
+func (rr *Renderer) sandbox() Sandbox {
+	if rr == nil {
+		return nil
+	}
+	return rr.Sandbox
+}
+
+// Render renders ch as Render does until ctx is done: in the sandbox when there is
+// one, so that a render past its deadline stops and costs nothing more. Errors for a
+// render stopped at the deadline wrap ErrDeadline.
+func (rr *Renderer) Render(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
 	countRender(ctx, PurposeAdmission)
 	what := "rendering chart " + ch.Name()
-	if s := CurrentSandbox(); s != nil {
-		if opts.MaxRenderedBytes <= 0 {
-			opts.MaxRenderedBytes = int(maxRenderedBytes.Load()) // the worker's bound is ours
-		}
+	opts.MaxRenderedBytes = rr.RenderedBytes()
+	if s := rr.sandbox(); s != nil {
 		return s.Render(ctx, what, ch, digest, spec, opts)
 	}
 	// The run writes its own variable: one past its deadline goes on writing it after
@@ -87,19 +96,17 @@ func RenderWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spe
 	return rendered, nil
 }
 
-// RenderFilesWithDeadline renders ch as RenderFiles does until ctx is done: in the
-// sandbox when there is one. It is the render Helm's install and upgrade apply
+// RenderFiles renders ch as RenderFiles does until ctx is done: in the sandbox when
+// there is one. It is the render Helm's install and upgrade apply
 // (reconciler/composition): Helm itself never runs a chart's templates.
-func RenderFilesWithDeadline(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (map[string]string, error) {
+func (rr *Renderer) RenderFiles(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (map[string]string, error) {
 	countRender(ctx, PurposeInstall)
 	what := "rendering chart " + ch.Name()
-	if s := CurrentSandbox(); s != nil {
-		if opts.MaxRenderedBytes <= 0 {
-			opts.MaxRenderedBytes = int(maxRenderedBytes.Load())
-		}
+	opts.MaxRenderedBytes = rr.RenderedBytes()
+	if s := rr.sandbox(); s != nil {
 		return s.RenderFiles(ctx, what, ch, digest, spec, opts)
 	}
-	var rendered map[string]string // the run's own: see RenderWithDeadline
+	var rendered map[string]string // the run's own: see Render
 	err := uncancellable.run(ctx, what, func() (err error) {
 		rendered, err = RenderFiles(ch, spec, opts)
 		return err
@@ -110,20 +117,20 @@ func RenderFilesWithDeadline(ctx context.Context, ch *chart.Chart, digest string
 	return rendered, nil
 }
 
-// validateWithDeadline checks spec against ch's schemas with v until ctx is done: a
+// validate checks spec against ch's schemas with v until ctx is done: a
 // JSONSchemaValidator's check runs in the sandbox when there is one (the sandbox keeps
 // its own compiled schemas), unless the values are small (smallValues) and every
 // schema of the chart is cheap (schemasAreCheap): then it cannot run long, and need
 // not cross a pipe. Any other validator runs in-process. A template, by contrast, may
 // loop on a small value: renders always run in the sandbox.
-func validateWithDeadline(ctx context.Context, v SchemaValidator, ch *chart.Chart, digest string, spec map[string]any) (vs []Violation, err error) {
+func (rr *Renderer) validate(ctx context.Context, v SchemaValidator, ch *chart.Chart, digest string, spec map[string]any) (vs []Violation, err error) {
 	const what = "the schema check"
-	if s := CurrentSandbox(); s != nil && ch != nil && !(smallValues(spec) && schemasAreCheap(ch, digest)) {
+	if s := rr.sandbox(); s != nil && ch != nil && !(smallValues(spec) && schemasAreCheap(ch, digest)) {
 		if _, ok := v.(*JSONSchemaValidator); ok {
 			return s.ValidateValues(ctx, what, ch, digest, spec)
 		}
 	}
-	var found []Violation // the run's own: see RenderWithDeadline
+	var found []Violation // the run's own: see Render
 	err = uncancellable.run(ctx, what, func() (err error) {
 		found, err = v.ValidateValues(ctx, ch, digest, spec)
 		return err

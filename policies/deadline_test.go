@@ -35,7 +35,7 @@ func TestRenderingHasADeadline(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEngine(t, Options{Timeout: 100 * time.Millisecond})
 	require.NoError(t, e.Set(ctx, Policy{Name: "ha", Rego: haPolicy, Target: v1alpha1.TargetRendered}))
-	checker := &Checker{Schemas: NewJSONSchemaValidator(0), Engine: e}
+	judge := NewJudge(JudgeOptions{Engine: e})
 
 	slow := compositionRequest(map[string]any{"n": 3000})
 	slow.Chart = slowChart()
@@ -45,13 +45,13 @@ func TestRenderingHasADeadline(t *testing.T) {
 	var slowErr error
 	go func() {
 		defer wg.Done()
-		slowDecision, slowErr = checker.Check(ctx, slow)
+		slowDecision, slowErr = judge.Decide(ctx, slow)
 	}()
 
 	// Decided while the slow render runs: a cheap composition of the same chart.
 	quick := compositionRequest(map[string]any{"n": 2})
 	quick.Chart = slowChart()
-	d, err := checker.Check(ctx, quick)
+	d, err := judge.Decide(ctx, quick)
 	require.NoError(t, err)
 	assert.False(t, d.Denied(), "%v", d.Violations)
 
@@ -63,7 +63,7 @@ func TestRenderingHasADeadline(t *testing.T) {
 	// Values the schema refuses are refused for that alone, without rendering.
 	refused := compositionRequest(map[string]any{"n": 1000000})
 	refused.Chart = slowChart()
-	d, err = checker.Check(ctx, refused)
+	d, err = judge.Decide(ctx, refused)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"spec.n: must be <= 100000 (values.schema.json)"}, FormatLines(d.Violations))
 }

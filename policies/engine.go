@@ -219,12 +219,14 @@ func (e *Engine) Version() Version {
 	return Version{set: e.set.Load(), constraints: e.constraints.Load(), pending: e.hasPending.Load()}
 }
 
-// Evaluate runs every policy that matches r and returns their violations, whatever
-// their action, in the order of SortViolations. All policies of one request share
-// the engine's deadline; a policy that cannot finish, fails at run time, or needs a
-// chart that does not render yields one violation saying so (deny, or warn with
-// FailOpen; a warn or dryrun policy keeps its own action).
-func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
+// evaluate runs every policy that matches r and returns their violations, whatever
+// their action, in the order of SortViolations; rr renders r's chart when a rendered
+// policy or a constraint needs it and r carries no rendered objects. All policies of
+// one request share the engine's deadline; a policy that cannot finish, fails at run
+// time, or needs a chart that does not render yields one violation saying so (deny, or
+// warn with FailOpen; a warn or dryrun policy keeps its own action). Judge.Policies
+// asks it.
+func (e *Engine) evaluate(ctx context.Context, r *Request, rr *Renderer) []Violation {
 	set := e.set.Load()
 	var matched []*compiled
 	for _, c := range set.ordered {
@@ -251,7 +253,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	// objects of the composition's next update.
 	remember := r.Rendered == nil && readHistory(libs)
 	renderOnce := sync.OnceFunc(func() {
-		if objs, renderErr = renderFor(ctx, r); renderErr == nil {
+		if objs, renderErr = renderFor(ctx, r, rr); renderErr == nil {
 			if remember {
 				if key, ok := keyOf(r.ChartDigest, r.Spec(), renderOptionsOf(r)); ok {
 					e.renders.remember(key, objs)
@@ -301,7 +303,7 @@ func (e *Engine) Evaluate(ctx context.Context, r *Request) []Violation {
 	var unrendered []*gatekeeper.Constraint
 	var unrenderedErr error
 	for _, lib := range libs {
-		vs, skipped, err := e.reviewConstraints(ctx, lib, r, func() ([]RenderedObject, error) {
+		vs, skipped, err := e.reviewConstraints(ctx, lib, r, rr, func() ([]RenderedObject, error) {
 			renderOnce()
 			return objs, renderErr
 		})
@@ -340,11 +342,11 @@ type renderedTerm struct {
 
 // renderFor renders the composition's chart, or returns the objects the request
 // carries already rendered.
-func renderFor(ctx context.Context, r *Request) ([]RenderedObject, error) {
+func renderFor(ctx context.Context, r *Request, rr *Renderer) ([]RenderedObject, error) {
 	objs := r.Rendered
 	if objs == nil {
 		var err error
-		objs, err = RenderWithDeadline(ctx, r.Chart, r.ChartDigest, r.Spec(), renderOptionsOf(r))
+		objs, err = rr.Render(ctx, r.Chart, r.ChartDigest, r.Spec(), renderOptionsOf(r))
 		if err != nil {
 			// A render stopped at the deadline, or whose sandbox worker died, is a chart
 			// that does not render, as a template error is.

@@ -261,7 +261,7 @@ func TestEnforcementActions(t *testing.T) {
 	}
 	require.NoError(t, e.Set(ctx, Policy{Name: "advice", Rego: "package advice\n\nwarn contains \"consider pinning the image by digest\"\n"}))
 
-	d, err := (&Checker{Engine: e}).Check(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": "docker.io"}}))
+	d, err := NewJudge(JudgeOptions{Engine: e, Schemas: noSchemas{}}).Decide(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": "docker.io"}}))
 	require.NoError(t, err)
 	assert.True(t, d.Denied())
 	assert.Equal(t, `spec.image.registry: registry "docker.io" is not allowed [policy registries-deny]`, d.Message())
@@ -272,7 +272,7 @@ func TestEnforcementActions(t *testing.T) {
 	require.Len(t, d.DryRun(), 1)
 	assert.Equal(t, "registries-dryrun", d.DryRun()[0].Policy)
 
-	d, err = (&Checker{Engine: e}).Check(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": "registry.example.com"}}))
+	d, err = NewJudge(JudgeOptions{Engine: e, Schemas: noSchemas{}}).Decide(ctx, compositionRequest(map[string]any{"image": map[string]any{"registry": "registry.example.com"}}))
 	require.NoError(t, err)
 	assert.False(t, d.Denied())
 	assert.Equal(t, "", d.Message())

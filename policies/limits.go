@@ -255,25 +255,6 @@ func (l Limits) CheckRendered(chartName string, files map[string]string) error {
 	return nil
 }
 
-// maxRenderedBytes is the process's MaxRenderedBytes, for CheckRenderedSize.
-var maxRenderedBytes atomic.Int64
-
-// SetMaxRenderedBytes sets the bound CheckRenderedSize applies (DefaultMaxRenderedBytes
-// until set; n < 1 is taken as the default). `compositor serve` sets it from
-// --max-rendered-bytes.
-func SetMaxRenderedBytes(n int) {
-	if n < 1 {
-		n = DefaultMaxRenderedBytes
-	}
-	maxRenderedBytes.Store(int64(n))
-}
-
-// CheckRenderedSize is Limits.CheckRendered with the process's bound: Render calls it
-// on Helm's output, before any manifest is parsed.
-func CheckRenderedSize(chartName string, files map[string]string) error {
-	return Limits{MaxRenderedBytes: int(maxRenderedBytes.Load())}.CheckRendered(chartName, files)
-}
-
 // maxRangeElements bounds the arrays numbers.range and numbers.range_step may build in
 // a policy; see SetMaxRangeElements.
 var maxRangeElements atomic.Int64
@@ -294,7 +275,6 @@ func SetMaxRangeElements(n int) {
 func MaxRangeElements() int { return int(maxRangeElements.Load()) }
 
 func init() {
-	SetMaxRenderedBytes(DefaultMaxRenderedBytes)
 	SetMaxRangeElements(DefaultMaxRangeElements)
 	// OPA looks its own built-ins up before any function given to rego, so the bound
 	// replaces them process-wide; both keep OPA's implementation below the bound.

@@ -34,8 +34,8 @@ type RenderOptions struct {
 	// calls it.
 	Lookup Lookup
 	// MaxRenderedBytes bounds the bytes the chart may render to (Limits.CheckRendered);
-	// 0 is the process's bound (SetMaxRenderedBytes). A sandbox worker gets the
-	// parent's bound this way.
+	// 0 is DefaultMaxRenderedBytes. A Renderer sets its own bound here, which is how a
+	// sandbox worker gets it.
 	MaxRenderedBytes int
 }
 
@@ -170,12 +170,8 @@ func RenderFiles(ch *chart.Chart, spec map[string]any, opts RenderOptions) (map[
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
-	if opts.MaxRenderedBytes > 0 {
-		err = Limits{MaxRenderedBytes: opts.MaxRenderedBytes}.CheckRendered(ch.Name(), files)
-	} else {
-		err = CheckRenderedSize(ch.Name(), files)
-	}
-	if err != nil {
+	bound := &Renderer{MaxRenderedBytes: opts.MaxRenderedBytes}
+	if err := bound.CheckRendered(ch.Name(), files); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRender, err)
 	}
 	return files, nil

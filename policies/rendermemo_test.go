@@ -175,8 +175,6 @@ func (s *countingSandbox) ValidateValues(context.Context, string, *chart.Chart, 
 // tells updates from creations, nothing is remembered.
 func TestUpdatesRecallTheirOldRender(t *testing.T) {
 	sandbox := &countingSandbox{}
-	SetSandbox(sandbox)
-	t.Cleanup(func() { SetSandbox(nil) })
 	ch := loadChart(t, "1.1.5")
 	history := gatekeeper.NewLibrary([]*gatekeeper.Template{testTemplate(t, historyTemplate)},
 		[]*gatekeeper.Constraint{testConstraint(t, "TestHistory", "deployments", "{match: {kinds: [{apiGroups: [apps], kinds: [Deployment]}]}}")})
@@ -199,7 +197,7 @@ func TestUpdatesRecallTheirOldRender(t *testing.T) {
 	// evaluate gives the messages of r and how many renders it took.
 	evaluate := func(e *Engine, r *Request) ([]string, int32) {
 		before := sandbox.renders.Load()
-		got := messages(e.Evaluate(context.Background(), r))
+		got := messages(NewJudge(JudgeOptions{Engine: e, Renderer: &Renderer{Sandbox: sandbox}}).Policies(context.Background(), r))
 		return got, sandbox.renders.Load() - before
 	}
 

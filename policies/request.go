@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -102,50 +103,126 @@ func ChartRefOf(def *corev1alpha1.CompositionDefinition) *ChartRef {
 	return &ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
 }
 
-// NewRequest builds the Request for a write of obj with operation, as admission sees
-// it, for those that judge an object outside admission: the install gate, the audit
-// (operation "": every policy applies) and `compositor validate`. The kind comes from
-// apiVersion and kind, the namespace from metadata.namespace (else defaultNamespace),
-// the release name from krateo.io/release-name (else the object's name, as the
-// mutating webhook defaults it). The caller adds Resource.Resource, the namespace's
-// labels and, for a composition, its definition's chart (Describe).
-func NewRequest(operation string, obj map[string]any, defaultNamespace string) *Request {
-	apiVersion, _ := obj["apiVersion"].(string)
-	kind, _ := obj["kind"].(string)
-	gv, _ := schema.ParseGroupVersion(apiVersion)
-	md, _ := obj["metadata"].(map[string]any)
-	name, _ := md["name"].(string)
-	ns, _ := md["namespace"].(string)
-	if ns == "" {
-		ns = defaultNamespace
-	}
-	release := name
-	if ann, ok := md["annotations"].(map[string]any); ok {
-		if rn, ok := ann[vocab.AnnotationReleaseName].(string); ok && rn != "" {
-			release = rn
-		}
-	}
-	return &Request{
-		Operation:   operation,
-		Kind:        metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind},
-		Resource:    metav1.GroupVersionResource{Group: gv.Group, Version: gv.Version},
-		Namespace:   ns,
-		Name:        name,
-		Object:      obj,
-		ReleaseName: release,
-	}
+// Write is what a Request is built from: a write of an object as one of its judges
+// sees it (admission, the install gate, the plan, `compositor validate`), or for the
+// audit an object as it exists, and what that judge knows around it.
+type Write struct {
+	// Operation is CREATE, UPDATE, DELETE or CONNECT; empty is the audit's review of
+	// what exists: every policy applies, and a composition renders as its release
+	// stands (Request.Installed, Request.Revision).
+	Operation string
+	// Object is the object written (nil on DELETE at admission); OldObject the one
+	// before (nil on CREATE).
+	Object, OldObject map[string]any
+	// Kind is the request's kind; zero is the object's apiVersion and kind. Admission
+	// gives it: it judges a composition converted to the version it is pinned to.
+	Kind metav1.GroupVersionKind
+	// Resource is the request's resource; zero is the object's group and version,
+	// with the composition's definition's resource.
+	Resource metav1.GroupVersionResource
+	// Namespace is the object's namespace when the object names none
+	// (`compositor validate --namespace`).
+	Namespace string
+	// UserInfo is who writes.
+	UserInfo authenticationv1.UserInfo
+	// NamespaceLabels are the labels of the object's namespace.
+	NamespaceLabels map[string]string
+	// Definition is a composition's definition; nil when it is not known (or the
+	// object is no composition). A CompositionDefinition describes itself.
+	Definition *corev1alpha1.CompositionDefinition
+	// Chart is the composition's chart version, ChartDigest its archive's digest.
+	Chart       *chart.Chart
+	ChartDigest string
+	// Capabilities are the target cluster's, as the install renders with them; nil
+	// renders with Helm's defaults.
+	Capabilities *chartcommon.Capabilities
 }
 
-// Describe adds what a composition's definition says to r: its resource, where its
-// chart comes from (input.definition) and the chart itself, ch with digest (nil when
-// it is not loaded).
-func (r *Request) Describe(def *corev1alpha1.CompositionDefinition, ch *chart.Chart, digest string) {
-	if def.Status.Resource != "" {
-		r.Resource.Resource = def.Status.Resource
+// NewRequest builds the Request for w, the one way every judge builds it. What the
+// object says is read the same way everywhere: the kind from apiVersion and kind (unless
+// w gives it), the namespace from metadata.namespace (else w.Namespace), the release
+// name from krateo.io/release-name (else the object's name, as the mutating webhook
+// defaults it), the revision its install or upgrade records from the status of the
+// object before the write (the object itself for the audit). A CompositionDefinition's
+// input.definition is its own spec.chart; a composition's, its definition's.
+func NewRequest(w Write) *Request {
+	current := w.Object
+	if current == nil {
+		current = w.OldObject
 	}
-	r.Definition = ChartRefOf(def)
-	r.Chart, r.ChartDigest = ch, digest
-	r.ClusterScoped = ClusterScopedOf(def)
+	apiVersion, _ := current["apiVersion"].(string)
+	kind, _ := current["kind"].(string)
+	gv, _ := schema.ParseGroupVersion(apiVersion)
+	md, _ := current["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	r := &Request{
+		Operation:       w.Operation,
+		Kind:            w.Kind,
+		Resource:        w.Resource,
+		Namespace:       cmp.Or(ns, w.Namespace),
+		Name:            name,
+		UserInfo:        w.UserInfo,
+		Object:          w.Object,
+		OldObject:       w.OldObject,
+		NamespaceLabels: w.NamespaceLabels,
+		Chart:           w.Chart,
+		ChartDigest:     w.ChartDigest,
+		Capabilities:    w.Capabilities,
+		ReleaseName:     name,
+	}
+	if r.Kind == (metav1.GroupVersionKind{}) {
+		r.Kind = metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: kind}
+	}
+	if r.Resource.Group == "" && r.Resource.Version == "" {
+		r.Resource.Group, r.Resource.Version = r.Kind.Group, r.Kind.Version
+	}
+	if ann, ok := md["annotations"].(map[string]any); ok {
+		if rn, ok := ann[vocab.AnnotationReleaseName].(string); ok && rn != "" {
+			r.ReleaseName = rn
+		}
+	}
+	switch {
+	case r.Kind.Group == corev1alpha1.GroupVersion.Group:
+		chartSpec, _ := objectField(current, "spec", "chart").(map[string]any)
+		url, _ := chartSpec["url"].(string)
+		version, _ := chartSpec["version"].(string)
+		r.Definition = &ChartRef{URL: url, Version: version}
+		if r.Kind.Kind == "CompositionDefinition" {
+			r.Resource.Resource = cmp.Or(r.Resource.Resource, "compositiondefinitions")
+		}
+	case w.Definition != nil:
+		r.Resource.Resource = cmp.Or(r.Resource.Resource, w.Definition.Status.Resource)
+		r.Definition = ChartRefOf(w.Definition)
+		r.ClusterScoped = ClusterScopedOf(w.Definition)
+	}
+	if r.Kind.Group == vocab.CompositionGroup {
+		// Rendered as the install of this write will render it: at the revision after
+		// the one installed. The audit renders what exists as its next upgrade would,
+		// when it is installed (the controller records the chart digest it installed,
+		// in a status only Compositor writes).
+		before := w.OldObject
+		if w.Operation == "" {
+			before = w.Object
+			digest, _ := objectField(w.Object, "status", "digest").(string)
+			r.Installed = digest != ""
+		}
+		r.Revision = NextRevision(before)
+	}
+	return r
+}
+
+// objectField is the value at path in obj, nil when there is none.
+func objectField(obj map[string]any, path ...string) any {
+	var cur any = obj
+	for _, f := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[f]
+	}
+	return cur
 }
 
 // ClusterScopedOf are the kinds def lets its compositions create cluster-wide, as its

@@ -83,10 +83,10 @@ func BenchmarkAdmitComposition(b *testing.B) {
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(b, err)
 	mutator, validator := newHandlers(Options{
-		Cached:  oneDefinition{},
-		Live:    noObjects{},
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-		Charts:  fixedChart{chart: ch},
+		Cached: oneDefinition{},
+		Live:   noObjects{},
+		Judge:  policies.NewJudge(policies.JudgeOptions{Engine: engine}),
+		Charts: fixedChart{chart: ch},
 	})
 	mutate, validate := guard(mutator), guard(validator)
 

@@ -52,7 +52,7 @@ func TestAdmissionBoundsItsWaitForAChart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	requestDeadline, _ := ctx.Deadline()
-	err := check.describeComposition(ctx, req, &policies.Request{})
+	err := check.describeComposition(ctx, req, &policies.Write{})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrChartUnavailable)
 	assert.True(t, errors.As(err, new(errUndecidable)))

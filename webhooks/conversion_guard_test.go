@@ -19,7 +19,7 @@ import (
 
 // guarded is a handler pair that knows the fireworks CRD's schemas, the 1.1.5 chart and a
 // policy that allows only nginx images.
-func guarded(t testing.TB) (*Mutator, *Validator, *policies.Checker) {
+func guarded(t testing.TB) (*Mutator, *Validator, *policies.Judge) {
 	t.Helper()
 	ctx := context.Background()
 	engine, err := policies.NewEngine(ctx, policies.Options{DisabledBuiltins: policies.BuiltinIDs()})
@@ -37,10 +37,10 @@ deny contains "not nginx" if {
 	}))
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
-	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}
-	mutator, validator := newHandlers(Options{Cached: oneDefinition{}, Live: noObjects{}, Checker: checker, Charts: fixedChart{chart: ch}})
+	judge := policies.NewJudge(policies.JudgeOptions{Engine: engine})
+	mutator, validator := newHandlers(Options{Cached: oneDefinition{}, Live: noObjects{}, Judge: judge, Charts: fixedChart{chart: ch}})
 	validator.decider.schemas = staticSchemas(fireworks(t).schemas)
-	return mutator, validator, checker
+	return mutator, validator, judge
 }
 
 // storedReadThroughV115 is a stored FireworksApp with a 2.0.0 field, read through
@@ -133,7 +133,7 @@ func TestAsStoredJudgesRestoredValues(t *testing.T) {
 // to the storage version and reads it back as the controller does: what it reads must
 // pass the chart's schema and the deny policy.
 func FuzzStashCannotSmuggle(f *testing.F) {
-	mutator, validator, checker := guarded(f)
+	mutator, validator, judge := guarded(f)
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(f, err)
 	old := storedReadThroughV115(f)
@@ -158,9 +158,8 @@ func FuzzStashCannotSmuggle(f *testing.F) {
 		}
 		stored := fx.convertOne(t, crd.HubVersion, obj)
 		read := fx.convertOne(t, "v1-1-5", stored)
-		r := policies.NewRequest("CREATE", read, "default")
-		r.Operation, r.Chart = "UPDATE", ch
-		decision, err := checker.Check(ctx, r)
+		r := policies.NewRequest(policies.Write{Operation: "UPDATE", Object: read, Namespace: "default", Chart: ch})
+		decision, err := judge.Decide(ctx, r)
 		require.NoError(t, err)
 		if decision.Denied() {
 			t.Fatalf("admitted stash %q with spec %s stores what is refused: %v", stash, specJSON, decision.Violations)

@@ -137,8 +137,8 @@ func countBoundsIn(resp admission.Response, tookTheDeadline bool) {
 
 // timeout is the deadline of one request's schema check and policies.
 func (v *Validator) timeout() time.Duration {
-	if v.decider != nil && v.decider.checker.Engine != nil {
-		return v.decider.checker.Engine.Timeout()
+	if v.decider != nil {
+		return v.decider.judge.Timeout()
 	}
 	return policies.DefaultTimeout
 }

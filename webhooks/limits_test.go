@@ -50,7 +50,7 @@ func countingHandlers(t *testing.T, timeout time.Duration, perLane int, release 
 	m, v := newHandlers(Options{
 		Cached:          oneDefinition{},
 		Live:            noObjects{},
-		Checker:         &policies.Checker{Schemas: schemas, Engine: engine},
+		Judge:           policies.NewJudge(policies.JudgeOptions{Schemas: schemas, Engine: engine}),
 		Charts:          fixedChart{chart: ch},
 		LaneConcurrency: perLane,
 	})
@@ -275,10 +275,10 @@ func BenchmarkAdmitCompositionBounds(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			mutator, validator := newHandlers(Options{
-				Cached:  oneDefinition{},
-				Live:    noObjects{},
-				Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-				Charts:  fixedChart{chart: ch},
+				Cached: oneDefinition{},
+				Live:   noObjects{},
+				Judge:  policies.NewJudge(policies.JudgeOptions{Engine: engine}),
+				Charts: fixedChart{chart: ch},
 			})
 			if !bounded {
 				validator.limits, validator.lanes = policies.Limits{}, nil
@@ -311,8 +311,8 @@ func TestHugeRangeInAPolicyIsRefusedAndCounted(t *testing.T) {
 	require.NoError(t, err)
 	_, validator := newHandlers(Options{
 		Cached: oneDefinition{}, Live: noObjects{},
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-		Charts:  fixedChart{chart: ch},
+		Judge:  policies.NewJudge(policies.JudgeOptions{Engine: engine}),
+		Charts: fixedChart{chart: ch},
 	})
 	before := refusals(RefusedRange)
 	start := time.Now()

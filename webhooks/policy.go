@@ -35,7 +35,7 @@ type ChartSource interface {
 
 // policyCheck runs the chart's JSON Schema and the Rego policies over a request.
 type policyCheck struct {
-	checker *policies.Checker
+	judge *policies.Judge
 	// charts gives compositions their chart; nil skips the schema check.
 	charts ChartSource
 	// cached reads definitions and namespaces.
@@ -57,7 +57,7 @@ func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decisi
 	if err != nil {
 		return policies.Decision{}, err
 	}
-	return p.checker.Check(ctx, r)
+	return p.judge.Decide(ctx, r)
 }
 
 // breaksSchema builds the policy request for req and reports whether its values break
@@ -69,8 +69,7 @@ func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies
 	if err != nil || r.Chart == nil {
 		return nil, false
 	}
-	schemaOnly := &policies.Checker{Schemas: p.checker.Schemas}
-	d, err := schemaOnly.Check(ctx, r)
+	d, err := p.judge.Values(ctx, r)
 	if err == nil {
 		p.memo.remember(req.UID, r, pinnedVersion(req), d.Violations)
 	}
@@ -80,71 +79,59 @@ func (p *policyCheck) breaksSchema(ctx context.Context, req *Request) (*policies
 // request builds the policy request for req; what /mutate learned of it (known, may be
 // nil) saves looking up the composition's namespace, definition and chart again.
 func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMemoEntry) (*policies.Request, error) {
-	r := &policies.Request{
+	w := policies.Write{
 		Operation: string(req.Operation),
 		Kind:      req.Kind,
 		Resource:  req.Resource,
 		Namespace: req.Namespace,
-		Name:      req.Name,
 		UserInfo:  req.UserInfo,
 	}
+	composition := req.Kind.Group == vocab.CompositionGroup
 	if req.Object != nil {
-		r.Object = req.Object.Object
-		if req.Kind.Group == vocab.CompositionGroup {
+		w.Object = req.Object.Object
+		if composition {
 			// Judged as the controller of the version it is pinned to will read it.
-			stored, err := asReadBy(ctx, p.schemas, schema.GroupVersionKind(req.Kind), r.Object, pinnedVersion(req))
+			stored, err := asReadBy(ctx, p.schemas, schema.GroupVersionKind(req.Kind), w.Object, pinnedVersion(req))
 			if err != nil {
 				return nil, undecidable(fmt.Errorf("%s %s cannot be judged as the controller of %s will read it: %w", req.Kind.Kind, req.Name, pinnedVersion(req), err))
 			}
-			r.Object = stored
+			w.Object = stored
 		}
 	}
 	if req.OldObject != nil {
-		r.OldObject = req.OldObject.Object
+		w.OldObject = req.OldObject.Object
 	}
-	if req.Kind.Group == vocab.CompositionGroup {
-		// Rendered as the install of this write will render it: at the revision after
-		// the one installed, with the cluster's capabilities.
-		r.Revision = policies.NextRevision(r.OldObject)
-		if p.capabilities != nil {
-			caps, err := p.capabilities.Get()
-			if err != nil {
-				return nil, undecidable(err)
-			}
-			r.Capabilities = caps
+	if composition && p.capabilities != nil {
+		// Rendered as the install of this write will render it: with the cluster's
+		// capabilities.
+		caps, err := p.capabilities.Get()
+		if err != nil {
+			return nil, undecidable(err)
 		}
+		w.Capabilities = caps
 	}
-	if known != nil && req.Kind.Group == vocab.CompositionGroup && known.describe(r, pinnedVersion(req)) {
-		r.ReleaseName = releaseNameOf(req)
-		return r, nil
+	if known != nil && composition {
+		if r := policies.NewRequest(w); known.describe(r, pinnedVersion(req)) {
+			return r, nil
+		}
 	}
 	if req.Namespace != "" {
 		labels, err := p.namespaceLabels(ctx, req.Namespace)
 		if err != nil {
 			return nil, undecidable(err)
 		}
-		r.NamespaceLabels = labels
+		w.NamespaceLabels = labels
 	}
-	switch req.Kind.Group {
-	case vocab.CompositionGroup:
-		if err := p.describeComposition(ctx, req, r); err != nil {
+	if composition {
+		if err := p.describeComposition(ctx, req, &w); err != nil {
 			return nil, err
 		}
-	case corev1alpha1.GroupVersion.Group:
-		current := req.Object
-		if current == nil {
-			current = req.OldObject
-		}
-		url, _, _ := unstructuredString(current.Object, "spec", "chart", "url")
-		version, _, _ := unstructuredString(current.Object, "spec", "chart", "version")
-		r.Definition = &policies.ChartRef{URL: url, Version: version}
 	}
-	return r, nil
+	return policies.NewRequest(w), nil
 }
 
-// describeComposition adds the composition's definition, chart and release to r.
-func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *policies.Request) error {
-	r.ReleaseName = releaseNameOf(req)
+// describeComposition adds the composition's definition and chart to w.
+func (p *policyCheck) describeComposition(ctx context.Context, req *Request, w *policies.Write) error {
 	def, err := cachedOwningDefinition(ctx, p.cached, req)
 	if err == nil && def == nil && p.live != nil {
 		// The reconciler records a new version in the status just before it moves
@@ -157,15 +144,14 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 	if def == nil {
 		return p.unowned(ctx, req)
 	}
-	r.Definition = policies.ChartRefOf(def)
-	r.ClusterScoped = policies.ClusterScopedOf(def)
+	w.Definition = def
 	if p.charts == nil {
 		return nil
 	}
 	wait := chartWait(ctx)
 	chartCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if r.Chart, r.ChartDigest, err = p.charts.Chart(chartCtx, def); err != nil {
+	if w.Chart, w.ChartDigest, err = p.charts.Chart(chartCtx, def); err != nil {
 		cause := err
 		if chartCtx.Err() != nil && ctx.Err() == nil {
 			cause = fmt.Errorf("%w: no answer within %s", ErrChartUnavailable, wait)
@@ -174,15 +160,6 @@ func (p *policyCheck) describeComposition(ctx context.Context, req *Request, r *
 			def.Spec.Chart.Repo, def.Spec.Chart.Version, cmp.Or(def.Status.Digest, "not recorded yet"), def.Namespace, def.Name, req.Kind.Kind, cause))
 	}
 	return nil
-}
-
-// releaseNameOf is the release name of the composition req writes, or deletes.
-func releaseNameOf(req *Request) string {
-	current := req.Object
-	if current == nil {
-		current = req.OldObject
-	}
-	return annotationOf(current, vocab.AnnotationReleaseName)
 }
 
 // maxChartWait bounds how long admission waits for a composition's chart, well under
@@ -248,19 +225,6 @@ func undecidable(err error) error {
 		return nil
 	}
 	return errUndecidable{err}
-}
-
-func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
-	cur := any(obj)
-	for _, f := range fields {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return "", false, nil
-		}
-		cur = m[f]
-	}
-	s, ok := cur.(string)
-	return s, ok, nil
 }
 
 // compilePolicy refuses a CompositionPolicy whose Rego does not compile, with the line

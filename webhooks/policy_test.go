@@ -32,10 +32,10 @@ func TestUnreadableNamespaceFailsClosed(t *testing.T) {
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
 	_, validator := newHandlers(Options{
-		Cached:  unreadableNamespaces{},
-		Live:    unreadableNamespaces{},
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)},
-		Charts:  fixedChart{chart: ch},
+		Cached: unreadableNamespaces{},
+		Live:   unreadableNamespaces{},
+		Judge:  policies.NewJudge(policies.JudgeOptions{}),
+		Charts: fixedChart{chart: ch},
 	})
 	named := map[string]any{"krateo.io/release-name": "demo", "krateo.io/paused": "false"}
 	resp := validator.Handle(context.Background(), admissionRequest(t, compositionRequest("CREATE", composition(named), nil)))

@@ -75,10 +75,10 @@ func TestValidateTakesTheChartMutateFound(t *testing.T) {
 	require.NoError(t, err)
 	var calls atomic.Int64
 	m, v := newHandlers(Options{
-		Cached:  oneDefinition{},
-		Live:    noObjects{},
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-		Charts:  countingCharts{fixedChart{chart: ch}, &calls},
+		Cached: oneDefinition{},
+		Live:   noObjects{},
+		Judge:  policies.NewJudge(policies.JudgeOptions{Engine: engine}),
+		Charts: countingCharts{fixedChart{chart: ch}, &calls},
 	})
 	write := func(uid string, labels map[string]any) map[string]any {
 		object := named(map[string]any{"replicaCount": 2})

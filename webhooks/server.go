@@ -52,9 +52,9 @@ type Options struct {
 	// Live reads from the API server directly, for checks that must see writes made a
 	// moment ago.
 	Live client.Reader
-	// Checker validates against the chart's JSON Schema and the Rego policies; nil
+	// Judge validates against the chart's JSON Schema and the Rego policies; nil
 	// skips both.
-	Checker *policies.Checker
+	Judge *policies.Judge
 	// Charts gives compositions the chart of their definition for the schema check.
 	Charts ChartSource
 	// Capabilities are the cluster's, for the charts' .Capabilities when a write is
@@ -118,8 +118,8 @@ func newHandlers(opts Options) (*Mutator, *Validator) {
 		v.schemas = conversion.NewCRDSchemas(opts.Cached, opts.Live)
 	}
 	m := &Mutator{Definitions: opts.Cached, Live: opts.Live, Revisions: opts.Revisions, schemas: v.schemas}
-	if opts.Checker != nil {
-		v.decider = &policyCheck{checker: opts.Checker, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo(), capabilities: opts.Capabilities}
+	if opts.Judge != nil {
+		v.decider = &policyCheck{judge: opts.Judge, charts: opts.Charts, cached: opts.Cached, live: opts.Live, memo: newReviewMemo(), capabilities: opts.Capabilities}
 		if v.schemas != nil {
 			v.decider.schemas = v.schemas
 		}
@@ -304,7 +304,7 @@ func (v *Validator) review(ctx context.Context, req *Request, built *policies.Re
 	var decision policies.Decision
 	var err error
 	if built != nil {
-		decision, err = v.decider.checker.Check(ctx, built)
+		decision, err = v.decider.judge.Decide(ctx, built)
 	} else {
 		decision, err = v.decider.decide(ctx, req)
 	}

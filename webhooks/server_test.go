@@ -265,7 +265,7 @@ func TestConfigurationsCoverOnlyCompositorGroups(t *testing.T) {
 	}
 }
 
-// denyAll is a handler pair whose checker knows the 1.1.5 sample chart and one policy
+// denyAll is a handler pair whose judge knows the 1.1.5 sample chart and one policy
 // that denies every composition.
 func denyAll(t *testing.T) (*Mutator, *Validator) {
 	t.Helper()
@@ -280,10 +280,10 @@ func denyAll(t *testing.T) (*Mutator, *Validator) {
 	ch, err := samplecharts.Load("1.1.5")
 	require.NoError(t, err)
 	return newHandlers(Options{
-		Cached:  oneDefinition{},
-		Live:    noObjects{},
-		Checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
-		Charts:  fixedChart{chart: ch},
+		Cached: oneDefinition{},
+		Live:   noObjects{},
+		Judge:  policies.NewJudge(policies.JudgeOptions{Engine: engine}),
+		Charts: fixedChart{chart: ch},
 	})
 }
 

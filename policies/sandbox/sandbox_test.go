@@ -419,8 +419,6 @@ func FuzzResponse(f *testing.F) {
 // a denial at the deadline, and the worker is gone.
 func TestPoliciesUseTheSandbox(t *testing.T) {
 	p := newPool(t, Options{Workers: 2})
-	policies.SetSandbox(p)
-	t.Cleanup(func() { policies.SetSandbox(nil) })
 	ctx := context.Background()
 	e, err := policies.NewEngine(ctx, policies.Options{Timeout: time.Second, DisabledBuiltins: policies.BuiltinIDs()})
 	require.NoError(t, err)
@@ -431,7 +429,7 @@ deny contains {"msg": "no ConfigMaps"} if {
 	obj.kind == "ConfigMap"
 }
 `}))
-	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: e}
+	judge := policies.NewJudge(policies.JudgeOptions{Engine: e, Renderer: &policies.Renderer{Sandbox: p}})
 	request := func(n int64) *policies.Request {
 		return &policies.Request{
 			Operation: "CREATE", Namespace: "team-a", Name: "x",
@@ -440,7 +438,7 @@ deny contains {"msg": "no ConfigMaps"} if {
 		}
 	}
 	start := time.Now()
-	d, err := checker.Check(ctx, request(1e5))
+	d, err := judge.Decide(ctx, request(1e5))
 	require.NoError(t, err)
 	lines := policies.FormatLines(d.Violations)
 	require.Len(t, lines, 1)
@@ -448,7 +446,7 @@ deny contains {"msg": "no ConfigMaps"} if {
 	assert.Less(t, time.Since(start), 1500*time.Millisecond)
 	assert.Equal(t, int64(1), p.Stats().Killed)
 
-	d, err = checker.Check(ctx, request(2))
+	d, err = judge.Decide(ctx, request(2))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ConfigMap/loop: no ConfigMaps [policy any]"}, policies.FormatLines(d.Violations))
 }
@@ -536,10 +534,8 @@ func TestChartsCrossOncePerWorker(t *testing.T) {
 // what a tenant chooses there cannot run long. Bigger ones go to a worker.
 func TestSmallValuesAreCheckedInProcess(t *testing.T) {
 	p := newPool(t, Options{Workers: 2})
-	policies.SetSandbox(p)
-	t.Cleanup(func() { policies.SetSandbox(nil) })
 	ctx := context.Background()
-	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
+	judge := policies.NewJudge(policies.JudgeOptions{Renderer: &policies.Renderer{Sandbox: p}})
 	request := func(spec map[string]any) *policies.Request {
 		return &policies.Request{
 			Operation: "CREATE", Namespace: "team-a", Name: "x",
@@ -547,7 +543,7 @@ func TestSmallValuesAreCheckedInProcess(t *testing.T) {
 			Chart:  loadChart(t, "1.1.5"), ChartDigest: "sha256:small",
 		}
 	}
-	d, err := checker.Check(ctx, request(map[string]any{"replicaCount": "two"}))
+	d, err := judge.Decide(ctx, request(map[string]any{"replicaCount": "two"}))
 	require.NoError(t, err)
 	require.Len(t, d.Violations, 1, "the schema is checked")
 	assert.Zero(t, p.Stats().Started, "small values need no worker")
@@ -556,7 +552,7 @@ func TestSmallValuesAreCheckedInProcess(t *testing.T) {
 	for i := range 2000 {
 		annotations[fmt.Sprint("a", i)] = "b"
 	}
-	d, err = checker.Check(ctx, request(map[string]any{"replicaCount": "two", "podAnnotations": annotations}))
+	d, err = judge.Decide(ctx, request(map[string]any{"replicaCount": "two", "podAnnotations": annotations}))
 	require.NoError(t, err)
 	require.NotEmpty(t, d.Violations)
 	assert.Equal(t, int64(1), p.Stats().Started, "bigger values are checked in a worker")
@@ -571,10 +567,10 @@ func TestSmallValuesAreCheckedInProcess(t *testing.T) {
 			"$ref": "#/$defs/n"}`),
 	}
 	fresh := newPool(t, Options{Workers: 2})
-	policies.SetSandbox(fresh)
+	judge = policies.NewJudge(policies.JudgeOptions{Renderer: &policies.Renderer{Sandbox: fresh}})
 	r := request(map[string]any{"a": map[string]any{"a": "x"}})
 	r.Chart, r.ChartDigest = recursive, "sha256:recursive"
-	_, err = checker.Check(ctx, r)
+	_, err = judge.Decide(ctx, r)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), fresh.Stats().Started, "a schema that is not cheap is checked in a worker")
 }

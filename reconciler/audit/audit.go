@@ -87,8 +87,8 @@ type Auditor struct {
 	// Reader reads from the API server without caching, so that the audit does not
 	// keep an informer for every generated kind.
 	Reader client.Reader
-	// Engine holds the policies in force.
-	Engine *policies.Engine
+	// Judge judges what exists with the policies in force, as admission judges a write.
+	Judge *policies.Judge
 	// Charts gives compositions their definition's chart, for rendered policies.
 	Charts DefinitionCharts
 	// Interval is the time between the end of one pass and the start of the next.
@@ -132,12 +132,12 @@ func (a *Auditor) Start(ctx context.Context) error {
 func (a *Auditor) Audit(ctx context.Context) error {
 	started := time.Now()
 	enforced := map[string]bool{}
-	for _, p := range a.Engine.Policies() {
+	for _, p := range a.Judge.Engine().Policies() {
 		if p.Origin == policies.OriginObject {
 			enforced[p.Name] = true
 		}
 	}
-	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}, seen: map[types.UID]bool{}, engine: a.Engine.Version()}
+	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}, seen: map[types.UID]bool{}, engine: a.Judge.Engine().Version()}
 	if a.Capabilities != nil {
 		caps, err := a.Capabilities.Get()
 		if err != nil {
@@ -233,9 +233,7 @@ func (p *auditPass) auditDefinitions(ctx context.Context) error {
 				return fmt.Errorf("reading CompositionDefinition %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 			}
 			p.definitions = append(p.definitions, *def)
-			r := p.request(obj, "compositiondefinitions")
-			r.Definition = policies.ChartRefOf(def)
-			p.evaluate(ctx, obj, r)
+			p.evaluate(ctx, obj, policies.NewRequest(p.write(obj, "compositiondefinitions")))
 		}
 		return nil
 	}, "listing CompositionDefinitions")
@@ -285,18 +283,16 @@ func (p *auditPass) auditVersion(ctx context.Context, generated *apiextensionsv1
 	return listPages(ctx, p.Reader, newList, func(list *unstructured.UnstructuredList) error {
 		for i := range list.Items {
 			obj := &list.Items[i]
-			r := p.request(obj, generated.Spec.Names.Plural)
+			w := p.write(obj, generated.Spec.Names.Plural)
 			// The definition admission judges the composition with: the one serving
 			// the kind in its namespace, else the owner.
-			def := ownership.For(p.definitions, gvk, obj.GetNamespace())
-			if def != nil {
-				ch := p.chart(ctx, def)
-				r.Describe(def, ch.chart, ch.digest)
+			w.Definition = ownership.For(p.definitions, gvk, obj.GetNamespace())
+			if w.Definition != nil {
+				ch := p.chart(ctx, w.Definition)
+				w.Chart, w.ChartDigest = ch.chart, ch.digest
 			}
-			r.Installed = installed(obj)
-			r.Revision = policies.NextRevision(obj.Object)
-			r.Capabilities = p.capabilities
-			p.evaluateComposition(ctx, obj, r, def == nil || r.Chart != nil)
+			w.Capabilities = p.capabilities
+			p.evaluateComposition(ctx, obj, policies.NewRequest(w), w.Definition == nil || w.Chart != nil)
 		}
 		return nil
 	}, "listing "+kind+" compositions of "+gv.String(), client.MatchingLabelsSelector{Selector: selector})
@@ -327,15 +323,15 @@ func (p *auditPass) chart(ctx context.Context, def *corev1alpha1.CompositionDefi
 	return res
 }
 
-// request builds the policy request for an existing object, as the webhook does for
-// a write of it, with an empty operation: every policy applies.
-func (p *auditPass) request(obj *unstructured.Unstructured, resource string) *policies.Request {
-	r := policies.NewRequest("", obj.Object, "")
-	r.Resource.Resource = resource
-	if r.Namespace != "" {
-		r.NamespaceLabels = p.namespaceLabels[r.Namespace]
+// write is what the policy request for an existing object is built from, as the
+// webhook builds it for a write of the object, with an empty operation: every policy
+// applies.
+func (p *auditPass) write(obj *unstructured.Unstructured, resource string) policies.Write {
+	w := policies.Write{Object: obj.Object, Resource: metav1.GroupVersionResource{Resource: resource}}
+	if ns := obj.GetNamespace(); ns != "" {
+		w.NamespaceLabels = p.namespaceLabels[ns]
 	}
-	return r
+	return w
 }
 
 // evaluateComposition records every violation of a composition: the last pass's
@@ -355,7 +351,7 @@ func (p *auditPass) evaluateComposition(ctx context.Context, obj *unstructured.U
 		}
 	}
 	compositionsAudited.WithLabelValues("judged").Inc()
-	found := p.Engine.Evaluate(policies.ForPurpose(policies.WithLane(ctx, policies.CompositionsLane(obj.GetNamespace())), policies.PurposeAudit), r)
+	found := p.Judge.Policies(policies.ForPurpose(policies.WithLane(ctx, policies.CompositionsLane(obj.GetNamespace())), policies.PurposeAudit), r)
 	if digested && keep {
 		v := verdict{inputs: inputs, engine: p.engine, found: found}
 		if slices.ContainsFunc(found, func(v policies.Violation) bool { return v.Failed }) {
@@ -376,17 +372,9 @@ func capabilitiesDigest(caps *chartcommon.Capabilities) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// installed tells whether a composition's release is installed, as the controller
-// says in its status (which only Compositor writes): it records the chart digest it
-// installed.
-func installed(obj *unstructured.Unstructured) bool {
-	digest, _, _ := unstructured.NestedString(obj.Object, "status", "digest")
-	return digest != ""
-}
-
 // evaluate records every violation of obj.
 func (p *auditPass) evaluate(ctx context.Context, obj *unstructured.Unstructured, r *policies.Request) {
-	p.record(obj, p.Engine.Evaluate(ctx, r))
+	p.record(obj, p.Judge.Policies(ctx, r))
 }
 
 // record counts obj and adds its violations to the findings.

@@ -113,8 +113,6 @@ func TestAuditJudgesOnlyWhatChanged(t *testing.T) {
 	c := cp.Client
 
 	sandbox := &countingSandbox{}
-	policies.SetSandbox(sandbox)
-	t.Cleanup(func() { policies.SetSandbox(nil) })
 
 	// The generated API: one served version and the hub.
 	preserve := &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true)}
@@ -180,7 +178,7 @@ func TestAuditJudgesOnlyWhatChanged(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, engine.Set(ctx, compiled))
 
-	a := &Auditor{Client: c, Reader: c, Engine: engine, Charts: oneChart{widgetChart()}}
+	a := &Auditor{Client: c, Reader: c, Judge: policies.NewJudge(policies.JudgeOptions{Engine: engine, Renderer: &policies.Renderer{Sandbox: sandbox}}), Charts: oneChart{widgetChart()}}
 	judged := func() float64 { return counterValue(t, compositionsAudited.WithLabelValues("judged")) }
 	unchanged := func() float64 { return counterValue(t, compositionsAudited.WithLabelValues("unchanged")) }
 	audit := func() policyv1alpha1.AuditStatus {

@@ -109,10 +109,11 @@ type Reconciler struct {
 	Bind func(ctx context.Context, namespace string) error
 	// MaxReconcileRate is the most reconciliations per second.
 	MaxReconcileRate int
-	// Checker validates the values about to be installed (its Schemas, the same
-	// validator as the webhook's) and judges the manifests about to be applied (its
-	// Engine: the policies in force; nil Engine evaluates none). Required.
-	Checker *policies.Checker
+	// Judge validates the values about to be installed (with the same validator as
+	// the webhook's), bounds their render (its Renderer and deadline) and judges the
+	// manifests about to be applied (with the policies in force, when it has an
+	// Engine). Required.
+	Judge *policies.Judge
 	// Targets, when set, are the clusters a composition annotated
 	// compositor.dev/placement is installed on (targets.go, placement.go); without
 	// them such a composition is not installed anywhere, and says so.
@@ -221,7 +222,7 @@ func (Resynced) Update(e event.UpdateEvent) bool {
 // replica's part on the target clusters engaged here (follow). The status the
 // reconcile came to is written once, at the end (settle).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if r.Checker != nil && r.Checker.Engine != nil && r.Checker.Engine.ConstraintsPending() {
+	if r.Judge != nil && r.Judge.Engine() != nil && r.Judge.Engine().ConstraintsPending() {
 		// Nothing is installed before the Gatekeeper constraints are read.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}

@@ -76,12 +76,12 @@ func (e attackEnv) gateAllowing(ctx context.Context, engine *policies.Engine, cl
 	r := &Reconciler{}
 	var request *policies.Request
 	if engine != nil {
-		r.Checker = &policies.Checker{Engine: engine}
-		request = policies.NewRequest("CREATE", map[string]any{
+		r.Judge = policies.NewJudge(policies.JudgeOptions{Engine: engine})
+		request = policies.NewRequest(policies.Write{Operation: "CREATE", Object: map[string]any{
 			"apiVersion": "composition.krateo.io/v1", "kind": "Hooks",
 			"metadata": map[string]any{"name": "attacker", "namespace": e.namespace},
 			"spec":     map[string]any{},
-		}, e.namespace)
+		}})
 	}
 	return r.gate(ctx, e.namespace, request, clusterScoped, e.helm.mapper)
 }
@@ -356,15 +356,14 @@ metadata:
 		"spec":     map[string]any{},
 	}
 	// Admission renders without a cluster: lookup finds nothing, the hook is "safe".
-	request := policies.NewRequest("CREATE", obj, env.namespace)
-	request.Chart = ch
-	violations := engine.Evaluate(ctx, request)
+	judge := policies.NewJudge(policies.JudgeOptions{Engine: engine})
+	violations := judge.Policies(ctx, policies.NewRequest(policies.Write{Operation: "CREATE", Object: obj, Chart: ch}))
 	assert.Empty(t, violations, "the webhook's render of the chart passes the policy")
 
 	// Install through the gate, with the policy in force: the pre-delete hook is not
 	// judged (nothing of it is created now).
-	r := &Reconciler{Live: env.cp.Client, Checker: &policies.Checker{Engine: engine}}
-	gate := r.gate(ctx, env.namespace, policies.NewRequest("CREATE", obj, env.namespace), nil, env.helm.mapper)
+	r := &Reconciler{Live: env.cp.Client, Judge: judge}
+	gate := r.gate(ctx, env.namespace, policies.NewRequest(policies.Write{Operation: "CREATE", Object: obj}), nil, env.helm.mapper)
 	_, rel, err := env.helm.UpgradeInstall(ctx, env.namespace, "c", ch, nil, InstallOptions{Gate: gate})
 	require.NoError(t, err)
 	require.Len(t, rel.Hooks, 1)

@@ -182,14 +182,13 @@ func TestTheGateJudgesAnObjectChangedAfterItWasJudged(t *testing.T) {
 func TestTheGateBoundsTheManifestsHelmRendered(t *testing.T) {
 	env := newAttackEnv(t, "bounded")
 	ctx := context.Background()
-	policies.SetMaxRenderedBytes(4096)
-	t.Cleanup(func() { policies.SetMaxRenderedBytes(0) })
 	ch := &chart.Chart{
 		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "big", Version: "0.1.0"},
 		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
 			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {{ repeat 8000 \"x\" | quote }}\n")}},
 	}
 	gate := env.gateAllowing(ctx, checkEngine(t), nil)
+	gate.judge = policies.NewJudge(policies.JudgeOptions{Engine: checkEngine(t), Renderer: &policies.Renderer{MaxRenderedBytes: 4096}})
 	_, _, err := env.helm.UpgradeInstall(ctx, env.namespace, "big", ch, nil, InstallOptions{Gate: gate})
 	require.Error(t, err)
 	refusal, refused := asGateError(err)

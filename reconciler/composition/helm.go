@@ -1,7 +1,6 @@
 package composition
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v4/pkg/action"
@@ -231,13 +229,13 @@ type InstallOptions struct {
 	// (those its definition allows).
 	ClusterResources []schema.GroupResource
 	// Gate sees the manifests before anything is applied, and the hooks before each
-	// is created, and may refuse them; nil checks nothing.
+	// is created, and may refuse them; its judge bounds the render (its Renderer and
+	// deadline). nil checks nothing, and renders in-process within
+	// policies.DefaultTimeout.
 	Gate *installGate
 	// Digest is the chart's content digest, by which a sandbox worker keeps it; empty
 	// sends the chart to a worker that does not have it.
 	Digest string
-	// RenderTimeout bounds the render (policies.DefaultTimeout when zero).
-	RenderTimeout time.Duration
 }
 
 // UpgradeInstall installs the release, or upgrades it when it exists. The chart is
@@ -335,11 +333,11 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 // (ReasonRenderRefused); one that could not start (the lane's workers busy, the
 // controller stopping) is an error to try again; any other is the chart's own error.
 func (h *Helm) render(ctx context.Context, ch *chart.Chart, opts InstallOptions, values map[string]any, render policies.RenderOptions) (*chart.Chart, error) {
-	timeout := cmp.Or(opts.RenderTimeout, policies.DefaultTimeout)
+	timeout, renderer := opts.Gate.renderBounds()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	render.Lookup = h.lookup(rctx, render.Namespace, opts.ClusterResources)
-	files, err := policies.RenderFilesWithDeadline(rctx, ch, opts.Digest, values, render)
+	files, err := renderer.RenderFiles(rctx, ch, opts.Digest, values, render)
 	var limit *policies.LimitError
 	switch {
 	case err == nil:

@@ -16,6 +16,7 @@ import (
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/kube"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -117,8 +118,9 @@ type installGate struct {
 	mapper meta.RESTMapper
 	// clusterScoped are the cluster-scoped kinds the definition allows.
 	clusterScoped map[schema.GroupKind]bool
-	// policies evaluates the policies in force; nil evaluates none.
-	policies *policies.Engine
+	// judge judges the objects with the policies in force, and bounds what Helm
+	// builds with its Renderer's bound; nil judges nothing.
+	judge *policies.Judge
 	// request describes the composition; Rendered is set to the manifests.
 	request *policies.Request
 	// refusal is the gate's last refusal: Helm reports some errors (those of hooks) as
@@ -163,7 +165,7 @@ func (g *installGate) forUninstall() *installGate {
 		creating.Uninstall = true
 		request = &creating
 	}
-	return &installGate{ctx: g.ctx, namespace: g.namespace, identities: g.identities, mapper: g.mapper, clusterScoped: g.clusterScoped, policies: g.policies, request: request}
+	return &installGate{ctx: g.ctx, namespace: g.namespace, identities: g.identities, mapper: g.mapper, clusterScoped: g.clusterScoped, judge: g.judge, request: request}
 }
 
 // judgeManifest judges the objects Helm built from the release's manifest, as the
@@ -320,20 +322,14 @@ func secretType(obj map[string]any) string {
 // checkPolicies runs the policies in force on the composition, the rendered ones on
 // exactly the manifests about to be applied, and refuses on any deny.
 func (g *installGate) checkPolicies(objs []policies.RenderedObject) error {
-	if g.policies == nil || g.request == nil {
+	if g.judge == nil || g.request == nil {
 		return nil
 	}
-	req := *g.request
-	req.Rendered = objs
-	if req.Rendered == nil {
-		req.Rendered = []policies.RenderedObject{}
-	}
-	violations := g.policies.Evaluate(g.ctx, &req)
-	decision := policies.Decision{Violations: violations}
+	decision := g.judge.Objects(g.ctx, g.request, objs)
 	if !decision.Denied() {
 		return nil
 	}
-	g.refusal = &GateError{Reason: ReasonPolicyDenied, Message: "nothing was installed: " + denials(violations)}
+	g.refusal = &GateError{Reason: ReasonPolicyDenied, Message: "nothing was installed: " + denials(decision.Violations)}
 	return g.refusal
 }
 
@@ -382,18 +378,18 @@ func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstru
 	if err := r.Live.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s for the policies' namespaceSelector: %w", obj.GetNamespace(), err)
 	}
-	request := policies.NewRequest(operation, obj.DeepCopy().Object, "")
-	request.NamespaceLabels = ns.Labels
-	// Who the policies see: the spec's author, whom the mutating webhook records and
-	// keeps (a write that does not change the spec cannot change it). Their groups
-	// are not recorded.
-	request.UserInfo.Username = obj.GetAnnotations()[vocab.AnnotationSpecAuthor]
-	if def != nil {
-		request.Describe(def, ch, digest)
-	} else {
-		request.Chart, request.ChartDigest = ch, digest
-	}
-	return request, nil
+	return policies.NewRequest(policies.Write{
+		Operation: operation,
+		Object:    obj.DeepCopy().Object,
+		// Who the policies see: the spec's author, whom the mutating webhook records
+		// and keeps (a write that does not change the spec cannot change it). Their
+		// groups are not recorded.
+		UserInfo:        authenticationv1.UserInfo{Username: obj.GetAnnotations()[vocab.AnnotationSpecAuthor]},
+		NamespaceLabels: ns.Labels,
+		Definition:      def,
+		Chart:           ch,
+		ChartDigest:     digest,
+	}), nil
 }
 
 // uninstallGate is the gate of an uninstall of obj's release on s: what it creates
@@ -412,10 +408,10 @@ func (r *Reconciler) uninstallGate(ctx context.Context, obj *unstructured.Unstru
 // validateValues checks the values about to be installed against the chart's schemas
 // with Compositor's validator, which never loads a reference: Helm's own check is off.
 func (r *Reconciler) validateValues(ctx context.Context, request *policies.Request) error {
-	if r.Checker == nil || r.Checker.Schemas == nil {
+	if r.Judge == nil {
 		return errors.New("the controller has no values validator, so it installs nothing")
 	}
-	decision, err := (&policies.Checker{Schemas: r.Checker.Schemas}).Check(ctx, request)
+	decision, err := r.Judge.Values(ctx, request)
 	if err != nil {
 		return &GateError{Reason: ReasonInvalidValues, Message: fmt.Sprintf("nothing was installed: %v", err)}
 	}
@@ -425,12 +421,20 @@ func (r *Reconciler) validateValues(ctx context.Context, request *policies.Reque
 	return nil
 }
 
-// renderTimeout bounds the render of an install: the policies' deadline.
-func (r *Reconciler) renderTimeout() time.Duration {
-	if r.Checker != nil && r.Checker.Engine != nil {
-		return r.Checker.Engine.Timeout()
+// renderBounds are the deadline and the Renderer of the render the gate lets Helm
+// apply: its judge's, so that what is installed renders under the bounds of what
+// admission judged.
+func (g *installGate) renderBounds() (time.Duration, *policies.Renderer) {
+	if g == nil || g.judge == nil {
+		return policies.DefaultTimeout, nil
 	}
-	return policies.DefaultTimeout
+	return g.judge.Timeout(), g.judge.Renderer()
+}
+
+// renderer bounds what the gate lets Helm build as the judge's renders are bounded.
+func (g *installGate) renderer() *policies.Renderer {
+	_, renderer := g.renderBounds()
+	return renderer
 }
 
 // identityNamespace is Compositor's own namespace, as the controller knows it: where
@@ -452,9 +456,7 @@ func (r *Reconciler) gate(ctx context.Context, namespace string, request *polici
 		request.ClusterScoped = clusterScoped
 	}
 	g := &installGate{ctx: ctx, namespace: namespace, identities: r.identityNamespace(), mapper: mapper, request: request, clusterScoped: clusterScoped, awaitsManifest: true}
-	if r.Checker != nil {
-		g.policies = r.Checker.Engine
-	}
+	g.judge = r.Judge
 	return g
 }
 
@@ -496,7 +498,7 @@ func (c *gatedKubeClient) Build(reader io.Reader, validate bool) (kube.ResourceL
 		if req := c.gate.request; req != nil && req.Chart != nil {
 			name = req.Chart.Name()
 		}
-		if err := policies.CheckRenderedSize(name, map[string]string{"manifests": unframed(data)}); err != nil {
+		if err := c.gate.renderer().CheckRendered(name, map[string]string{"manifests": unframed(data)}); err != nil {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.gate.awaitsManifest = false

@@ -36,9 +36,9 @@ type ManagerOptions struct {
 	DefinitionNamespace string
 	Bind                func(ctx context.Context, namespace string) error
 	MaxReconcileRate    int
-	// Checker validates values and judges manifests before they are installed (see
-	// Reconciler.Checker); nil checks the chart's schemas and no policies.
-	Checker *policies.Checker
+	// Judge validates values and judges manifests before they are installed (see
+	// Reconciler.Judge); nil checks the chart's schemas and no policies.
+	Judge *policies.Judge
 	// Sync is the resync period.
 	Sync time.Duration
 	// Keys give each composition's definition's key, which seals the release records
@@ -69,11 +69,11 @@ func NewManager(cfg *rest.Config, opts ManagerOptions) (manager.Manager, error) 
 		DefinitionNamespace: opts.DefinitionNamespace,
 		Bind:                opts.Bind,
 		MaxReconcileRate:    opts.MaxReconcileRate,
-		Checker:             opts.Checker,
+		Judge:               opts.Judge,
 		Lanes:               fairshare.New(managerWorkers / 4),
 	}
-	if r.Checker == nil {
-		r.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
+	if r.Judge == nil {
+		r.Judge = policies.NewJudge(policies.JudgeOptions{})
 	}
 	sync := opts.Sync
 	if sync <= 0 {

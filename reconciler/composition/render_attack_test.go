@@ -64,8 +64,10 @@ func TestInstallLookupsEndAtTheRenderDeadline(t *testing.T) {
 	defer close(release)
 	h := lookupHelm(srv)
 	ch := askingChart(`x: {{ lookup "v1" "ConfigMap" "team-a" "slow" | toJson | quote }}`)
-	opts := InstallOptions{RenderTimeout: 300 * time.Millisecond}
-	_, err := h.render(context.Background(), ch, opts, nil, policies.RenderOptions{ReleaseName: "r", Namespace: "team-a"})
+	engine, err := policies.NewEngine(context.Background(), policies.Options{Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	opts := InstallOptions{Gate: &installGate{judge: policies.NewJudge(policies.JudgeOptions{Engine: engine})}}
+	_, err = h.render(context.Background(), ch, opts, nil, policies.RenderOptions{ReleaseName: "r", Namespace: "team-a"})
 	require.Error(t, err)
 	select {
 	case <-asked:

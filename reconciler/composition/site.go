@@ -263,7 +263,6 @@ func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured
 		ClusterResources: scope.resources,
 		Gate:             gate,
 		Digest:           w.digest,
-		RenderTimeout:    r.renderTimeout(),
 	})
 	if err != nil && gate.refusal != nil {
 		return r.refused(obj, s, gate.refusal), nil

@@ -77,9 +77,9 @@ type Reconciler struct {
 	// composition controllers instead of the generated Deployments. Which versions it
 	// serves is the reconciler's to say (see served.go).
 	Kinds *kinds.Runtime
-	// Checker judges, in the plan of a rollout, the compositions' values under the
+	// Judge judges, in the plan of a rollout, the compositions' values under the
 	// new chart version: its schema and the policies; nil checks the schema only.
-	Checker *policies.Checker
+	Judge *policies.Judge
 	// MasterKey is Compositor's master key (the release seal key): the plans of
 	// rollouts key their digests with a key derived from it (PlanDigestKey), and a
 	// rollout cannot plan without it.

@@ -313,7 +313,7 @@ func (r *Reconciler) computePlan(ctx context.Context, def *corev1alpha1.Composit
 	// webhooks in this process keep the other cores.
 	return plan.Compute(ctx, plan.Options{
 		From: fromChart, To: fetched.Chart, FromDigest: from.Status.Digest, ToDigest: fetched.Digest,
-		Checker: r.Checker, Workers: 1, DigestKey: key,
+		Judge: r.Judge, Workers: 1, DigestKey: key,
 	}, compositions)
 }
 

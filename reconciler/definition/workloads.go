@@ -364,6 +364,9 @@ func (r *Reconciler) deleteWorkloads(ctx context.Context, def *corev1alpha1.Comp
 	for _, key := range deployments {
 		dels = append(dels, func() error { return r.deleteController(ctx, key, def.Namespace, plural, version) })
 	}
+	// The controller's list of where it is bound goes before the bindings it lists, as
+	// the binder unlists a namespace before it unbinds it.
+	dels = append(dels, func() error { return r.deleteBoundNamespaces(ctx, def.Namespace, plural, version) })
 	for _, ns := range identityNamespaces {
 		dels = append(dels, func() error {
 			return r.Client.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace(ns), labels)
@@ -406,6 +409,32 @@ func (r *Reconciler) deleteController(ctx context.Context, key client.ObjectKey,
 		}
 	}
 	return r.Client.Delete(ctx, d, client.Preconditions{UID: &d.UID})
+}
+
+// deleteBoundNamespaces deletes the ConfigMap, in Compositor's namespace, that lists
+// where the version's release role is bound (rbac.Objects.BoundNamespaces), which the
+// binder (package binding) keeps for the controller Deployment, if it carries the
+// identity labels of the version: Compositor's namespace holds others' ConfigMaps.
+// Nothing else would remove it: the binder stops with the version, before the
+// bindings go, and leaves it behind, listing them or empty.
+func (r *Reconciler) deleteBoundNamespaces(ctx context.Context, namespace, plural, version string) error {
+	ns := r.compositorNamespace()
+	if ns == "" {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	// From the API server: through the manager's cache, the Get would start an informer
+	// of every ConfigMap in the cluster.
+	key := client.ObjectKey{Namespace: ns, Name: rbac.NamesFor(namespace, plural, version).BoundNamespaces}
+	if err := r.liveReader().Get(ctx, key, cm); err != nil {
+		return err
+	}
+	for k, v := range rbac.IdentityLabels(namespace, plural, version) {
+		if cm.Labels[k] != v {
+			return nil
+		}
+	}
+	return r.Client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID})
 }
 
 // deleteCredentialsRole removes the credentials Role and RoleBinding of a version

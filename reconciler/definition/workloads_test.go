@@ -144,3 +144,47 @@ func TestRetainedVersionsRBAC(t *testing.T) {
 		return t.Group == "networking.k8s.io" && t.Resource == "ingresses"
 	}), "2.0.0, retained by platform/fireworksapp, creates Ingresses: %v", removed)
 }
+
+// TestRetiredVersionsBoundNamespacesGo, against a real API server: the ConfigMap in
+// Compositor's namespace that lists where a version's release role is bound, which
+// the binder (package binding) keeps for the controller Deployment, goes with the
+// version's identity when the version is retired, whatever it still lists. Another
+// version's stays, and so does a ConfigMap of the same name without the version's
+// identity labels: Compositor's namespace holds others' ConfigMaps.
+func TestRetiredVersionsBoundNamespacesGo(t *testing.T) {
+	cp := controlplane.Start(t)
+	ctx := context.Background()
+	for _, ns := range []string{"compositor-system", "team-a"} {
+		require.NoError(t, cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	r := &Reconciler{Client: cp.Client, Live: cp.Client,
+		Charts: &chartstore.Source{Store: &chartstore.Store{Client: cp.Client, Namespace: "compositor-system"}}}
+	def := &corev1alpha1.CompositionDefinition{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "fireworksapp"}}
+	// list makes version's ConfigMap as the binder makes it: with the labels of the
+	// version's ServiceAccount, unless foreign.
+	list := func(version string, foreign bool) client.ObjectKey {
+		objs, err := rbac.Generate(rbac.Options{Namespace: "team-a", IdentityNamespace: "compositor-system",
+			DefinitionName: def.Name, Plural: "fireworksapps", Version: version})
+		require.NoError(t, err)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "compositor-system",
+			Name: rbac.NamesFor("team-a", "fireworksapps", version).BoundNamespaces, Labels: objs.ServiceAccount.Labels}}
+		if foreign {
+			cm.Labels = map[string]string{"app": "someone-else"}
+		} else {
+			cm.Data = map[string]string{"team-b": "bound"}
+		}
+		require.NoError(t, cp.Client.Create(ctx, cm))
+		return client.ObjectKeyFromObject(cm)
+	}
+	retired, kept, foreign := list("v1-1-5", false), list("v2-0-0", false), list("v1-1-6", true)
+
+	require.NoError(t, r.deleteWorkloads(ctx, def, "fireworksapps", "v1-1-5"))
+	err := cp.Client.Get(ctx, retired, &corev1.ConfigMap{})
+	assert.True(t, apierrors.IsNotFound(err), "the retired version's list of bound namespaces goes with it: %v", err)
+	assert.NoError(t, cp.Client.Get(ctx, kept, &corev1.ConfigMap{}), "another version's stays")
+
+	require.NoError(t, r.deleteWorkloads(ctx, def, "fireworksapps", "v1-1-6"))
+	assert.NoError(t, cp.Client.Get(ctx, foreign, &corev1.ConfigMap{}), "not the version's: left alone")
+
+	assert.NoError(t, r.deleteWorkloads(ctx, def, "fireworksapps", "v1-1-5"), "gone already")
+}

@@ -90,10 +90,10 @@ type Runtime struct {
 	Config *rest.Config
 	// InProcess runs the composition controllers here (see Runtime).
 	InProcess bool
-	// Charts, Checker, MaxReconcileRate and Sync configure each version's composition
+	// Charts, Judge, MaxReconcileRate and Sync configure each version's composition
 	// controller; see composition.Reconciler. MaxReconcileRate applies per version.
 	Charts           *chartstore.Source
-	Checker          *policies.Checker
+	Judge            *policies.Judge
 	MaxReconcileRate int
 	Sync             time.Duration
 	// Workers is how many requests are reconciled at once, of every kind together;
@@ -446,7 +446,7 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 			return ssa.Apply(ctx, k.client, objs.ReleaseBinding(namespace))
 		},
 		MaxReconcileRate: k.MaxReconcileRate,
-		Checker:          k.Checker,
+		Judge:            k.Judge,
 		Targets:          k.Targets,
 		Lanes:            k.lanes,
 		Schemas:          k.schemas,
@@ -454,8 +454,8 @@ func (k *Runtime) newVersion(def *corev1alpha1.CompositionDefinition, key Versio
 	if k.shared() {
 		v.compositions.Leads = k.leading
 	}
-	if v.compositions.Checker == nil {
-		v.compositions.Checker = &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0)}
+	if v.compositions.Judge == nil {
+		v.compositions.Judge = policies.NewJudge(policies.JudgeOptions{})
 	}
 	return v, nil
 }

@@ -112,8 +112,8 @@ func (l *constraintLibrary) constraintIDs() []string {
 // dev` is: the built-ins, the policy directory's policies as CompositionPolicies, the
 // library's constraints, and fireworks-app 1.1.5 for the composition reviews.
 type localEngine struct {
-	checker *policies.Checker
-	chart   *chart.Chart
+	judge *policies.Judge
+	chart *chart.Chart
 }
 
 // localChartDigest stands for the chart archive's digest, by which schemas are cached.
@@ -139,7 +139,7 @@ func newLocalEngine(ctx context.Context, policyDir string, lib *constraintLibrar
 	if err != nil {
 		return nil, err
 	}
-	return &localEngine{checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: e}, chart: ch}, nil
+	return &localEngine{judge: policies.NewJudge(policies.JudgeOptions{Engine: e}), chart: ch}, nil
 }
 
 // check decides the AdmissionReview body of a composition as the webhook would, with
@@ -159,11 +159,8 @@ func (l *localEngine) check(ctx context.Context, body []byte) (policies.Decision
 			return policies.Decision{}, err
 		}
 	}
-	r := policies.NewRequest(string(req.Operation), obj, req.Namespace)
-	r.Resource = req.Resource
-	r.UserInfo = req.UserInfo
-	r.OldObject = old
-	r.NamespaceLabels = map[string]string{"team": "a", "kubernetes.io/metadata.name": req.Namespace}
-	r.Chart, r.ChartDigest = l.chart, localChartDigest
-	return l.checker.Check(ctx, r)
+	r := policies.NewRequest(policies.Write{Operation: string(req.Operation), Object: obj, OldObject: old, Resource: req.Resource, Namespace: req.Namespace,
+		UserInfo: req.UserInfo, NamespaceLabels: map[string]string{"team": "a", "kubernetes.io/metadata.name": req.Namespace},
+		Chart: l.chart, ChartDigest: localChartDigest})
+	return l.judge.Decide(ctx, r)
 }

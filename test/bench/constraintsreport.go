@@ -194,7 +194,7 @@ func (run *constraintsRun) markdown() string {
 		p("does, and into Compositor's engine (`CompileTemplate`, `ParseConstraint`, `NewLibrary`, `SetConstraints`). Gatekeeper")
 		p("reviews what its webhook receives for one composition: the composition's create and the creates of the %d objects Helm", pr.Requests-1)
 		p("installs, each decoded and expanded as its webhook does (an ExpansionTemplate gives the Deployment's Pod: %d expanded).", pr.Expanded)
-		p("Compositor reviews the composition once with `Checker.Check` (schema, render, policies, built-ins, constraints on")
+		p("Compositor reviews the composition once with `Judge.Decide` (schema, render, policies, built-ins, constraints on")
 		p("every object and the implied Pod); its second row is handed the objects already rendered, as its install gate is,")
 		p("which is the evaluation alone. Verdicts are compared first: the admitted composition admitted by both without a")
 		p("finding, a denied one refused by both with the same %d findings. %d rounds of %.0f s, alternating; OPA %s.",
@@ -213,7 +213,7 @@ func (run *constraintsRun) markdown() string {
 			run.compositor, constraintsProfile("after", "composition create /validate", 1)},
 		{"Where Compositor's time goes with the library, concurrency 16", "The same at concurrency 16",
 			run.compositor, constraintsProfile("after", "composition create /validate", 16)},
-		{"Where the engine's time goes with the library", "A CPU profile of the peer run's Compositor review alone (`-cpuprofile`: `Checker.Check` in-process, render included)",
+		{"Where the engine's time goes with the library", "A CPU profile of the peer run's Compositor review alone (`-cpuprofile`: `Judge.Decide` in-process, render included)",
 			"", constraintsProfileEngine},
 	} {
 		top := (&report{Options: options{profileDir: run.profileDir}}).profileTop(prof.binary, prof.name, 30)

@@ -341,7 +341,7 @@ func (r *report) markdown() string {
 		p("")
 		p("`test/tools/gatekeeper` (a module of its own, so that Gatekeeper's pins stay out of Compositor's):")
 		p("the same five policies as ConstraintTemplates on `open-policy-agent/frameworks/constraint` %s", pr.FrameworksVersion)
-		p("with its Rego driver, as `gator` uses it, alternating with Compositor's `Checker` (chart schema +")
+		p("with its Rego driver, as `gator` uses it, alternating with Compositor's `Judge` (chart schema +")
 		p("the five policies + the built-ins) for %d rounds of %.0f s, verdicts compared first; OPA %s.", pr.Rounds, pr.DurationSeconds, pr.OPAVersion)
 		p("")
 		p("| engine | µs/review | reviews/s | allocs/review |")

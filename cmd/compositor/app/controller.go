@@ -160,7 +160,8 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 	}
 	// The values and a render are checked in worker processes before Helm renders:
 	// a composition whose render runs away costs its deadline, then nothing.
-	if err := setupSandbox(); err != nil {
+	renderer, err := setupSandbox(0)
+	if err != nil {
 		return err
 	}
 	fetcher, err := chartfetch.New(chartfetch.Options{
@@ -214,7 +215,7 @@ func RunController(ctx context.Context, cfg *rest.Config, opts *ControllerOption
 			GVK:                 gvk,
 			Scheme:              scheme,
 			Charts:              source,
-			Checker:             &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine},
+			Judge:               policies.NewJudge(policies.JudgeOptions{Engine: engine, Renderer: renderer}),
 			DefinitionNamespace: namespace,
 			MaxReconcileRate:    opts.MaxReconcileRate,
 			Sync:                opts.Sync,

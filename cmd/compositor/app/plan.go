@@ -218,14 +218,14 @@ func RunPlan(ctx context.Context, out, _ io.Writer, opts *PlanOptions) error {
 	for _, o := range objs {
 		compositions = append(compositions, o.Object)
 	}
-	checker, err := newChecker(ctx, &ValidateOptions{
+	judge, err := newJudge(ctx, &ValidateOptions{
 		PolicyDir: opts.PolicyDir, DisabledBuiltins: opts.DisabledBuiltins, EnabledBuiltins: opts.EnabledBuiltins,
 		PolicyTimeout: opts.PolicyTimeout, FailOpen: opts.FailOpen,
 	})
 	if err != nil {
 		return err
 	}
-	p, err := plan.Compute(ctx, plan.Options{From: from.Chart, To: to.Chart, Checker: checker, Namespace: opts.Namespace}, compositions)
+	p, err := plan.Compute(ctx, plan.Options{From: from.Chart, To: to.Chart, Judge: judge, Namespace: opts.Namespace}, compositions)
 	if err != nil {
 		return err
 	}

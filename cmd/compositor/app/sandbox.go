@@ -28,22 +28,24 @@ func newSandboxWorkerCommand() *cobra.Command {
 	}
 }
 
-// setupSandbox makes every render for policies and every schema check of the process
-// run in worker processes, so that work past its deadline stops; when this executable
-// cannot serve as a worker (a test binary without sandbox.Main), they stay in-process.
-func setupSandbox() error {
+// setupSandbox is the Renderer the process's judges and installs render with: in
+// worker processes, so that work past its deadline stops, each render within
+// maxRenderedBytes (the default when 0). When this executable cannot serve as a worker
+// (a test binary without sandbox.Main), renders stay in-process.
+func setupSandbox(maxRenderedBytes int) (*policies.Renderer, error) {
 	rendersOnce.Do(func() { ctrlmetrics.Registry.MustRegister(policies.RendersTotal) })
+	renderer := &policies.Renderer{MaxRenderedBytes: maxRenderedBytes}
 	if !sandbox.SelfServes() {
 		ctrl.Log.WithName("sandbox").Info("renders and schema checks run in-process: this executable cannot start sandbox workers (no sandbox.Main)")
-		return nil
+		return renderer, nil
 	}
 	pool, err := sandbox.Shared()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	policies.SetSandbox(pool)
+	renderer.Sandbox = pool
 	registerSandboxMetrics(pool)
-	return nil
+	return renderer, nil
 }
 
 var sandboxMetricsOnce, rendersOnce sync.Once

@@ -126,8 +126,11 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	// Charts once fetched are kept in the cluster: no replica needs their source again.
 	charts := &chartstore.Source{Fetcher: fetcher, Live: live, Store: &chartstore.Store{Client: live, Namespace: opts.Namespace, Owner: opts.ServiceAccount}}
 
+	// Admission, the audit and the installs render within --max-rendered-bytes, in
+	// sandbox workers unless admission is unbounded.
+	renderer := &policies.Renderer{MaxRenderedBytes: opts.Limits.MaxRenderedBytes}
 	if !opts.UnboundedAdmission {
-		if err := setupSandbox(); err != nil {
+		if renderer, err = setupSandbox(opts.Limits.MaxRenderedBytes); err != nil {
 			return err
 		}
 	}
@@ -152,7 +155,7 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 		return err
 	}
 	// Each definition's key proves the CompositionRevisions a rollback restores.
-	checker, err := setupAdmission(ctx, mgr, charts, live, live, compositionctl.DefinitionRevisions{Keys: master}, opts)
+	judge, err := setupAdmission(ctx, mgr, charts, live, live, compositionctl.DefinitionRevisions{Keys: master}, renderer, opts)
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func runServe(ctx context.Context, cfg *rest.Config, opts *ServeOptions, ready f
 	if err != nil {
 		return err
 	}
-	if err := setupReconciler(mgr, live, charts, checker, provider, endpoint, sealKey, master.GateOn(migration.Done), opts); err != nil {
+	if err := setupReconciler(mgr, live, charts, judge, provider, endpoint, sealKey, master.GateOn(migration.Done), opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -246,19 +249,18 @@ func webhookClientAuth(opts *ServeOptions) (*webhooks.ClientAuth, error) {
 
 // setupAdmission mounts the admission handlers and keeps the policies they enforce
 // current: CompositionPolicy objects, --policy-dir files, and the audit of what exists.
-func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, live client.Client, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, opts *ServeOptions) (*policies.Checker, error) {
+func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore.Source, live client.Client, authorizer webhooks.Authorizer, revisions webhooks.RevisionVerifier, renderer *policies.Renderer, opts *ServeOptions) (*policies.Judge, error) {
 	policies.SetMaxRangeElements(opts.PolicyMaxRange)
 	budget, err := opts.policyMemoryBudget()
 	if err != nil {
 		return nil, err
 	}
 	membudget.SetBudget(budget)
-	policies.SetMaxRenderedBytes(opts.Limits.MaxRenderedBytes)
 	engine, err := policies.NewEngine(ctx, policies.Options{Timeout: opts.PolicyTimeout, FailOpen: opts.PolicyFailOpen, DisabledBuiltins: opts.DisabledPolicies, EnabledBuiltins: opts.EnabledPolicies})
 	if err != nil {
 		return nil, err
 	}
-	checker := &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}
+	judge := policies.NewJudge(policies.JudgeOptions{Engine: engine, Renderer: renderer})
 	// Admission and the audit render with the cluster's .Capabilities, as the install
 	// does.
 	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
@@ -290,7 +292,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		ReleaseNames: releaseNames,
 		Cached:       mgr.GetClient(),
 		Live:         mgr.GetAPIReader(),
-		Checker:      checker,
+		Judge:        judge,
 		Charts:       charts,
 		Capabilities: capabilities,
 		// Creates SubjectAccessReviews, never cached.
@@ -310,7 +312,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	}
 	if opts.AuditInterval > 0 {
 		// Leader only: one replica writes the audit status.
-		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Engine: engine, Charts: charts, Interval: opts.AuditInterval, Capabilities: capabilities}
+		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Judge: judge, Charts: charts, Interval: opts.AuditInterval, Capabilities: capabilities}
 		if err := mgr.Add(auditor); err != nil {
 			return nil, err
 		}
@@ -329,7 +331,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	secrets := &metav1.PartialObjectMetadata{}
 	secrets.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	_, err = mgr.GetCache().GetInformer(ctx, secrets)
-	return checker, err
+	return judge, err
 }
 
 // setupWebhookConfigurations prepares the webhook certificate and, once the webhook
@@ -361,7 +363,7 @@ func setupWebhookConfigurations(ctx context.Context, mgr manager.Manager, live c
 
 // setupReconciler registers the CompositionDefinition reconciler with mgr and keeps the
 // conversion webhook and CA bundle of every generated CRD current.
-func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore.Source, checker *policies.Checker, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, seal *compositionctl.MasterSeal, opts *ServeOptions) (err error) {
+func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore.Source, judge *policies.Judge, provider certs.Provider, endpoint webhooks.Endpoint, sealKey []byte, seal *compositionctl.MasterSeal, opts *ServeOptions) (err error) {
 	conversion := crd.ConversionWebhook{URL: endpoint.URL}
 	if endpoint.Service != nil {
 		conversion.Service = &apiextensionsv1.ServiceReference{Namespace: endpoint.Service.Namespace, Name: endpoint.Service.Name, Port: endpoint.Service.Port}
@@ -380,7 +382,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		Mapper:             mgr.GetRESTMapper(),
 		ControllerImage:    opts.ControllerImage,
 		AllowChartNetworks: opts.AllowChartNetworks,
-		Checker:            checker,
+		Judge:              judge,
 		MasterKey:          sealKey,
 		Seal:               seal,
 	}
@@ -390,7 +392,7 @@ func setupReconciler(mgr manager.Manager, live client.Client, charts *chartstore
 		Config:           mgr.GetConfig(),
 		InProcess:        opts.Controllers == ControllersInProcess,
 		Charts:           charts,
-		Checker:          checker,
+		Judge:            judge,
 		MaxReconcileRate: opts.MaxReconcileRate,
 		Sync:             opts.Sync,
 		Seal:             seal,

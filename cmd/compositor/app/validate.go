@@ -3,6 +3,7 @@ package app
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -186,7 +188,7 @@ func RunValidate(ctx context.Context, out, errOut io.Writer, opts *ValidateOptio
 	if len(objs) == 0 {
 		return fmt.Errorf("%s holds no object", displayName(opts.File))
 	}
-	checker, err := newChecker(ctx, opts)
+	judge, err := newJudge(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -201,7 +203,7 @@ func RunValidate(ctx context.Context, out, errOut io.Writer, opts *ValidateOptio
 		req, err := buildRequest(obj, target, opts)
 		if err == nil {
 			var d policies.Decision
-			if d, err = checker.Check(ctx, req); err == nil {
+			if d, err = judge.Decide(ctx, req); err == nil {
 				for _, w := range d.Warnings() {
 					fmt.Fprintf(errOut, "Warning: %s\n", w)
 				}
@@ -285,9 +287,9 @@ func readObjects(file string, stdin io.Reader) ([]*unstructured.Unstructured, er
 	}
 }
 
-// newChecker builds the checker the webhook uses: schemas, then the built-in
+// newJudge builds the judge the webhook uses: schemas, then the built-in
 // policies not switched off and those of the policy directory.
-func newChecker(ctx context.Context, opts *ValidateOptions) (*policies.Checker, error) {
+func newJudge(ctx context.Context, opts *ValidateOptions) (*policies.Judge, error) {
 	engine, err := policies.NewEngine(ctx, policies.Options{
 		Timeout: opts.PolicyTimeout, FailOpen: opts.FailOpen, DisabledBuiltins: opts.DisabledBuiltins, EnabledBuiltins: opts.EnabledBuiltins,
 	})
@@ -312,7 +314,7 @@ func newChecker(ctx context.Context, opts *ValidateOptions) (*policies.Checker, 
 		}
 		engine.SetConstraints(policies.OriginDir, dir.Constraints)
 	}
-	return &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}, nil
+	return policies.NewJudge(policies.JudgeOptions{Engine: engine}), nil
 }
 
 // target is what the webhook knows about the chart of the compositions.
@@ -378,13 +380,8 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 	gvk := obj.GroupVersionKind()
 	switch {
 	case gvk.Group == corev1alpha1.GroupVersion.Group && gvk.Kind == "CompositionDefinition":
-		req := policies.NewRequest("CREATE", obj.Object, opts.Namespace)
-		req.Resource.Resource = "compositiondefinitions"
-		url, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "url")
-		version, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "version")
-		req.Definition = &policies.ChartRef{URL: url, Version: version}
-		req.NamespaceLabels = namespaceLabels(req.Namespace, opts.NamespaceLabels)
-		return req, nil
+		return policies.NewRequest(policies.Write{Operation: "CREATE", Object: obj.Object, Namespace: opts.Namespace,
+			NamespaceLabels: namespaceLabels(cmp.Or(obj.GetNamespace(), opts.Namespace), opts.NamespaceLabels)}), nil
 	case gvk.Group == vocab.CompositionGroup:
 		if t == nil {
 			return nil, errors.New("a composition needs its chart: give --chart or --definition")
@@ -395,10 +392,13 @@ func buildRequest(obj *unstructured.Unstructured, t *target, opts *ValidateOptio
 			return nil, err
 		}
 		defaultComposition(obj, gvk.Version, t.releaseName)
-		req := policies.NewRequest("CREATE", obj.Object, opts.Namespace)
-		req.Resource.Resource = plural
-		req.Chart, req.ChartDigest, req.Definition = ch, t.chart.Digest, t.definition
-		req.NamespaceLabels = namespaceLabels(req.Namespace, opts.NamespaceLabels)
+		req := policies.NewRequest(policies.Write{Operation: "CREATE", Object: obj.Object, Namespace: opts.Namespace,
+			Resource:        metav1.GroupVersionResource{Resource: plural},
+			NamespaceLabels: namespaceLabels(cmp.Or(obj.GetNamespace(), opts.Namespace), opts.NamespaceLabels),
+			Chart:           ch, ChartDigest: t.chart.Digest})
+		// input.definition is where the chart comes from: the --definition file's
+		// spec.chart, or --chart's URL (none for a local chart).
+		req.Definition = t.definition
 		return req, nil
 	default:
 		return nil, fmt.Errorf("%s %s is neither a composition (%s) nor a CompositionDefinition (%s): the validating webhook does not admit it",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
@@ -100,9 +101,9 @@ func TestValidateExamples(t *testing.T) {
 	}
 }
 
-// TestValidateSameDecisionAsChecker: the lines printed are the Checker's, for the
+// TestValidateSameDecisionAsTheJudge: the lines printed are the Judge's, for the
 // request the webhook would build.
-func TestValidateSameDecisionAsChecker(t *testing.T) {
+func TestValidateSameDecisionAsTheJudge(t *testing.T) {
 	values := []byte("replicaCount: 11\nstorage: {size: 10GB}\ncache: {enabled: true, maxMemory: lots}\n")
 	doc := composition(t, "1.1.5", "demo", values)
 	_, stderr, err := runCLI(t, "", "validate", "-f", writeFile(t, doc), "--chart", sampleDir(t, "1.1.5"))
@@ -112,11 +113,11 @@ func TestValidateSameDecisionAsChecker(t *testing.T) {
 	require.NoError(t, err)
 	obj := map[string]any{}
 	require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
-	req := policies.NewRequest("CREATE", obj, "default")
-	req.Resource.Resource, req.Chart = "fireworksapps", ch
+	req := policies.NewRequest(policies.Write{Operation: "CREATE", Object: obj, Namespace: "default",
+		Resource: metav1.GroupVersionResource{Resource: "fireworksapps"}, Chart: ch})
 	engine, err := policies.NewEngine(context.Background(), policies.Options{})
 	require.NoError(t, err)
-	d, err := (&policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: engine}).Check(context.Background(), req)
+	d, err := policies.NewJudge(policies.JudgeOptions{Engine: engine}).Decide(context.Background(), req)
 	require.NoError(t, err)
 	require.Len(t, d.Violations, 3, "one in the oneOf, one in the subchart, one maximum")
 	assert.Equal(t, "FireworksApp/demo is denied (Invalid):\n"+d.Message()+"\nError: 1 of 1 objects denied\n", stderr)

@@ -17,16 +17,16 @@ import (
 // its compiled schemas by; any fixed string does.
 const chartDigest = "sha256:gatekeeper-peer-run"
 
-// compositorSide is Compositor's validating webhook minus HTTP: the checker it calls
+// compositorSide is Compositor's validating webhook minus HTTP: the judge it calls
 // for every request and the chart the compositions are written for.
 type compositorSide struct {
-	checker *policies.Checker
-	chart   *chart.Chart
+	judge *policies.Judge
+	chart *chart.Chart
 }
 
 // newCompositorSide sets up the engine as production does (default options, so the
 // built-in policies are enforced too) with ps as the policy directory's policies, and
-// the checker that adds the chart's schema check in front of them.
+// the judge that adds the chart's schema check in front of them.
 func newCompositorSide(ctx context.Context, ps []policies.Policy, chartDir string) (*compositorSide, error) {
 	e, err := policies.NewEngine(ctx, policies.Options{})
 	if err != nil {
@@ -40,8 +40,8 @@ func newCompositorSide(ctx context.Context, ps []policies.Policy, chartDir strin
 		return nil, fmt.Errorf("loading chart: %w", err)
 	}
 	return &compositorSide{
-		checker: &policies.Checker{Schemas: policies.NewJSONSchemaValidator(0), Engine: e},
-		chart:   ch,
+		judge: policies.NewJudge(policies.JudgeOptions{Engine: e}),
+		chart: ch,
 	}, nil
 }
 
@@ -64,7 +64,7 @@ func (c *compositorSide) request(obj map[string]any) *policies.Request {
 
 // check is one review: the chart's schema, then every matching policy.
 func (c *compositorSide) check(ctx context.Context, r *policies.Request) (policies.Decision, error) {
-	return c.checker.Check(ctx, r)
+	return c.judge.Decide(ctx, r)
 }
 
 // verdict reads a decision as the verdict check compares it. A schema violation is

@@ -35,7 +35,7 @@ import (
 // ConstraintTemplates and Constraints (test/bench/constraints), on top of the five
 // policies, as each engine meets a composition:
 //
-//   - Compositor judges the composition at its admission: Checker.Check renders its
+//   - Compositor judges the composition at its admission: Judge.Decide renders its
 //     chart and runs every constraint that matches on the composition, on each
 //     rendered object and on the Pod each rendered workload implies (and the chart's
 //     schema, the five policies and the built-ins, as in the plain run).
@@ -106,7 +106,7 @@ func setupConstraints(ctx context.Context, cfg config) (*constraintPeers, error)
 	if err != nil {
 		return nil, fmt.Errorf("compositor: %w", err)
 	}
-	p.compositor.checker.Engine.SetConstraints(policies.OriginObject, lib)
+	p.compositor.judge.Engine.SetConstraints(policies.OriginObject, lib)
 	if p.gatekeeper, err = newGatekeeperSide(ctx, ts); err != nil {
 		return nil, fmt.Errorf("gatekeeper: %w", err)
 	}

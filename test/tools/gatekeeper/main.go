@@ -9,7 +9,7 @@
 //
 //	cd test/tools/gatekeeper && go run . [-rounds 5] [-duration 2s] [-parallel 1] [-json]
 //
-// Compositor's review is policies.Checker.Check: the chart's schema check, then every
+// Compositor's review is policies.Judge.Decide: the chart's schema check, then every
 // matching policy (the five and the built-in ones). Gatekeeper's is Client.Review.
 //
 // With -constraints DIR both engines also carry a library of ConstraintTemplates and

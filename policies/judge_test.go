@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 )
@@ -28,25 +30,25 @@ spec:
     maxMemory: lots
 `
 
-// TestCheckerAllViolationsInOneDenial is what `compositor validate` does with a file
+// TestTheJudgeGivesAllViolationsInOneDenial is what `compositor validate` does with a file
 // (NewRequest + Check) and what the webhook answers: the schema error inside the
 // oneOf, the one in the cache subchart and the policy denial, one per line.
-func TestCheckerAllViolationsInOneDenial(t *testing.T) {
+func TestTheJudgeGivesAllViolationsInOneDenial(t *testing.T) {
 	ctx := context.Background()
 	e, err := NewEngine(ctx, Options{})
 	require.NoError(t, err)
 	require.NoError(t, e.Set(ctx, Policy{Name: "allowed-registries", Rego: registryPolicy, Parameters: map[string]any{"allowed": []any{"registry.example.com"}}}))
-	checker := &Checker{Schemas: NewJSONSchemaValidator(0), Engine: e}
+	judge := NewJudge(JudgeOptions{Engine: e})
 
 	obj := map[string]any{}
 	require.NoError(t, yaml.Unmarshal([]byte(threeViolations), &obj))
-	r := NewRequest("CREATE", obj, "default")
+	r := NewRequest(Write{Operation: "CREATE", Object: obj, Namespace: "default"})
 	assert.Equal(t, "team-a", r.Namespace)
 	assert.Equal(t, "shop", r.ReleaseName)
 	assert.Equal(t, "FireworksApp", r.Kind.Kind)
 	r.Chart = loadChart(t, "1.1.5")
 
-	d, err := checker.Check(ctx, r)
+	d, err := judge.Decide(ctx, r)
 	require.NoError(t, err)
 	want := strings.Join([]string{
 		`spec.storage.size: must match pattern ^[0-9]+Gi$ (values.schema.json)`,
@@ -64,16 +66,16 @@ func TestCheckerAllViolationsInOneDenial(t *testing.T) {
 	spec := obj["spec"].(map[string]any)
 	delete(spec, "storage")
 	delete(spec, "cache")
-	d, err = checker.Check(ctx, r)
+	d, err = judge.Decide(ctx, r)
 	require.NoError(t, err)
 	assert.Equal(t, int32(403), d.Err(schema.GroupKind{Kind: "FireworksApp"}, "shop").ErrStatus.Code)
 }
 
-func TestCheckerDeletionSkipsSchema(t *testing.T) {
+func TestTheJudgeSkipsTheSchemaOfADeletion(t *testing.T) {
 	r := compositionRequest(map[string]any{"replicaCount": 100})
 	r.Operation, r.OldObject, r.Object = "DELETE", r.Object, nil
 	r.Chart = loadChart(t, "1.1.5")
-	d, err := (&Checker{Schemas: NewJSONSchemaValidator(0)}).Check(context.Background(), r)
+	d, err := NewJudge(JudgeOptions{}).Decide(context.Background(), r)
 	require.NoError(t, err)
 	assert.Empty(t, d.Violations)
 }
@@ -110,4 +112,44 @@ func TestFormatting(t *testing.T) {
 	w = FormatWarnings([]Violation{{Policy: "bidi", Source: "policy bidi", Message: "image \u202eexe.txt", Action: "warn"}})
 	assert.Equal(t, []string{`[policy bidi] image \u202eexe.txt`}, w, "a format character is written out")
 	assert.True(t, utf8.ValidString(w[0]))
+}
+
+// Two judges in one process keep their own bounds: the Renderer is an option of each,
+// not a setting of the process. A chart that renders past one judge's bound on
+// rendered bytes fails its rendered policy there, and renders whole for the other.
+func TestJudgesKeepTheirOwnRenderBounds(t *testing.T) {
+	ctx := context.Background()
+	e, err := NewEngine(ctx, Options{DisabledBuiltins: BuiltinIDs()})
+	require.NoError(t, err)
+	require.NoError(t, e.Set(ctx, Policy{Name: "no-huge-configmaps", Target: "rendered", Rego: `package p
+
+deny contains {"msg": "a ConfigMap over 100000 bytes"} if {
+	some obj in input.rendered
+	obj.kind == "ConfigMap"
+	count(obj.data.blob) > 100000
+}
+`}))
+	big := &chart.Chart{
+		Metadata: &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "big", Version: "0.1.0"},
+		Templates: []*chartcommon.File{{Name: "templates/cm.yaml", Data: []byte(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  blob: {{ repeat 8000 \"x\" | quote }}\n")}},
+	}
+	write := func() *Request {
+		r := compositionRequest(map[string]any{})
+		r.Chart, r.ChartDigest = big, "sha256:big"
+		return r
+	}
+	tight := NewJudge(JudgeOptions{Engine: e, Renderer: &Renderer{MaxRenderedBytes: 4096}})
+	roomy := NewJudge(JudgeOptions{Engine: e})
+
+	d, err := tight.Decide(ctx, write())
+	require.NoError(t, err)
+	require.True(t, d.Denied(), "past the tight judge's bound")
+	assert.Contains(t, d.Message(), "cannot evaluate")
+	assert.Contains(t, d.Message(), "4096")
+
+	d, err = roomy.Decide(ctx, write())
+	require.NoError(t, err)
+	assert.False(t, d.Denied(), "within the default bound: %s", d.Message())
+	assert.Equal(t, DefaultMaxRenderedBytes, roomy.Renderer().RenderedBytes())
 }
