@@ -110,21 +110,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // Deployment reads to know where to watch its compositions; nothing without one.
 // Each namespace is one key, patched alone, so the reconciles of two namespaces never
 // write over each other.
+//
+// Most reconciles change nothing (a resync, a second composition in a namespace, a
+// definition's update), so the ConfigMap is read first and written only when it does
+// not say so already: a merge patch that changes nothing is not stored, but it is
+// still a write request, once per reconcile of every namespace of every served version,
+// that goes through admission (the cluster's webhooks on ConfigMaps too) and counts
+// among the API server's mutating requests in flight. It is read from the API server
+// (Live): no cache of Compositor's holds ConfigMaps, and a stale read could leave a
+// namespace unlisted, its compositions unwatched, until its next reconcile.
+//
+// The definition reconciler deletes the ConfigMap with the rest of the version's
+// identity when the version is retired.
 func (r *Reconciler) list(ctx context.Context, namespace string, bound bool) error {
 	at := r.RBAC.BoundNamespaces
 	if at.Name == "" {
 		return nil
 	}
-	var value any // JSON null removes the key
-	if bound {
-		value = boundValue
+	cm := &corev1.ConfigMap{}
+	err := r.Live.Get(ctx, client.ObjectKey(at), cm)
+	if err == nil {
+		if says(cm, namespace, bound) {
+			return nil
+		}
+		err = r.patchListed(ctx, cm, namespace, bound)
 	}
-	patch, err := json.Marshal(map[string]any{"data": map[string]any{namespace: value}})
-	if err != nil {
-		return err
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: at.Name, Namespace: at.Namespace}}
-	err = r.Writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+	// Not found, when read or when patched (deleted between the two): made anew.
 	switch {
 	case err == nil:
 		return nil
@@ -133,6 +144,7 @@ func (r *Reconciler) list(ctx context.Context, namespace string, bound bool) err
 	case !bound:
 		return nil
 	}
+	cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: at.Name, Namespace: at.Namespace}}
 	cm.Labels = r.RBAC.ServiceAccount.Labels
 	cm.Data = map[string]string{namespace: boundValue}
 	if err := r.Writer.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -141,6 +153,31 @@ func (r *Reconciler) list(ctx context.Context, namespace string, bound bool) err
 		return r.list(ctx, namespace, bound)
 	}
 	return nil
+}
+
+// patchListed merge-patches namespace's key alone into cm, or out of it, whatever the
+// other keys are now: cm was read only to know whether to write.
+func (r *Reconciler) patchListed(ctx context.Context, cm *corev1.ConfigMap, namespace string, bound bool) error {
+	var value any // JSON null removes the key
+	if bound {
+		value = boundValue
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{namespace: value}})
+	if err != nil {
+		return err
+	}
+	return r.Writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+}
+
+// says reports whether cm says already what list would write: namespace's key with
+// boundValue when bound, no key at all otherwise (the controller watches wherever
+// there is a key, whatever its value).
+func says(cm *corev1.ConfigMap, namespace string, bound bool) bool {
+	value, listed := cm.Data[namespace]
+	if bound {
+		return listed && value == boundValue
+	}
+	return !listed
 }
 
 // boundValue is the value of a namespace's key in the BoundNamespaces ConfigMap.

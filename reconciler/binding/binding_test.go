@@ -3,6 +3,7 @@ package binding_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -224,6 +226,87 @@ func TestReleaseBinding(t *testing.T) {
 	})
 }
 
+// TestBoundNamespacesList runs the binder of a version whose controller runs in a
+// Deployment, which follows the ConfigMap of the namespaces where its release role is
+// bound. A reconcile that changes nothing writes nothing: a merge patch of what is
+// there already leaves the ConfigMap as it was, its resourceVersion too (the API
+// server does not store it), so the writes are counted as the binder sends them.
+func TestBoundNamespacesList(t *testing.T) {
+	e := newEnv(t)
+	k := e.installKind(t, "eta")
+	e.serve(t, "eta-system", "eta", k)
+	informer := e.informer(t, k)
+	e.composition(t, k, "eta-apps", "one", k.gvk.Version)
+	e.composition(t, k, "eta-apps", "two", k.gvk.Version)
+	more := e.composition(t, k, "eta-more", "one", k.gvk.Version)
+	e.namespace(t, "eta-empty")
+	e.seen(t, informer, "eta-apps", 2)
+	e.seen(t, informer, "eta-more", 1)
+	r, writes := e.listingBinder(t, k, "eta-system", informer)
+	reconciled := func(namespace string) *corev1.ConfigMap {
+		t.Helper()
+		_, err := r.Reconcile(e.ctx, request(namespace))
+		require.NoError(t, err, namespace)
+		cm := &corev1.ConfigMap{}
+		if err := e.cp.Client.Get(e.ctx, client.ObjectKey(r.RBAC.BoundNamespaces), cm); !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+		return cm
+	}
+
+	cm := reconciled("eta-empty")
+	assert.Empty(t, cm.UID, "no namespace bound: no ConfigMap")
+	assert.Zero(t, writes.n(), "nothing to unlist")
+
+	cm = reconciled("eta-apps")
+	assert.Equal(t, map[string]string{"eta-apps": "bound"}, cm.Data)
+	for key, value := range rbac.IdentityLabels("eta-system", k.plural, k.gvk.Version) {
+		assert.Equal(t, value, cm.Labels[key], "made with the version's identity labels, which retiring it deletes it by")
+	}
+	assert.Equal(t, 1, writes.n(), "made")
+	made := cm.ResourceVersion
+
+	for _, ns := range []string{"eta-apps", "eta-apps", "eta-empty"} {
+		cm = reconciled(ns)
+		assert.Equal(t, made, cm.ResourceVersion, "%s: nothing changed", ns)
+		assert.Equal(t, 1, writes.n(), "%s: the ConfigMap says so already: no write", ns)
+	}
+
+	cm = reconciled("eta-more")
+	assert.Equal(t, map[string]string{"eta-apps": "bound", "eta-more": "bound"}, cm.Data)
+	assert.NotEqual(t, made, cm.ResourceVersion, "a namespace bound is listed")
+	assert.Equal(t, 2, writes.n())
+	listed := cm.ResourceVersion
+	cm = reconciled("eta-more")
+	assert.Equal(t, listed, cm.ResourceVersion)
+	assert.Equal(t, 2, writes.n(), "listed already")
+
+	require.NoError(t, e.cp.Client.Delete(e.ctx, more))
+	e.seen(t, informer, "eta-more", 0)
+	cm = reconciled("eta-more")
+	assert.Equal(t, map[string]string{"eta-apps": "bound"}, cm.Data)
+	assert.NotEqual(t, listed, cm.ResourceVersion, "a namespace unbound is unlisted")
+	assert.Equal(t, 3, writes.n())
+	e.unbound(t, r, "eta-more")
+	unlisted := cm.ResourceVersion
+	cm = reconciled("eta-more")
+	assert.Equal(t, unlisted, cm.ResourceVersion)
+	assert.Equal(t, 3, writes.n(), "unlisted already")
+
+	// Whatever else a key says is made what the binder writes.
+	cm.Data["eta-apps"] = "something else"
+	require.NoError(t, e.cp.Client.Update(e.ctx, cm))
+	cm = reconciled("eta-apps")
+	assert.Equal(t, map[string]string{"eta-apps": "bound"}, cm.Data)
+	assert.Equal(t, 4, writes.n())
+
+	// The ConfigMap removed by someone else is made again, with what it lists.
+	require.NoError(t, e.cp.Client.Delete(e.ctx, cm))
+	cm = reconciled("eta-apps")
+	assert.Equal(t, map[string]string{"eta-apps": "bound"}, cm.Data)
+	assert.Equal(t, 5, writes.n(), "made again")
+}
+
 func request(namespace string) reconcile.Request {
 	return reconcile.Request{NamespacedName: client.ObjectKey{Name: namespace}}
 }
@@ -401,6 +484,60 @@ func (e *env) binder(k kind, defNamespace string, compositions client.Reader) *b
 		DefinitionNamespace: defNamespace,
 		RBAC:                objs,
 	}
+}
+
+// listingBinder is the binder of k's version served by the definition in
+// defNamespace whose controller runs in a Deployment, built as kinds.Runtime builds it:
+// the identity in Compositor's namespace, which keeps the ConfigMap of the namespaces
+// where it is bound. Its writes go through the returned counter.
+func (e *env) listingBinder(t *testing.T, k kind, defNamespace string, compositions client.Reader) (*binding.Reconciler, *configMapWrites) {
+	t.Helper()
+	const compositorNamespace = "compositor-system"
+	e.namespace(t, compositorNamespace)
+	objs, err := rbac.Generate(rbac.Options{Namespace: defNamespace, IdentityNamespace: compositorNamespace,
+		DefinitionName: k.plural, Plural: k.plural, Version: k.gvk.Version})
+	require.NoError(t, err)
+	objs.BoundNamespaces = types.NamespacedName{Namespace: compositorNamespace, Name: rbac.NamesFor(defNamespace, k.plural, k.gvk.Version).BoundNamespaces}
+	r := e.binder(k, defNamespace, compositions)
+	r.RBAC = objs
+	writes := &configMapWrites{Client: e.cp.Client}
+	r.Writer = writes
+	return r, writes
+}
+
+// configMapWrites is a client of the API server that counts the writes of ConfigMaps
+// sent through it.
+type configMapWrites struct {
+	client.Client
+	count atomic.Int64
+}
+
+func (c *configMapWrites) n() int { return int(c.count.Load()) }
+
+func (c *configMapWrites) counted(obj client.Object) {
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		c.count.Add(1)
+	}
+}
+
+func (c *configMapWrites) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.counted(obj)
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *configMapWrites) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.counted(obj)
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *configMapWrites) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.counted(obj)
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c *configMapWrites) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.counted(obj)
+	return c.Client.Delete(ctx, obj, opts...)
 }
 
 // bound returns r's release binding in namespace, failing the test without one.
