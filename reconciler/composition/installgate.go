@@ -392,6 +392,35 @@ func (r *Reconciler) policyRequest(ctx context.Context, obj *unstructured.Unstru
 	}), nil
 }
 
+// installGate is the gate of installing w over last (nil: nothing installed yet): the
+// composition described for the policies as the webhook describes it, an UPDATE of
+// last's objects as Helm sent them when there is a last revision (Gatekeeper
+// constraints tell an object's update from its creation by it; a manifest that does
+// not read leaves them unknown), and its values checked against the chart's schemas
+// first (a GateError when they break them: nothing is rendered).
+func (r *Reconciler) installGate(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, w work, last *release.Release, clusterScoped map[schema.GroupKind]bool, mapper meta.RESTMapper) (*installGate, error) {
+	operation := "CREATE"
+	if last != nil {
+		operation = "UPDATE"
+	}
+	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
+	if err != nil {
+		return nil, err
+	}
+	if last != nil {
+		if previous, err := policies.ParseManifests(last.Manifest); err == nil {
+			for i := range previous {
+				previous[i].Object = policies.HelmOwned(previous[i].Object, last.Name, last.Namespace, false)
+			}
+			request.Previous = previous
+		}
+	}
+	if err := r.validateValues(ctx, request); err != nil {
+		return nil, err
+	}
+	return r.gate(ctx, obj.GetNamespace(), request, clusterScoped, mapper), nil
+}
+
 // uninstallGate is the gate of an uninstall of obj's release on s: what it creates
 // (the release's delete hooks) is judged as an install's objects are, and what it
 // deletes stays in the namespace.

@@ -226,34 +226,18 @@ func (r *Reconciler) lastRevision(ctx context.Context, obj *unstructured.Unstruc
 // API server passes the policies.
 func (r *Reconciler) upgrade(ctx context.Context, obj *unstructured.Unstructured, def *corev1alpha1.CompositionDefinition, s site, w work, scope clusterScope, last *release.Release) (attempt, *release.Release) {
 	namespace := obj.GetNamespace()
-	operation := "CREATE"
-	if last != nil {
-		operation = "UPDATE"
+	gate, err := r.installGate(ctx, obj, def, w, last, scope.kinds, s.helm.mapper)
+	if _, refused := asGateError(err); refused {
+		return r.refused(obj, s, err), nil
 	}
-	request, err := r.policyRequest(ctx, obj, def, w.chart, w.digest, operation)
 	if err != nil {
 		return failed(ReasonInstallFailed, err), nil
-	}
-	if last != nil {
-		// What the release holds now, as Helm sent it: Gatekeeper constraints tell an
-		// object's update from its creation by it. A manifest that does not read
-		// leaves it unknown.
-		if previous, err := policies.ParseManifests(last.Manifest); err == nil {
-			for i := range previous {
-				previous[i].Object = policies.HelmOwned(previous[i].Object, last.Name, last.Namespace, false)
-			}
-			request.Previous = previous
-		}
-	}
-	if err := r.validateValues(ctx, request); err != nil {
-		return r.refused(obj, s, err), nil
 	}
 	if s.bind != nil {
 		if err := s.bind(ctx, namespace); err != nil {
 			return failed(ReasonBindFailed, err), nil
 		}
 	}
-	gate := r.gate(ctx, namespace, request, scope.kinds, s.helm.mapper)
 	if s.handedOver() {
 		return attempt{elsewhere: true}, nil
 	}
