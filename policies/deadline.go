@@ -50,6 +50,25 @@ type Renderer struct {
 	// MaxRenderedBytes bounds what one render may produce (DefaultMaxRenderedBytes
 	// when zero or less).
 	MaxRenderedBytes int
+
+	// memo, when set (Remembering), keeps what Render rendered by every input of the
+	// render, so that the same render asked again is not run again.
+	memo *renderMemo
+}
+
+// Remembering is rr keeping what it renders, up to budget bytes of objects, least
+// recently used first out. It is the audit's: a pass judges a composition again when
+// anything it is judged from changed (its status, its namespace's labels, the
+// policies), and most of those changes leave its render as it was. A render is a pure
+// function of the inputs it is remembered by (the chart's digest, the values, the
+// release, the revision, install or upgrade, the capabilities, the bound), and one
+// that looks objects up is never remembered.
+func (rr *Renderer) Remembering(budget int) *Renderer {
+	remembering := &Renderer{memo: newRenderMemo(budget)}
+	if rr != nil {
+		remembering.Sandbox, remembering.MaxRenderedBytes = rr.Sandbox, rr.MaxRenderedBytes
+	}
+	return remembering
 }
 
 // RenderedBytes is the bound on what one render may produce.
@@ -77,23 +96,40 @@ func (rr *Renderer) sandbox() Sandbox {
 // one, so that a render past its deadline stops and costs nothing more. Errors for a
 // render stopped at the deadline wrap ErrDeadline.
 func (rr *Renderer) Render(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
+	opts.MaxRenderedBytes = rr.RenderedBytes()
+	var memo *renderMemo
+	if rr != nil {
+		memo = rr.memo
+	}
+	key, keyed := renderKey{}, false
+	if memo != nil {
+		if key, keyed = keyOf(digest, spec, opts); keyed {
+			if objs, ok := memo.recall(key); ok {
+				return objs, nil
+			}
+		}
+	}
 	countRender(ctx, PurposeAdmission)
 	what := "rendering chart " + ch.Name()
-	opts.MaxRenderedBytes = rr.RenderedBytes()
 	if s := rr.sandbox(); s != nil {
-		return s.Render(ctx, what, ch, digest, spec, opts)
+		objs, err = s.Render(ctx, what, ch, digest, spec, opts)
+	} else {
+		// The run writes its own variable: one past its deadline goes on writing it
+		// after this returns.
+		var rendered []RenderedObject
+		err = uncancellable.run(ctx, what, func() (err error) {
+			rendered, err = Render(ch, spec, opts)
+			return err
+		})
+		objs = rendered
 	}
-	// The run writes its own variable: one past its deadline goes on writing it after
-	// this returns.
-	var rendered []RenderedObject
-	err = uncancellable.run(ctx, what, func() (err error) {
-		rendered, err = Render(ch, spec, opts)
-		return err
-	})
 	if err != nil {
 		return nil, err
 	}
-	return rendered, nil
+	if keyed {
+		memo.remember(key, objs)
+	}
+	return objs, nil
 }
 
 // RenderFiles renders ch as RenderFiles does until ctx is done: in the sandbox when

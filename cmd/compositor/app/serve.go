@@ -312,7 +312,10 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 	}
 	if opts.AuditInterval > 0 {
 		// Leader only: one replica writes the audit status.
-		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Judge: judge, Charts: charts, Interval: opts.AuditInterval, Capabilities: capabilities}
+		// The audit remembers its renders: a composition judged again because its
+		// status, its namespace's labels or the policies changed renders as before.
+		auditJudge := policies.NewJudge(policies.JudgeOptions{Engine: engine, Renderer: renderer.Remembering(policies.DefaultRenderMemoBytes)})
+		auditor := &audit.Auditor{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Judge: auditJudge, Charts: charts, Interval: opts.AuditInterval, Capabilities: capabilities}
 		if err := mgr.Add(auditor); err != nil {
 			return nil, err
 		}
