@@ -336,7 +336,7 @@ func (h *Helm) render(ctx context.Context, ch *chart.Chart, opts InstallOptions,
 	timeout, renderer := opts.Gate.renderBounds()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	render.Lookup = h.lookup(rctx, render.Namespace, opts.ClusterResources)
+	render.Lookup = h.lookup(rctx, render.Namespace, opts.ClusterResources, lookupBoundsOf(renderer.RenderedBytes()))
 	files, err := renderer.RenderFiles(rctx, ch, opts.Digest, values, render)
 	var limit *policies.LimitError
 	switch {

@@ -2,6 +2,7 @@ package composition
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
@@ -34,16 +36,58 @@ func (h *Helm) capabilities() (*chartcommon.Capabilities, error) {
 	return h.caps.Get()
 }
 
+// lookupBounds bound what the lookups of one render read into this process: a list is
+// read in pages of pageSize objects, and the answers of one render together hold at
+// most items objects and bytes bytes (as JSON). Helm's own lookup reads a list whole,
+// in one response; a tenant's namespace can hold more than any template needs, and
+// what a lookup reads is held here, in Compositor's process, then sent to the worker.
+type lookupBounds struct {
+	pageSize int64
+	items    int
+	bytes    int
+}
+
+// maxLookupItems bounds the objects the lookups of one render read.
+const maxLookupItems = 1000
+
+// lookupBoundsOf are the bounds of the lookups of a render within maxRenderedBytes (0:
+// the default): what the lookups read may be as big as what the render may produce.
+func lookupBoundsOf(maxRenderedBytes int) lookupBounds {
+	bound := &policies.Renderer{MaxRenderedBytes: maxRenderedBytes}
+	return lookupBounds{pageSize: 250, items: maxLookupItems, bytes: bound.RenderedBytes()}
+}
+
 // lookup answers the templates' lookup for a release in namespace as Helm's would, but
 // through Helm's confined client (ToRESTConfig): what is outside the namespace, or
 // cluster-scoped and not among clusterResources, is refused by the client's transport
-// and fails the render, as it fails Helm's. What is not found is nil.
-func (h *Helm) lookup(ctx context.Context, namespace string, clusterResources []schema.GroupResource) policies.Lookup {
+// and fails the render, as it fails Helm's. What is not found is nil. The answers of
+// the render keep to bounds, past which the lookup fails the render.
+func (h *Helm) lookup(ctx context.Context, namespace string, clusterResources []schema.GroupResource, bounds lookupBounds) policies.Lookup {
 	var (
 		once   sync.Once
 		client dynamic.Interface
 		made   error
+		mu     sync.Mutex
+		read   struct{ items, bytes int }
 	)
+	// take counts obj against the bounds.
+	take := func(apiVersion, kind string, obj map[string]any) error {
+		encoded, err := json.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("lookup %s %s: %w", apiVersion, kind, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		read.items++
+		read.bytes += len(encoded)
+		switch {
+		case read.items > bounds.items:
+			return fmt.Errorf("lookup %s %s: the chart's lookups read more than %d objects in one render", apiVersion, kind, bounds.items)
+		case read.bytes > bounds.bytes:
+			return fmt.Errorf("lookup %s %s: the chart's lookups read more than %d bytes in one render (%s)", apiVersion, kind, bounds.bytes, policies.FlagMaxRenderedBytes)
+		}
+		return nil
+	}
 	return func(apiVersion, kind, ns, name string) (map[string]any, error) {
 		gv, err := schema.ParseGroupVersion(apiVersion)
 		if err != nil {
@@ -72,16 +116,39 @@ func (h *Helm) lookup(ctx context.Context, namespace string, clusterResources []
 			if err != nil {
 				return nil, err
 			}
+			if err := take(apiVersion, kind, obj.Object); err != nil {
+				return nil, err
+			}
 			return obj.Object, nil
 		}
-		list, err := resource.List(ctx, metav1.ListOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil
+		var whole *unstructured.UnstructuredList
+		opts := metav1.ListOptions{Limit: bounds.pageSize}
+		for {
+			page, err := resource.List(ctx, opts)
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			for i := range page.Items {
+				if err := take(apiVersion, kind, page.Items[i].Object); err != nil {
+					return nil, err
+				}
+			}
+			if whole == nil {
+				whole = page
+			} else {
+				whole.Items = append(whole.Items, page.Items...)
+			}
+			if opts.Continue = page.GetContinue(); opts.Continue == "" {
+				break
+			}
 		}
-		if err != nil {
-			return nil, err
-		}
-		return list.UnstructuredContent(), nil
+		// The list as one answer gives, with no trace of its pages.
+		whole.SetContinue("")
+		whole.SetRemainingItemCount(nil)
+		return whole.UnstructuredContent(), nil
 	}
 }
 

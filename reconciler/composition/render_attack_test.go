@@ -94,7 +94,7 @@ func TestInstallLookupNamesAreObjectNames(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	defer srv.Close()
-	lookup := lookupHelm(srv).lookup(context.Background(), "team-a", nil)
+	lookup := lookupHelm(srv).lookup(context.Background(), "team-a", nil, lookupBoundsOf(0))
 	for _, q := range [][4]string{
 		{"v1", "Service", "team-a", "web:80/proxy/admin"},
 		{"v1", "Pod", "team-a", "p/log"},

@@ -2,7 +2,9 @@ package composition
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -91,7 +93,7 @@ func TestHelmAppliesTheRenderTheGateJudged(t *testing.T) {
 
 		same, err := policies.Render(ch, values, policies.RenderOptions{
 			ReleaseName: "r", Namespace: env.namespace, IsUpgrade: revision > 1, Revision: revision,
-			Capabilities: caps, Lookup: env.helm.lookup(ctx, env.namespace, nil),
+			Capabilities: caps, Lookup: env.helm.lookup(ctx, env.namespace, nil, lookupBoundsOf(0)),
 		})
 		require.NoError(t, err)
 		assert.Equal(t, inNamespace(same), gate.judged, "revision %d: a render with the same inputs judges the same objects", revision)
@@ -158,3 +160,46 @@ func absentConfigMap(t *testing.T, env attackEnv, name string) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A template's lookup that lists reads the list in pages, and the lookups of one render
+// read at most their bounds of objects and bytes into Compositor's process, however many
+// objects the tenant's namespace holds: past them the render fails, naming the bound.
+func TestLookupsReadListsInPagesWithinBounds(t *testing.T) {
+	env := newAttackEnv(t, "lists")
+	ctx := context.Background()
+	for i := range 5 {
+		require.NoError(t, env.cp.Client.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: env.namespace},
+			Data:       map[string]string{"blob": strings.Repeat("x", 1000)},
+		}))
+	}
+	list := func(bounds lookupBounds) ([]any, error) {
+		answer, err := env.helm.lookup(ctx, env.namespace, nil, bounds)("v1", "ConfigMap", env.namespace, "")
+		if err != nil {
+			return nil, err
+		}
+		assert.Empty(t, answer["metadata"].(map[string]any)["continue"], "no trace of the pages")
+		items, _ := answer["items"].([]any)
+		return items, nil
+	}
+
+	items, err := list(lookupBounds{pageSize: 2, items: 100, bytes: 1 << 20})
+	require.NoError(t, err)
+	require.Len(t, items, 5, "three pages of two, read whole")
+	for i, item := range items {
+		assert.Equal(t, fmt.Sprintf("cm-%d", i), item.(map[string]any)["metadata"].(map[string]any)["name"])
+	}
+
+	_, err = list(lookupBounds{pageSize: 2, items: 4, bytes: 1 << 20})
+	assert.ErrorContains(t, err, "the chart's lookups read more than 4 objects in one render")
+
+	_, err = list(lookupBounds{pageSize: 2, items: 100, bytes: 3000})
+	assert.ErrorContains(t, err, "more than 3000 bytes in one render (--max-rendered-bytes)")
+
+	// The bounds are the render's, its gets and lists together.
+	lookup := env.helm.lookup(ctx, env.namespace, nil, lookupBounds{pageSize: 2, items: 5, bytes: 1 << 20})
+	_, err = lookup("v1", "ConfigMap", env.namespace, "cm-0")
+	require.NoError(t, err)
+	_, err = lookup("v1", "ConfigMap", env.namespace, "")
+	assert.ErrorContains(t, err, "more than 5 objects")
+}
