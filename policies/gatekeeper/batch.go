@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/compositor-dev/compositor/policies/membudget"
@@ -421,7 +420,7 @@ func (b *batch) eval(ctx context.Context, input ast.Value, withWrapped bool) (re
 		query = b.wrapped
 	}
 	ctx, ended := membudget.Track(ctx)
-	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()), rego.EvalGenerateJSON(asTerm))
+	rs, err := evalQuery(ctx, query, input, rego.EvalGenerateJSON(asTerm))
 	if err = ended(err); err != nil {
 		return results, err
 	}

@@ -256,18 +256,41 @@ func (s *Subject) isNamespace() bool { return s.Group == "" && s.Kind == "Namesp
 // errs only when a namespaceSelector must judge a namespaced object whose Namespace is
 // unknown.
 func (c *Constraint) Matches(s *Subject) (bool, error) {
-	for _, obj := range []map[string]any{s.Object, s.OldObject} {
+	return c.matches(s, &subjectLabels{})
+}
+
+// subjectLabels are the labels of a subject's object, old object and Namespace that
+// label and namespace selectors read, each made once for all the constraints a review
+// matches rather than once for each constraint with a selector.
+type subjectLabels struct {
+	sets [3]labels.Set // of Object, OldObject and NamespaceObject
+	made [3]bool
+}
+
+// of returns the labels of s's object (i 0), old object (1) or Namespace (2).
+func (l *subjectLabels) of(s *Subject, i int) labels.Set {
+	if !l.made[i] {
+		l.made[i] = true
+		l.sets[i] = stringMap([]map[string]any{s.Object, s.OldObject, s.NamespaceObject}[i], "metadata", "labels")
+	}
+	return l.sets[i]
+}
+
+// matches is Matches with the labels of s kept in ls.
+func (c *Constraint) matches(s *Subject, ls *subjectLabels) (bool, error) {
+	for i, obj := range []map[string]any{s.Object, s.OldObject} {
 		if obj == nil {
 			continue
 		}
-		if ok, err := c.matchOne(s, obj); ok || err != nil {
+		if ok, err := c.matchOne(s, obj, i, ls); ok || err != nil {
 			return ok, err
 		}
 	}
 	return false, nil
 }
 
-func (c *Constraint) matchOne(s *Subject, obj map[string]any) (bool, error) {
+// matchOne matches obj, the object (i 0) or the old object (1) of s.
+func (c *Constraint) matchOne(s *Subject, obj map[string]any, i int, ls *subjectLabels) (bool, error) {
 	m := &c.Match
 	if len(m.Kinds) > 0 && !slices.ContainsFunc(m.Kinds, func(k KindMatch) bool {
 		return anyOrContains(k.Kinds, s.Kind) && anyOrContains(k.APIGroups, s.Group)
@@ -297,19 +320,19 @@ func (c *Constraint) matchOne(s *Subject, obj map[string]any) (bool, error) {
 			return false, nil
 		}
 	}
-	if c.selector != nil && !c.selector.Matches(labels.Set(stringMap(obj, "metadata", "labels"))) {
+	if c.selector != nil && !c.selector.Matches(ls.of(s, i)) {
 		return false, nil
 	}
 	if c.nsSelector != nil {
 		switch {
 		case s.isNamespace():
-			if !c.nsSelector.Matches(labels.Set(stringMap(obj, "metadata", "labels"))) {
+			if !c.nsSelector.Matches(ls.of(s, i)) {
 				return false, nil
 			}
 		case !hasNamespace:
 		case s.NamespaceObject == nil:
 			return false, fmt.Errorf("constraint %s/%s: its namespaceSelector must judge namespace %s, which is unknown", c.Kind, c.Name, s.Namespace)
-		case !c.nsSelector.Matches(labels.Set(stringMap(s.NamespaceObject, "metadata", "labels"))):
+		case !c.nsSelector.Matches(ls.of(s, 2)):
 			return false, nil
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
-	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/compositor-dev/compositor/policies/membudget"
 )
@@ -159,8 +157,9 @@ func (l *Library) review(ctx context.Context, s *Subject, req *Request, b *batch
 	state := make([]uint8, len(l.constraints))
 	var matchErrs []error
 	var count, referential int
+	var ls subjectLabels
 	for i, c := range l.constraints {
-		ok, err := c.Matches(s)
+		ok, err := c.matches(s, &ls)
 		switch {
 		case err != nil:
 			state[i] = matchFailed
@@ -179,7 +178,7 @@ func (l *Library) review(ctx context.Context, s *Subject, req *Request, b *batch
 	var convErr, invErr error
 	if count > 0 {
 		var v ast.Value
-		if v, convErr = ast.InterfaceToValue(reviewInput(s, req)); convErr == nil {
+		if v, convErr = reviewValue(s, req); convErr == nil {
 			review = ast.NewTerm(v)
 		}
 	}
@@ -189,7 +188,7 @@ func (l *Library) review(ctx context.Context, s *Subject, req *Request, b *batch
 			inv = map[string]any{}
 		}
 		var v ast.Value
-		if v, invErr = ast.InterfaceToValue(inv); invErr == nil {
+		if v, invErr = inventoryMemo.value(&converter{}, inv); invErr == nil {
 			inventory = ast.NewTerm(v)
 		} else {
 			invErr = fmt.Errorf("data.inventory: %w", invErr)
@@ -341,7 +340,7 @@ func (t *Template) eval(ctx context.Context, review, params, inventory *ast.Term
 		input = ast.NewObject(ast.Item(ast.InternedTerm("input"), ast.NewTerm(input)), ast.Item(ast.InternedTerm("inventory"), inventory))
 	}
 	ctx, ended := membudget.Track(ctx)
-	rs, err := t.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(metrics.NoOp()))
+	rs, err := evalQuery(ctx, t.query, input)
 	if err = ended(err); err != nil {
 		return nil, err
 	}
