@@ -713,6 +713,7 @@ func (p *planner) verdict(ctx context.Context, c *Composition, moved, before map
 	req := policies.NewRequest(policies.Write{Operation: "UPDATE", Object: obj, OldObject: old, Namespace: p.namespace,
 		Resource: metav1.GroupVersionResource{Resource: p.plural}, Chart: p.to})
 	req.NamespaceLabels = map[string]string{"kubernetes.io/metadata.name": req.Namespace}
+	req.Revision = 0 // as render renders the moved values, so that both paths judge the same
 	if curErr == nil && c.Values != nil && req.ReleaseName == c.ReleaseName && req.Namespace == c.Namespace {
 		req.Rendered = cur.objs
 		if req.Rendered == nil {

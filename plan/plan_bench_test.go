@@ -239,7 +239,7 @@ func TestPlanCanceled(t *testing.T) {
 
 	// Canceled while the renders of a composition look its objects up. The judge
 	// checks nothing: a schema check cut short by the cancel leaves a goroutine of
-	// package policies writing its result (see policies.validateWithDeadline).
+	// package policies writing its result (see policies.Renderer.validate).
 	mapper := &countingMapper{RESTMapper: chartlint.RESTMapper()}
 	if _, err := plan.Compute(context.Background(), plan.Options{From: from, To: to, Mapper: mapper}, comps[:1]); err != nil {
 		t.Fatal(err)

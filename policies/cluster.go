@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -24,10 +25,13 @@ const ClusterCapabilitiesTTL = 10 * time.Second
 type ClusterCapabilities struct {
 	discovery discovery.CachedDiscoveryInterface
 
-	mu      sync.Mutex
-	at      time.Time
-	caps    *chartcommon.Capabilities
-	reading bool // a read in the background is under way
+	mu   sync.Mutex
+	at   time.Time
+	caps *chartcommon.Capabilities
+	// reading is closed when the read under way ends; nil when none is.
+	reading chan struct{}
+	// err is the last read's error.
+	err error
 }
 
 // NewClusterCapabilities reads capabilities through dc.
@@ -35,38 +39,66 @@ func NewClusterCapabilities(dc discovery.CachedDiscoveryInterface) *ClusterCapab
 	return &ClusterCapabilities{discovery: dc}
 }
 
+// Warm starts the first read, so that the first render finds the capabilities known.
+func (c *ClusterCapabilities) Warm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.caps == nil {
+		c.readLocked()
+	}
+}
+
 // Get gives the capabilities as Helm's install builds them (action.Configuration's
 // getCapabilities): the server's version, every group-version and
-// group-version/kind served, and Helm's own version. The first call reads them; once
-// they are older than ClusterCapabilitiesTTL, a call gives them still and has them
-// read again in the background, so that no render waits for discovery (a read that
-// fails keeps what was known). The value is shared: do not modify it.
-func (c *ClusterCapabilities) Get() (*chartcommon.Capabilities, error) {
+// group-version/kind served, and Helm's own version. Once known, they are given at
+// once; once older than ClusterCapabilitiesTTL, they are given still and read again in
+// the background, so that no render waits for discovery (a read that fails keeps what
+// was known). Until the first read succeeds, Get waits for a read, at most until ctx is
+// done: one slow discovery holds no caller past its own deadline. The value is shared:
+// do not modify it.
+func (c *ClusterCapabilities) Get(ctx context.Context) (*chartcommon.Capabilities, error) {
 	c.mu.Lock()
-	if c.caps == nil {
-		defer c.mu.Unlock()
-		caps, err := c.read()
-		if err != nil {
-			return nil, err
-		}
-		c.caps, c.at = caps, time.Now()
-		return caps, nil
-	}
 	caps := c.caps
-	if time.Since(c.at) >= ClusterCapabilitiesTTL && !c.reading {
-		c.reading = true
-		go func() {
-			fresh, err := c.read()
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.reading = false
-			if err == nil {
-				c.caps, c.at = fresh, time.Now()
-			}
-		}()
+	var done <-chan struct{}
+	if caps == nil || time.Since(c.at) >= ClusterCapabilitiesTTL {
+		done = c.readLocked()
 	}
 	c.mu.Unlock()
-	return caps, nil
+	if caps != nil {
+		return caps, nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the cluster's .Capabilities are not read yet: %w", context.Cause(ctx))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.caps == nil {
+		return nil, c.err
+	}
+	return c.caps, nil
+}
+
+// readLocked starts a read unless one is under way, and gives the channel closed when
+// it ends. c.mu is held.
+func (c *ClusterCapabilities) readLocked() <-chan struct{} {
+	if c.reading != nil {
+		return c.reading
+	}
+	done := make(chan struct{})
+	c.reading = done
+	go func() {
+		fresh, err := c.read()
+		c.mu.Lock()
+		if err == nil {
+			c.caps, c.at = fresh, time.Now()
+		}
+		c.err, c.reading = err, nil
+		c.mu.Unlock()
+		close(done)
+	}()
+	return done
 }
 
 func (c *ClusterCapabilities) read() (*chartcommon.Capabilities, error) {

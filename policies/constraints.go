@@ -235,7 +235,7 @@ func oldRender(ctx context.Context, r *Request, oldSpec map[string]any, memo *re
 	if md, _ := r.OldObject["metadata"].(map[string]any); generationOf(md) == 1 {
 		opts.IsUpgrade = false
 	}
-	if key, ok := keyOf(r.ChartDigest, oldSpec, opts); ok {
+	if key, ok := keyOf(r.ChartDigest, oldSpec, boundedBy(opts, rr)); ok {
 		if objs, ok := memo.recall(key); ok {
 			return objs
 		}

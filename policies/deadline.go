@@ -85,6 +85,13 @@ func (rr *Renderer) CheckRendered(chartName string, files map[string]string) err
 	return Limits{MaxRenderedBytes: rr.RenderedBytes()}.CheckRendered(chartName, files)
 }
 
+// boundedBy is opts with rr's bound, as rr renders with them: the bound is an input of
+// the render, and of the key it is remembered by.
+func boundedBy(opts RenderOptions, rr *Renderer) RenderOptions {
+	opts.MaxRenderedBytes = rr.RenderedBytes()
+	return opts
+}
+
 func (rr *Renderer) sandbox() Sandbox {
 	if rr == nil {
 		return nil
@@ -96,7 +103,7 @@ func (rr *Renderer) sandbox() Sandbox {
 // one, so that a render past its deadline stops and costs nothing more. Errors for a
 // render stopped at the deadline wrap ErrDeadline.
 func (rr *Renderer) Render(ctx context.Context, ch *chart.Chart, digest string, spec map[string]any, opts RenderOptions) (objs []RenderedObject, err error) {
-	opts.MaxRenderedBytes = rr.RenderedBytes()
+	opts = boundedBy(opts, rr)
 	var memo *renderMemo
 	if rr != nil {
 		memo = rr.memo

@@ -255,7 +255,7 @@ func (e *Engine) evaluate(ctx context.Context, r *Request, rr *Renderer) []Viola
 	renderOnce := sync.OnceFunc(func() {
 		if objs, renderErr = renderFor(ctx, r, rr); renderErr == nil {
 			if remember {
-				if key, ok := keyOf(r.ChartDigest, r.Spec(), renderOptionsOf(r)); ok {
+				if key, ok := keyOf(r.ChartDigest, r.Spec(), boundedBy(renderOptionsOf(r), rr)); ok {
 					e.renders.remember(key, objs)
 				}
 			}

@@ -95,8 +95,8 @@ func (j *Judge) Values(ctx context.Context, r *Request) (Decision, error) {
 // values are the schema violations of r's values: those admission found already for
 // these very values (SchemaChecked), else the check's, until ctx is done.
 func (j *Judge) values(ctx context.Context, r *Request) ([]Violation, error) {
-	if r.Chart == nil || r.Object == nil {
-		return nil, nil
+	if j.schemas == nil || r.Chart == nil || r.Object == nil {
+		return nil, nil // a Judge{} checks no values
 	}
 	if r.SchemaChecked {
 		return r.SchemaViolations, nil

@@ -130,6 +130,9 @@ func (a *Auditor) Start(ctx context.Context) error {
 // Audit runs one pass. Findings are written only when every object could be listed:
 // a partial pass would report too few violations.
 func (a *Auditor) Audit(ctx context.Context) error {
+	if a.Judge == nil || a.Judge.Engine() == nil {
+		return errors.New("the audit has no policies to judge with")
+	}
 	started := time.Now()
 	enforced := map[string]bool{}
 	for _, p := range a.Judge.Engine().Policies() {
@@ -139,7 +142,7 @@ func (a *Auditor) Audit(ctx context.Context) error {
 	}
 	pass := &auditPass{Auditor: a, findings: newAuditFindings(), charts: map[string]chartResult{}, seen: map[types.UID]bool{}, engine: a.Judge.Engine().Version()}
 	if a.Capabilities != nil {
-		caps, err := a.Capabilities.Get()
+		caps, err := a.Capabilities.Get(ctx)
 		if err != nil {
 			return err
 		}

@@ -330,7 +330,7 @@ func TestTheClusterCapabilitiesReadAgainAreTheSame(t *testing.T) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
 	require.NoError(t, err)
 	read := func() *chartcommon.Capabilities {
-		caps, err := policies.NewClusterCapabilities(memory.NewMemCacheClient(dc)).Get()
+		caps, err := policies.NewClusterCapabilities(memory.NewMemCacheClient(dc)).Get(t.Context())
 		require.NoError(t, err)
 		return caps
 	}

@@ -275,7 +275,7 @@ func (h *Helm) UpgradeInstall(ctx context.Context, namespace, name string, ch *c
 	if !installs {
 		render.Revision = last.Version + 1
 	}
-	if render.Capabilities, err = h.capabilities(); err != nil {
+	if render.Capabilities, err = h.capabilities(ctx); err != nil {
 		return "", nil, err
 	}
 	cfg.Capabilities = render.Capabilities

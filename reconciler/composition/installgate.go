@@ -438,7 +438,7 @@ func (r *Reconciler) uninstallGate(ctx context.Context, obj *unstructured.Unstru
 // with Compositor's validator, which never loads a reference: Helm's own check is off.
 func (r *Reconciler) validateValues(ctx context.Context, request *policies.Request) error {
 	if r.Judge == nil {
-		return errors.New("the controller has no values validator, so it installs nothing")
+		return &GateError{Reason: ReasonInvalidValues, Message: "nothing was installed: the controller has no values validator"}
 	}
 	decision, err := r.Judge.Values(ctx, request)
 	if err != nil {

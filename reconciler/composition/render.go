@@ -22,7 +22,7 @@ import (
 )
 
 // One render per install, and it is the one Helm applies. The chart's templates run
-// once, in the sandbox (policies.RenderFilesWithDeadline: a worker that is killed at
+// once, in the sandbox (policies.Renderer.RenderFiles: a worker that is killed at
 // the deadline, in the composition's namespace lane), with the inputs Helm's own
 // render would have: the revision the install or upgrade records, the target
 // cluster's capabilities, and lookup answered through the namespace-confined client.
@@ -32,8 +32,8 @@ import (
 
 // capabilities are .Capabilities for the cluster h acts on, shared by h's copies
 // (As), as discovery is.
-func (h *Helm) capabilities() (*chartcommon.Capabilities, error) {
-	return h.caps.Get()
+func (h *Helm) capabilities(ctx context.Context) (*chartcommon.Capabilities, error) {
+	return h.caps.Get(ctx)
 }
 
 // lookupBounds bound what the lookups of one render read into this process: a list is

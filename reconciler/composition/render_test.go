@@ -54,7 +54,7 @@ func TestHelmAppliesTheRenderTheGateJudged(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, env.cp.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trigger", Namespace: env.namespace}, Data: map[string]string{"flag": "on"}}))
 	ch := tellsChart()
-	caps, err := env.helm.capabilities()
+	caps, err := env.helm.capabilities(ctx)
 	require.NoError(t, err)
 	require.NotEqual(t, chartcommon.DefaultCapabilities.KubeVersion.Version, caps.KubeVersion.Version, "the API server's version is not Helm's default")
 

@@ -268,6 +268,7 @@ func setupAdmission(ctx context.Context, mgr manager.Manager, charts *chartstore
 		return nil, fmt.Errorf("creating a discovery client for the charts' .Capabilities: %w", err)
 	}
 	capabilities := policies.NewClusterCapabilities(memory.NewMemCacheClient(dc))
+	capabilities.Warm()
 	// Admission finds a composition's definition through this index of the cache.
 	if err := ownership.IndexServed(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
