@@ -10,6 +10,7 @@ import (
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -184,9 +185,8 @@ func NewRequest(w Write) *Request {
 	}
 	switch {
 	case r.Kind.Group == corev1alpha1.GroupVersion.Group:
-		chartSpec, _ := objectField(current, "spec", "chart").(map[string]any)
-		url, _ := chartSpec["url"].(string)
-		version, _ := chartSpec["version"].(string)
+		url, _, _ := unstructured.NestedString(current, "spec", "chart", "url")
+		version, _, _ := unstructured.NestedString(current, "spec", "chart", "version")
 		r.Definition = &ChartRef{URL: url, Version: version}
 		if r.Kind.Kind == "CompositionDefinition" {
 			r.Resource.Resource = cmp.Or(r.Resource.Resource, "compositiondefinitions")
@@ -204,25 +204,12 @@ func NewRequest(w Write) *Request {
 		before := w.OldObject
 		if w.Operation == "" {
 			before = w.Object
-			digest, _ := objectField(w.Object, "status", "digest").(string)
+			digest, _, _ := unstructured.NestedString(w.Object, "status", "digest")
 			r.Installed = digest != ""
 		}
 		r.Revision = NextRevision(before)
 	}
 	return r
-}
-
-// objectField is the value at path in obj, nil when there is none.
-func objectField(obj map[string]any, path ...string) any {
-	var cur any = obj
-	for _, f := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[f]
-	}
-	return cur
 }
 
 // ClusterScopedOf are the kinds def lets its compositions create cluster-wide, as its
