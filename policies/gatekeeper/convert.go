@@ -92,24 +92,65 @@ func (m *valueMemo) value(c *converter, x map[string]any) (ast.Value, error) {
 	return v, nil
 }
 
-// reviewValue is input.review for s (reviewInput) for Rego, its namespaceObject and
-// userInfo converted once for all the reviews that share them.
+// reviewValue is input.review for s, the shape of the AdmissionRequest Gatekeeper
+// passes its templates, with namespaceObject beside it; made for Rego directly, its
+// namespaceObject and userInfo converted once for all the reviews that share them.
 func reviewValue(s *Subject, req *Request) (ast.Value, error) {
-	in := reviewInput(s, req)
 	var c converter
-	for _, f := range [...]struct {
-		key  string
-		memo *valueMemo
-	}{{"namespaceObject", &namespaceMemo}, {"userInfo", &userInfoMemo}} {
-		if x, ok := in[f.key].(map[string]any); ok {
-			v, err := f.memo.value(&c, x)
-			if err != nil {
-				return nil, err
-			}
-			in[f.key] = v // a Rego value, which c.value takes as it is
+	object, err := c.value(s.Object)
+	if err != nil {
+		return nil, err
+	}
+	namespaceObject := ast.Value(ast.Null{})
+	if s.NamespaceObject != nil {
+		if namespaceObject, err = namespaceMemo.value(&c, s.NamespaceObject); err != nil {
+			return nil, err
 		}
 	}
-	return c.value(in)
+	// An AdmissionRequest always carries userInfo, empty in gator's reviews.
+	userInfo := req.UserInfo
+	if userInfo == nil {
+		userInfo = map[string]any{}
+	}
+	user, err := userInfoMemo.value(&c, userInfo)
+	if err != nil {
+		return nil, err
+	}
+	items := make([][2]*ast.Term, 0, 9)
+	items = append(items,
+		ast.Item(reviewKeys.kind, ast.NewTerm(ast.NewObject(
+			ast.Item(reviewKeys.group, ast.StringTerm(s.Group)),
+			ast.Item(reviewKeys.version, ast.StringTerm(s.Version)),
+			ast.Item(reviewKeys.kind, ast.StringTerm(s.Kind))))),
+		ast.Item(reviewKeys.name, ast.StringTerm(s.name())),
+		ast.Item(reviewKeys.namespace, ast.StringTerm(s.Namespace)),
+		ast.Item(reviewKeys.operation, ast.StringTerm(req.Operation)),
+		ast.Item(reviewKeys.object, ast.NewTerm(object)),
+		ast.Item(reviewKeys.namespaceObject, ast.NewTerm(namespaceObject)),
+		ast.Item(reviewKeys.userInfo, ast.NewTerm(user)))
+	switch {
+	case s.OldObject != nil:
+		old, err := c.value(s.OldObject)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, ast.Item(reviewKeys.oldObject, ast.NewTerm(old)))
+	case req.Operation == "DELETE":
+		items = append(items, ast.Item(reviewKeys.oldObject, ast.NewTerm(object)))
+	}
+	if req.DryRun {
+		items = append(items, ast.Item(reviewKeys.dryRun, ast.InternedTerm(true)))
+	}
+	return ast.NewObject(items...), nil
+}
+
+// reviewKeys are the keys of input.review.
+var reviewKeys = struct {
+	kind, group, version, name, namespace, operation, object, namespaceObject, userInfo, oldObject, dryRun *ast.Term
+}{
+	ast.StringTerm("kind"), ast.StringTerm("group"), ast.StringTerm("version"), ast.StringTerm("name"),
+	ast.StringTerm("namespace"), ast.StringTerm("operation"), ast.StringTerm("object"),
+	ast.StringTerm("namespaceObject"), ast.StringTerm("userInfo"), ast.StringTerm("oldObject"), ast.StringTerm("dryRun"),
 }
 
 // sameValue tells whether a and b are equal values of the types a JSON or YAML

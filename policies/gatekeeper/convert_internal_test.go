@@ -145,3 +145,65 @@ func TestRefCache(t *testing.T) {
 	assert.False(t, undefined)
 	assert.Empty(t, c.Keys())
 }
+
+// reviewInput is input.review as Review made it before reviewValue: a Go map, which
+// ast.InterfaceToValue converted.
+func reviewInput(s *Subject, req *Request) map[string]any {
+	review := map[string]any{
+		"kind":            map[string]any{"group": s.Group, "version": s.Version, "kind": s.Kind},
+		"name":            s.name(),
+		"namespace":       s.Namespace,
+		"operation":       req.Operation,
+		"object":          s.Object,
+		"namespaceObject": nil,
+	}
+	if s.NamespaceObject != nil {
+		review["namespaceObject"] = s.NamespaceObject
+	}
+	review["userInfo"] = req.UserInfo
+	if req.UserInfo == nil {
+		review["userInfo"] = map[string]any{}
+	}
+	if s.OldObject != nil {
+		review["oldObject"] = s.OldObject
+	}
+	if req.DryRun {
+		review["dryRun"] = true
+	}
+	if req.Operation == "DELETE" && s.OldObject == nil {
+		review["oldObject"] = s.Object
+	}
+	return review
+}
+
+// TestReviewValue: input.review is what converting reviewInput made, for every
+// operation and with or without what is optional; and a value Rego cannot hold is
+// this review's error, as it was.
+func TestReviewValue(t *testing.T) {
+	obj := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "d", "namespace": "n"}, "spec": map[string]any{"replicas": int64(2)}}
+	old := map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "d", "namespace": "n"}, "spec": map[string]any{"replicas": int64(1)}}
+	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "n", "labels": map[string]any{"team": "a"}}}
+	alice := map[string]any{"username": "alice", "groups": []any{"dev"}, "extra": map[string]any{}}
+	for i, c := range []struct {
+		s   Subject
+		req Request
+	}{
+		{Subject{Object: obj, Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "n", NamespaceObject: ns}, Request{Operation: "CREATE", UserInfo: alice}},
+		{Subject{Object: obj, OldObject: old, Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "n"}, Request{Operation: "UPDATE", DryRun: true}},
+		{Subject{Object: obj, Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "n", Name: "other"}, Request{Operation: "DELETE", UserInfo: map[string]any{}}},
+		{Subject{Object: old, OldObject: obj, Kind: "Deployment"}, Request{Operation: "DELETE"}},
+		{Subject{Object: obj, Generated: true, Version: "v1", Kind: "Pod", NamespaceObject: map[string]any{}}, Request{}},
+		{Subject{Kind: "Nothing"}, Request{Operation: "CONNECT"}},
+	} {
+		want, err := ast.InterfaceToValue(reviewInput(&c.s, &c.req))
+		require.NoError(t, err)
+		got, err := reviewValue(&c.s, &c.req)
+		require.NoError(t, err)
+		assert.Equal(t, 0, ast.Compare(want, got), "%d: %v, want %v", i, got, want)
+	}
+	bad := &Subject{Object: map[string]any{"spec": map[string]any{"ch": make(chan int)}}, Kind: "Bad"}
+	_, wantErr := ast.InterfaceToValue(reviewInput(bad, &Request{}))
+	require.Error(t, wantErr)
+	_, err := reviewValue(bad, &Request{})
+	assert.EqualError(t, err, wantErr.Error())
+}

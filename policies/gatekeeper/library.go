@@ -292,41 +292,6 @@ func (l *Library) Matching(s *Subject) []*Constraint {
 	return out
 }
 
-// reviewInput is input.review for s, the shape of the AdmissionRequest Gatekeeper
-// passes its templates, with namespaceObject beside it.
-func reviewInput(s *Subject, req *Request) map[string]any {
-	review := map[string]any{
-		"kind":            map[string]any{"group": s.Group, "version": s.Version, "kind": s.Kind},
-		"name":            s.name(),
-		"namespace":       s.Namespace,
-		"operation":       req.Operation,
-		"object":          s.Object,
-		"namespaceObject": nilIfEmpty(s.NamespaceObject),
-	}
-	// An AdmissionRequest always carries userInfo, empty in gator's reviews.
-	review["userInfo"] = req.UserInfo
-	if req.UserInfo == nil {
-		review["userInfo"] = map[string]any{}
-	}
-	if s.OldObject != nil {
-		review["oldObject"] = s.OldObject
-	}
-	if req.DryRun {
-		review["dryRun"] = true
-	}
-	if req.Operation == "DELETE" && s.OldObject == nil {
-		review["oldObject"] = s.Object
-	}
-	return review
-}
-
-func nilIfEmpty(m map[string]any) any {
-	if m == nil {
-		return nil
-	}
-	return m
-}
-
 // eval runs the template for one constraint on one review. A value Rego cannot hold
 // panics in OPA's conversion; that is this evaluation's failure, not the process's.
 func (t *Template) eval(ctx context.Context, review, params, inventory *ast.Term) (_ []Result, err error) {
