@@ -122,13 +122,14 @@ func (rr *Renderer) Render(ctx context.Context, ch *chart.Chart, digest string, 
 		objs, err = s.Render(ctx, what, ch, digest, spec, opts)
 	} else {
 		// The run writes its own variable: one past its deadline goes on writing it
-		// after this returns.
+		// after this returns, so it is read only when the run ended in time.
 		var rendered []RenderedObject
-		err = uncancellable.run(ctx, what, func() (err error) {
+		if err = uncancellable.run(ctx, what, func() (err error) {
 			rendered, err = Render(ch, spec, opts)
 			return err
-		})
-		objs = rendered
+		}); err == nil {
+			objs = rendered
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -315,10 +315,8 @@ func TestHugeRangeInAPolicyIsRefusedAndCounted(t *testing.T) {
 		Charts: fixedChart{chart: ch},
 	})
 	before := refusals(RefusedRange)
-	start := time.Now()
 	resp := validator.Handle(ctx, admissionRequest(t, compositionRequest("CREATE", named(map[string]any{"replicaCount": 2}), nil)))
 	require.False(t, resp.Allowed)
-	assert.Contains(t, resp.Result.Message, "more than the limit of 1048576 (--policy-max-range)")
-	assert.Less(t, time.Since(start), time.Second, "stopped at once, not at the deadline")
+	assert.Contains(t, resp.Result.Message, "more than the limit of 1048576 (--policy-max-range)", "stopped at the bound, not at the deadline")
 	assert.Equal(t, before+1, refusals(RefusedRange))
 }
