@@ -106,7 +106,7 @@ func setupConstraints(ctx context.Context, cfg config) (*constraintPeers, error)
 	if err != nil {
 		return nil, fmt.Errorf("compositor: %w", err)
 	}
-	p.compositor.judge.Engine.SetConstraints(policies.OriginObject, lib)
+	p.compositor.judge.Engine().SetConstraints(policies.OriginObject, lib)
 	if p.gatekeeper, err = newGatekeeperSide(ctx, ts); err != nil {
 		return nil, fmt.Errorf("gatekeeper: %w", err)
 	}
