@@ -159,20 +159,7 @@ func benchReviews(t *testing.T) []benchReview {
 					if err != nil {
 						continue // values its chart refuses: the composition alone
 					}
-					var subjects []*gatekeeper.Subject
-					for _, o := range objs {
-						s := gatekeeper.SubjectOf(o.Object)
-						if s.Namespace == "" {
-							obj := maps.Clone(o.Object)
-							md, _ := obj["metadata"].(map[string]any)
-							md = maps.Clone(md)
-							md["namespace"] = ns
-							obj["metadata"] = md
-							s.Object, s.Namespace = obj, ns
-						}
-						s.NamespaceObject = nsObject(ns)
-						subjects = append(subjects, s)
-					}
+					subjects := renderedSubjects(objs, ns, nsObject(ns))
 					req := &gatekeeper.Request{Operation: "CREATE", UserInfo: alice, Inventory: gatekeeper.Inventory(subjects)}
 					for i, s := range subjects {
 						out = append(out, benchReview{fmt.Sprintf("%s: %s", name, objs[i].Ref()), s, req})

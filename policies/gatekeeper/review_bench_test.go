@@ -40,20 +40,7 @@ func writeReviews(t testing.TB) []benchReview {
 	out := []benchReview{{"the composition", self, &gatekeeper.Request{Operation: "CREATE", UserInfo: userInfo}}}
 	objs, err := policies.Render(ch, spec, policies.RenderOptions{ReleaseName: "x", Namespace: ns})
 	require.NoError(t, err)
-	var subjects []*gatekeeper.Subject
-	for _, o := range objs {
-		s := gatekeeper.SubjectOf(o.Object)
-		if s.Namespace == "" {
-			obj := maps.Clone(o.Object)
-			md, _ := obj["metadata"].(map[string]any)
-			md = maps.Clone(md)
-			md["namespace"] = ns
-			obj["metadata"] = md
-			s.Object, s.Namespace = obj, ns
-		}
-		s.NamespaceObject = nsObject
-		subjects = append(subjects, s)
-	}
+	subjects := renderedSubjects(objs, ns, nsObject)
 	req := &gatekeeper.Request{Operation: "CREATE", UserInfo: userInfo, Inventory: gatekeeper.Inventory(subjects)}
 	for i, s := range subjects {
 		out = append(out, benchReview{objs[i].Ref(), s, req})
@@ -88,4 +75,25 @@ func BenchmarkLibraryWrite(b *testing.B) {
 			lib.Review(ctx, r.subject, r.request)
 		}
 	}
+}
+
+// renderedSubjects are the subjects of a chart's rendered objects, as the engine reviews
+// them in namespace ns: an object the chart left without a namespace is placed in ns,
+// and each sees ns's Namespace object.
+func renderedSubjects(objs []policies.RenderedObject, ns string, nsObject map[string]any) []*gatekeeper.Subject {
+	subjects := make([]*gatekeeper.Subject, 0, len(objs))
+	for _, o := range objs {
+		s := gatekeeper.SubjectOf(o.Object)
+		if s.Namespace == "" {
+			obj := maps.Clone(o.Object)
+			md, _ := obj["metadata"].(map[string]any)
+			md = maps.Clone(md)
+			md["namespace"] = ns
+			obj["metadata"] = md
+			s.Object, s.Namespace = obj, ns
+		}
+		s.NamespaceObject = nsObject
+		subjects = append(subjects, s)
+	}
+	return subjects
 }
