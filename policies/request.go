@@ -99,8 +99,8 @@ type ChartRef struct {
 	Version string
 }
 
-// ChartRefOf is where def's chart comes from, as input.definition shows it.
-func ChartRefOf(def *corev1alpha1.CompositionDefinition) *ChartRef {
+// chartRefOf is where def's chart comes from, as input.definition shows it.
+func chartRefOf(def *corev1alpha1.CompositionDefinition) *ChartRef {
 	return &ChartRef{URL: def.Spec.Chart.URL, Version: def.Spec.Chart.Version}
 }
 
@@ -193,8 +193,8 @@ func NewRequest(w Write) *Request {
 		}
 	case w.Definition != nil:
 		r.Resource.Resource = cmp.Or(r.Resource.Resource, w.Definition.Status.Resource)
-		r.Definition = ChartRefOf(w.Definition)
-		r.ClusterScoped = ClusterScopedOf(w.Definition)
+		r.Definition = chartRefOf(w.Definition)
+		r.ClusterScoped = clusterScopedOf(w.Definition)
 	}
 	if r.Kind.Group == vocab.CompositionGroup {
 		// Rendered as the install of this write will render it: at the revision after
@@ -212,11 +212,11 @@ func NewRequest(w Write) *Request {
 	return r
 }
 
-// ClusterScopedOf are the kinds def lets its compositions create cluster-wide, as its
+// clusterScopedOf are the kinds def lets its compositions create cluster-wide, as its
 // compositor.dev/allow-cluster-scoped annotation lists them; nil when none. Those
 // that can check a kind's scope with the API server (the install gate) keep only the
 // kinds that really are cluster-scoped.
-func ClusterScopedOf(def *corev1alpha1.CompositionDefinition) map[schema.GroupKind]bool {
+func clusterScopedOf(def *corev1alpha1.CompositionDefinition) map[schema.GroupKind]bool {
 	var kinds map[schema.GroupKind]bool
 	for _, entry := range strings.Split(def.Annotations[vocab.AnnotationAllowClusterScoped], ",") {
 		if gk := schema.ParseGroupKind(strings.TrimSpace(entry)); gk.Kind != "" {

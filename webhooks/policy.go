@@ -103,9 +103,9 @@ func (p *policyCheck) request(ctx context.Context, req *Request, known *reviewMe
 	}
 	if composition && p.capabilities != nil {
 		// Rendered as the install of this write will render it: with the cluster's
-		// capabilities.
-		// Until first read, they are waited for as a chart is: a discovery that does
-		// not answer gets a denial that says so, not the API server's deadline.
+		// capabilities. Until they are first read, they are waited for as a chart is:
+		// a discovery that does not answer gets a denial that says so, not the API
+		// server's deadline.
 		capsCtx, cancel := context.WithTimeout(ctx, chartWait(ctx))
 		caps, err := p.capabilities.Get(capsCtx)
 		cancel()
