@@ -394,3 +394,33 @@ func TestTheManifestIsAppliedServerSideAndHooksCreated(t *testing.T) {
 	assert.Equal(t, []string{vocab.FieldManager + "/Apply"}, env.operations(t, "shop-app"), "the manifest's object")
 	assert.Equal(t, []string{vocab.FieldManager + "/Update"}, env.operations(t, "setup"), "the hook, created")
 }
+
+// Attack: a tenant with write rights in the namespace rewrites the release annotation
+// of one of the release's objects to name another release, then changes its
+// composition. The object is in the release before and after, so Helm's own check of
+// new objects does not see it; the gate's Update refuses it. The refusal must reach
+// the reconciler as an error: Helm's upgrade reads what the failed Update created in
+// a goroutine of its own, and a nil result there took the whole process down (every
+// namespace's controllers with it).
+func TestAnUpgradeOntoARewrittenOwnerIsRefusedNotACrash(t *testing.T) {
+	env := newAttackEnv(t, "owner-rewrite")
+	ctx := context.Background()
+	_, rel, err := env.helm.UpgradeInstall(ctx, env.namespace, "shop", webChart(), nil, InstallOptions{Gate: env.gate(ctx, nil)})
+	require.NoError(t, err)
+
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: env.namespace, Name: "shop-config"}
+	require.NoError(t, env.cp.Client.Get(ctx, key, cm))
+	cm.Annotations[annotationReleaseName] = "payroll"
+	cm.Data["a"] = "tenant"
+	require.NoError(t, env.cp.Client.Update(ctx, cm, client.FieldOwner("kubectl-edit")))
+
+	gate := env.gate(ctx, nil)
+	_, _, err = env.helm.UpgradeInstall(ctx, env.namespace, "shop", webChart(), map[string]any{"x": "y"}, InstallOptions{Last: rel, Gate: gate})
+	require.Error(t, err)
+	require.NotNil(t, gate.refusal)
+	assert.Equal(t, ReasonReleaseConflict, gate.refusal.Reason)
+	assert.Contains(t, gate.refusal.Message, "ConfigMap owner-rewrite/shop-config is there and is not release shop's (it is release payroll's)")
+	require.NoError(t, env.cp.Client.Get(ctx, key, cm))
+	assert.Equal(t, "tenant", cm.Data["a"], "nothing was applied onto the object")
+}

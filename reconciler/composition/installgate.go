@@ -667,57 +667,86 @@ func (c *gatedKubeClient) judge(infos []*resource.Info) error {
 // manifest's as judged — are marked the release's (Helm's ownership annotations,
 // which Helm sets on the manifest's objects itself), judged so marked, and created
 // with a plain create, never merged into an object of the same name that is there:
-// Helm 4 would apply them server-side.
+// Helm 4 would apply them server-side. Its result is never nil, as Update's.
 func (c *gatedKubeClient) Create(resources kube.ResourceList, options ...kube.ClientCreateOption) (*kube.Result, error) {
-	hooks, err := c.outside(resources, c.gate.manifest)
+	hooks, err := c.mayCreate(resources)
 	if err != nil {
-		return nil, err
+		return &kube.Result{}, err
 	}
-	for _, info := range hooks {
+	if hooks {
+		options = append(options, kube.ClientCreateOptionServerSideApply(false, false))
+	}
+	res, err := c.inner.Create(resources, options...)
+	if res == nil {
+		res = &kube.Result{}
+	}
+	return res, err
+}
+
+// mayCreate marks the hooks of resources the release's and judges what was not: nil
+// when every object may be created. hooks tells whether there were hooks.
+func (c *gatedKubeClient) mayCreate(resources kube.ResourceList) (hooks bool, err error) {
+	outsideManifest, err := c.outside(resources, c.gate.manifest)
+	if err != nil {
+		return false, err
+	}
+	for _, info := range outsideManifest {
 		if err := markOwned(info, c.gate.release, c.gate.namespace); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
 	unjudged, err := c.outside(resources, c.gate.approved)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	if err := c.judge(unjudged); err != nil {
-		return nil, err
-	}
-	if len(hooks) > 0 {
-		options = append(options, kube.ClientCreateOptionServerSideApply(false, false))
-	}
-	return c.inner.Create(resources, options...)
+	return len(outsideManifest) > 0, c.judge(unjudged)
 }
 
 // Update applies what the gate judged, onto objects of the release only: an object of
 // the target that is there and is not the release's (a name claimed through a revision
-// that failed, say) is refused, and nothing more is applied.
+// that failed, or a release object whose annotations a tenant rewrote) is refused, and
+// nothing more is applied.
+//
+// Its result is never nil, refused or not, as Helm's own client's: Helm's upgrade and
+// rollback read what was created from the result of an Update that failed, in a
+// goroutine of their own, where a nil result would take the whole process down.
 func (c *gatedKubeClient) Update(original, target kube.ResourceList, options ...kube.ClientUpdateOption) (*kube.Result, error) {
+	if err := c.mayUpdate(target); err != nil {
+		return &kube.Result{}, err
+	}
+	c.noteLeftBehind(original.Difference(target))
+	res, err := c.inner.Update(original, target, options...)
+	if res == nil {
+		res = &kube.Result{}
+	}
+	return res, err
+}
+
+// mayUpdate is nil when every object of target may be applied: judged, and absent or
+// the release's.
+func (c *gatedKubeClient) mayUpdate(target kube.ResourceList) error {
 	changed, err := c.outside(target, c.gate.approved)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.judge(changed); err != nil {
-		return nil, err
+		return err
 	}
 	for _, info := range target {
 		owner, err := c.owner(info)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if owner.foreign() {
 			c.mu.Lock()
+			defer c.mu.Unlock()
 			c.gate.refusal = &GateError{Reason: ReasonReleaseConflict, Message: fmt.Sprintf(
 				"nothing more was applied: %s %s/%s is there and is not release %s's (%s): it is left alone",
 				info.Mapping.GroupVersionKind.Kind, info.Namespace, info.Name, c.gate.release, owner)}
-			c.mu.Unlock()
-			return nil, c.gate.refusal
+			return c.gate.refusal
 		}
 	}
-	c.noteLeftBehind(original.Difference(target))
-	return c.inner.Update(original, target, options...)
+	return nil
 }
 
 // noteLeftBehind records in the gate the objects an upgrade drops from the release
@@ -751,7 +780,7 @@ func (c *gatedKubeClient) Delete(resources kube.ResourceList, policy metav1.Dele
 	for _, info := range resources {
 		owner, err := c.owner(info)
 		if err != nil {
-			return nil, []error{err}
+			return &kube.Result{}, []error{err}
 		}
 		if owner.foreign() {
 			continue
