@@ -1,0 +1,687 @@
+package policies
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template/parse"
+
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"k8s.io/utils/lru"
+)
+
+// UnreadValue is a key of a composition's values that its chart neither declares (in
+// its values.schema.json or values.yaml, or a subchart's) nor reads in a template: a
+// typo, most of the time, which Helm takes silently and the release runs without.
+type UnreadValue struct {
+	// Path is the key's path in the values, e.g. ["replicaCuont"].
+	Path []string
+	// Suggestion is the path of the declared or read key nearest to it, nil when none is
+	// near: ["replicaCount"].
+	Suggestion []string
+}
+
+// knownValues is the tree of the values a chart declares or reads. A node that is
+// open has no unread keys below it: a map the chart leaves open on purpose (an
+// additionalProperties schema, an empty map of values.yaml) or one a template reads
+// whole (toYaml, range, include, tpl over it).
+type knownValues struct {
+	open     bool
+	children map[string]*knownValues
+}
+
+func (k *knownValues) child(key string) *knownValues {
+	if k.children == nil {
+		k.children = map[string]*knownValues{}
+	}
+	c, ok := k.children[key]
+	if !ok {
+		c = &knownValues{}
+		k.children[key] = c
+	}
+	return c
+}
+
+// at is the node of path, made as needed.
+func (k *knownValues) at(path []string) *knownValues {
+	n := k
+	for _, seg := range path {
+		n = n.child(seg)
+	}
+	return n
+}
+
+// merge adds what o knows to k.
+func (k *knownValues) merge(o *knownValues) {
+	if o == nil {
+		return
+	}
+	k.open = k.open || o.open
+	for key, c := range o.children {
+		k.child(key).merge(c)
+	}
+}
+
+// unread appends the keys of values below k that k does not know, each with its path
+// below prefix, in sorted order.
+func (k *knownValues) unread(values map[string]any, prefix []string, out []UnreadValue) []UnreadValue {
+	if k.open {
+		return out
+	}
+	keys := make([]string, 0, len(values))
+	for key := range values {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		path := append(slices.Clip(prefix), key)
+		c, ok := k.children[key]
+		if !ok {
+			u := UnreadValue{Path: path}
+			if near := nearestKey(key, k.children); near != "" {
+				u.Suggestion = append(slices.Clone(prefix), near)
+			}
+			out = append(out, u)
+			continue
+		}
+		if m, isMap := values[key].(map[string]any); isMap {
+			out = c.unread(m, path, out)
+		}
+	}
+	return out
+}
+
+// nearestKey is the key of known nearest to key by edit distance (a transposition
+// counting as one edit), "" when none is within two edits (one for keys of four
+// characters or fewer). Ties go to the first key in sorted order.
+func nearestKey(key string, known map[string]*knownValues) string {
+	limit := 2
+	if len(key) <= 4 {
+		limit = 1
+	}
+	best, bestDistance := "", limit+1
+	for candidate := range known {
+		d := editDistance(strings.ToLower(key), strings.ToLower(candidate))
+		if candidate == key {
+			continue
+		}
+		if d < bestDistance || (d == bestDistance && candidate < best) {
+			best, bestDistance = candidate, d
+		}
+	}
+	if bestDistance > limit {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b, in bytes: the
+// fewest insertions, deletions, substitutions and swaps of neighbours that make one
+// the other.
+func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// valueReads keeps what each chart declares and reads, per chart digest: the analysis
+// parses every template, and charts are shared by many compositions.
+type valueReads struct {
+	cache *lru.Cache
+}
+
+func newValueReads() *valueReads { return &valueReads{cache: lru.New(processedChartsSize)} }
+
+// known is what ch declares or reads; digest "" keeps nothing.
+func (v *valueReads) known(ch *chart.Chart, digest string) *knownValues {
+	if digest != "" {
+		if k, ok := v.cache.Get(digest); ok {
+			return k.(*knownValues)
+		}
+	}
+	k := chartKnownValues(ch)
+	if digest != "" {
+		v.cache.Add(digest, k)
+	}
+	return k
+}
+
+// UnreadValues are the keys of values (a composition's spec) that ch neither declares
+// nor reads, at any depth, subcharts and global included.
+func UnreadValues(ch *chart.Chart, values map[string]any) []UnreadValue {
+	return chartKnownValues(ch).unread(values, nil, nil)
+}
+
+// chartKnownValues is what ch and its subcharts declare or read, as Helm hands values
+// to them: a subchart's under its alias or name, and global to every chart.
+func chartKnownValues(ch *chart.Chart) *knownValues {
+	root := &knownValues{}
+	if ch == nil {
+		root.open = true
+		return root
+	}
+	// The named templates of every chart share one namespace, and their dot is what
+	// their caller passed: what they read is known in every chart's values.
+	a := &chartReads{shared: &knownValues{}, literals: map[string]bool{}}
+	var charts []*knownValues
+	addChart(root, root, a, ch, &charts)
+	if a.dynamic {
+		// Some template reads the values at a key it computes (Bitnami's
+		// common.utils.getValueFromKey splits "auth.rootPassword" on dots): the keys
+		// are the chart's own strings, and each that reads as a path is read.
+		for path := range a.literals {
+			a.shared.at(strings.Split(path, ".")).open = true
+		}
+	}
+	for _, at := range charts {
+		at.merge(a.shared)
+	}
+	return root
+}
+
+// addChart adds what ch declares and reads to at, its values, and what it reads of
+// global to the root's; what is read by named templates and at computed keys goes to
+// a, and at to charts.
+func addChart(root, at *knownValues, a *chartReads, ch *chart.Chart, charts *[]*knownValues) {
+	*charts = append(*charts, at)
+	at.merge(schemaKnownValues(ch.Schema))
+	at.merge(valuesKnownValues(ch.Values))
+	for _, f := range ch.Templates {
+		if f == nil || !strings.HasPrefix(f.Name, "templates/") {
+			continue
+		}
+		if !a.template(f.Name, string(f.Data), at) {
+			at.open = true
+		}
+	}
+	// Files and values that hold templates, which a chart renders with tpl in its own
+	// context (tpl (.Files.Get "config.tpl") .): what does not parse is not a template.
+	for _, f := range ch.Files {
+		if f != nil && strings.Contains(string(f.Data), "{{") {
+			a.template(f.Name, string(f.Data), at)
+		}
+	}
+	a.values(ch.Values, at)
+	if at != root {
+		root.child("global").merge(at.children["global"])
+	}
+	for _, sub := range ch.Dependencies() {
+		if sub == nil || sub.Metadata == nil {
+			continue
+		}
+		addChart(root, at.child(dependencyKey(ch, sub)), a, sub, charts)
+	}
+}
+
+// dependencyKey is the key of the parent's values that sub reads as its own: the
+// alias its parent's Chart.yaml gives it, else its name.
+func dependencyKey(parent, sub *chart.Chart) string {
+	if parent.Metadata != nil {
+		for _, d := range parent.Metadata.Dependencies {
+			if d != nil && d.Name == sub.Name() && d.Alias != "" {
+				return d.Alias
+			}
+		}
+	}
+	return sub.Name()
+}
+
+// schemaKnownValues is what a values.schema.json declares: its properties, at any
+// depth, through allOf, anyOf, oneOf, if/then/else and local $refs. An object it leaves
+// open (additionalProperties or patternProperties with a schema, or no properties at
+// all) is open. A schema that does not parse declares nothing and opens nothing: the
+// schema check says what is wrong with it.
+func schemaKnownValues(raw []byte) *knownValues {
+	k := &knownValues{}
+	if len(raw) == 0 {
+		return k
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return k
+	}
+	schemaInto(k, doc, doc, 0)
+	return k
+}
+
+// maxSchemaDepth bounds the walk of a schema, whose local $refs can loop.
+const maxSchemaDepth = 64
+
+func schemaInto(k *knownValues, node, doc any, depth int) {
+	s, ok := node.(map[string]any)
+	if !ok || depth > maxSchemaDepth {
+		if b, isBool := node.(bool); isBool && b {
+			k.open = true // true allows anything
+		}
+		return
+	}
+	if ref, ok := s["$ref"].(string); ok {
+		if target, found := localRef(doc, ref); found {
+			schemaInto(k, target, doc, depth+1)
+		} else {
+			k.open = true // what it allows cannot be read here
+		}
+	}
+	for _, keyword := range []string{"allOf", "anyOf", "oneOf"} {
+		branches, _ := s[keyword].([]any)
+		for _, b := range branches {
+			schemaInto(k, b, doc, depth+1)
+		}
+	}
+	for _, keyword := range []string{"then", "else"} {
+		if b, ok := s[keyword]; ok {
+			schemaInto(k, b, doc, depth+1)
+		}
+	}
+	props, hasProps := s["properties"].(map[string]any)
+	for key, p := range props {
+		schemaInto(k.child(key), p, doc, depth+1)
+	}
+	if pattern, ok := s["patternProperties"].(map[string]any); ok && len(pattern) > 0 {
+		k.open = true
+	}
+	switch extra := s["additionalProperties"].(type) {
+	case bool:
+		k.open = k.open || extra && hasProps
+	case map[string]any:
+		k.open = true
+	}
+	if !hasProps && declaresObject(s) {
+		k.open = true
+	}
+}
+
+// declaresObject tells whether s is, or may be, an object without saying which keys
+// it has: type object, a list of types with object, or no type and no other shape.
+func declaresObject(s map[string]any) bool {
+	switch t := s["type"].(type) {
+	case string:
+		return t == "object"
+	case []any:
+		return slices.Contains(t, any("object"))
+	}
+	for _, keyword := range []string{"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "items"} {
+		if _, ok := s[keyword]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// localRef resolves a $ref within doc ("#/definitions/x", "#/$defs/x").
+func localRef(doc any, ref string) (any, bool) {
+	pointer, ok := strings.CutPrefix(ref, "#")
+	if !ok {
+		return nil, false
+	}
+	node := doc
+	for _, seg := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
+		if seg == "" {
+			continue
+		}
+		seg = strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
+		m, ok := node.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if node, ok = m[seg]; !ok {
+			return nil, false
+		}
+	}
+	return node, true
+}
+
+// valuesKnownValues is what a chart's values.yaml declares: its keys, at any depth.
+// An empty or null map is open: a place for the user's keys (annotations, labels,
+// resources).
+func valuesKnownValues(values map[string]any) *knownValues {
+	k := &knownValues{}
+	for key, v := range values {
+		c := k.child(key)
+		switch v := v.(type) {
+		case map[string]any:
+			if len(v) == 0 {
+				c.open = true
+				continue
+			}
+			c.merge(valuesKnownValues(v))
+		case nil:
+			c.open = true
+		}
+	}
+	return k
+}
+
+// chartReads is what the templates of a chart and its subcharts read beyond their
+// own top-level templates.
+type chartReads struct {
+	// shared is what named templates read: their dot is their caller's.
+	shared *knownValues
+	// literals are the strings of the templates that read as values paths
+	// ("auth.rootPassword"), and dynamic tells that a template reads the values at a
+	// key it computes: then each of them may be read.
+	literals map[string]bool
+	dynamic  bool
+}
+
+// values adds the reads of the templates a chart's values hold as strings, which its
+// templates may render with tpl in the chart's context.
+func (a *chartReads) values(values map[string]any, reads *knownValues) {
+	for _, v := range values {
+		switch v := v.(type) {
+		case string:
+			if strings.Contains(v, "{{") {
+				a.template("values", v, reads)
+			}
+		case map[string]any:
+			a.values(v, reads)
+		case []any:
+			for _, e := range v {
+				a.values(map[string]any{"": e}, reads)
+			}
+		}
+	}
+}
+
+// template adds to reads what the template text of name reads of .Values, and to a
+// what its named templates read; false when it does not parse (Helm would refuse the
+// chart; nothing can be said of what it reads).
+func (a *chartReads) template(name, text string, reads *knownValues) bool {
+	t := parse.New(name)
+	t.Mode = parse.SkipFuncCheck
+	trees := map[string]*parse.Tree{}
+	if _, err := t.Parse(text, "", "", trees); err != nil {
+		return false
+	}
+	for treeName, tree := range trees {
+		if tree == nil || tree.Root == nil {
+			continue
+		}
+		w := &readWalker{reads: reads, chart: a}
+		dot := ref{kind: refRoot}
+		if treeName != name {
+			// A named template: its dot is its caller's.
+			w.reads, dot = a.shared, ref{}
+		}
+		w.list(tree.Root, &scope{dot: dot, dollar: dot})
+	}
+	return true
+}
+
+// refKind says what a template expression evaluates to, as far as the values go.
+type refKind int
+
+const (
+	refUnknown refKind = iota // anything: a value not of .Values, or one that cannot be told
+	refRoot                   // the chart's top-level context, whose .Values are the values
+	refValues                 // the values at path
+)
+
+type ref struct {
+	kind refKind
+	path []string
+}
+
+func (r ref) field(name string) ref {
+	switch {
+	case r.kind == refValues:
+		return ref{kind: refValues, path: append(slices.Clip(r.path), name)}
+	case name == "Values":
+		// .Values of the root, or of a context passed down in a dict (.context.Values,
+		// $root.Values): Helm's top-level context is the only thing with Values.
+		return ref{kind: refValues}
+	}
+	return ref{}
+}
+
+type scope struct {
+	dot, dollar ref
+	vars        map[string]ref
+}
+
+func (s *scope) with(dot ref) *scope {
+	vars := make(map[string]ref, len(s.vars))
+	for k, v := range s.vars {
+		vars[k] = v
+	}
+	return &scope{dot: dot, dollar: s.dollar, vars: vars}
+}
+
+// readWalker records what a template reads of the values. A read is whole when the
+// value itself is used (printed, passed to a function, ranged over, handed to a named
+// template): every key below it is read. A path only tested (if, not, eq, hasKey) or
+// only walked through (.Values.image.tag reads image only to get to tag) is known
+// without what is below it.
+type readWalker struct {
+	reads *knownValues
+	chart *chartReads
+}
+
+// valuesPath is what a string of a template must look like to be counted as a values
+// path.
+var valuesPath = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$`)
+
+// computedKey records that r is read at a key that is not a constant: r whole, or,
+// for the values themselves, each of the chart's strings that reads as a path.
+func (w *readWalker) computedKey(r ref) {
+	if r.kind == refValues && len(r.path) == 0 {
+		w.chart.dynamic = true
+		return
+	}
+	w.record(r, true)
+}
+
+func (w *readWalker) record(r ref, whole bool) {
+	if r.kind != refValues {
+		return
+	}
+	n := w.reads.at(r.path)
+	n.open = n.open || whole
+}
+
+func (w *readWalker) list(l *parse.ListNode, s *scope) {
+	if l == nil {
+		return
+	}
+	for _, n := range l.Nodes {
+		w.node(n, s)
+	}
+}
+
+func (w *readWalker) node(n parse.Node, s *scope) {
+	switch n := n.(type) {
+	case *parse.ActionNode:
+		// Printed, or bound to a variable: known, and read whole when printed.
+		w.record(w.pipe(n.Pipe, s), len(n.Pipe.Decl) == 0)
+	case *parse.IfNode:
+		w.record(w.pipe(n.Pipe, s), false)
+		w.list(n.List, s)
+		w.list(n.ElseList, s)
+	case *parse.WithNode:
+		r := w.pipe(n.Pipe, s)
+		w.record(r, false)
+		w.list(n.List, s.with(r))
+		w.list(n.ElseList, s)
+	case *parse.RangeNode:
+		r := w.pipe(n.Pipe, s)
+		w.record(r, true)
+		inner := s.with(ref{})
+		for _, d := range n.Pipe.Decl {
+			inner.vars[d.Ident[0]] = ref{}
+		}
+		w.list(n.List, inner)
+		w.list(n.ElseList, s)
+	case *parse.TemplateNode:
+		if n.Pipe != nil {
+			w.record(w.pipe(n.Pipe, s), true)
+		}
+	case *parse.ListNode:
+		w.list(n, s)
+	}
+}
+
+// pipe evaluates a pipeline, recording what its commands read, and binds its
+// variables in s.
+func (w *readWalker) pipe(p *parse.PipeNode, s *scope) ref {
+	if p == nil {
+		return ref{}
+	}
+	var result ref
+	for i, cmd := range p.Cmds {
+		var piped *ref
+		if i > 0 {
+			piped = &result
+		}
+		result = w.command(cmd, s, piped)
+	}
+	for _, d := range p.Decl {
+		if s.vars == nil {
+			s.vars = map[string]ref{}
+		}
+		s.vars[d.Ident[0]] = result
+	}
+	return result
+}
+
+// The functions that only test their arguments: what they are given is known, and
+// what is below it is not read.
+var testingFuncs = map[string]bool{
+	"not": true, "empty": true, "eq": true, "ne": true, "lt": true, "le": true, "gt": true, "ge": true,
+	"kindIs": true, "kindOf": true, "typeIs": true, "typeOf": true, "typeIsLike": true, "len": true,
+	"hasKey": true,
+}
+
+func (w *readWalker) command(c *parse.CommandNode, s *scope, piped *ref) ref {
+	if len(c.Args) == 0 {
+		return ref{}
+	}
+	fn, isFunc := c.Args[0].(*parse.IdentifierNode)
+	if !isFunc {
+		r := w.arg(c.Args[0], s)
+		if len(c.Args) == 1 && piped == nil {
+			return r
+		}
+		// A method called with arguments, or given a pipe: what it reads is not known.
+		w.record(r, true)
+		w.args(c.Args[1:], s, piped, true)
+		return ref{}
+	}
+	args := c.Args[1:]
+	switch fn.Ident {
+	case "index", "get":
+		if len(args) == 0 {
+			break
+		}
+		base := w.arg(args[0], s)
+		if piped != nil {
+			break
+		}
+		keys, literal := literalKeys(args[1:])
+		if base.kind == refValues && literal {
+			return ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}
+		}
+		w.computedKey(base)
+		w.args(args[1:], s, nil, true)
+		return ref{}
+	case "hasKey":
+		if len(args) == 2 && piped == nil {
+			base := w.arg(args[0], s)
+			if keys, ok := literalKeys(args[1:]); ok && base.kind == refValues {
+				w.record(base, false)
+				w.record(ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}, false)
+				return ref{}
+			}
+		}
+	case "dig":
+		// dig "a" "b" default map: the value at a.b of map.
+		if piped == nil && len(args) >= 3 {
+			base := w.arg(args[len(args)-1], s)
+			keys, literal := literalKeys(args[:len(args)-2])
+			w.args(args[len(args)-2:len(args)-1], s, nil, true)
+			if base.kind == refValues && literal {
+				w.record(ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}, true)
+				return ref{}
+			}
+			w.computedKey(base)
+			return ref{}
+		}
+	}
+	w.args(args, s, piped, !testingFuncs[fn.Ident])
+	return ref{}
+}
+
+// args records what the arguments of a function read, and the value piped into it.
+func (w *readWalker) args(args []parse.Node, s *scope, piped *ref, whole bool) {
+	for _, a := range args {
+		w.record(w.arg(a, s), whole)
+	}
+	if piped != nil {
+		w.record(*piped, whole)
+	}
+}
+
+// literalKeys are the string constants of args; false when one is not a constant.
+func literalKeys(args []parse.Node) ([]string, bool) {
+	keys := make([]string, 0, len(args))
+	for _, a := range args {
+		str, ok := a.(*parse.StringNode)
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, str.Text)
+	}
+	return keys, true
+}
+
+// arg evaluates one operand.
+func (w *readWalker) arg(n parse.Node, s *scope) ref {
+	switch n := n.(type) {
+	case *parse.DotNode:
+		return s.dot
+	case *parse.FieldNode:
+		return fields(s.dot, n.Ident)
+	case *parse.VariableNode:
+		base := ref{}
+		if n.Ident[0] == "$" {
+			base = s.dollar
+		} else if v, ok := s.vars[n.Ident[0]]; ok {
+			base = v
+		}
+		return fields(base, n.Ident[1:])
+	case *parse.ChainNode:
+		return fields(w.arg(n.Node, s), n.Field)
+	case *parse.PipeNode:
+		return w.pipe(n, s.with(s.dot))
+	case *parse.StringNode:
+		if valuesPath.MatchString(n.Text) {
+			w.chart.literals[n.Text] = true
+		}
+	}
+	return ref{}
+}
+
+func fields(r ref, idents []string) ref {
+	for _, id := range idents {
+		r = r.field(id)
+	}
+	return r
+}
