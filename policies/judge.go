@@ -17,6 +17,7 @@ type Judge struct {
 	schemas  SchemaValidator
 	engine   *Engine
 	renderer *Renderer
+	reads    *valueReads
 }
 
 // JudgeOptions say what a Judge judges with.
@@ -35,7 +36,7 @@ func NewJudge(opts JudgeOptions) *Judge {
 	if opts.Schemas == nil {
 		opts.Schemas = NewJSONSchemaValidator(0)
 	}
-	return &Judge{schemas: opts.Schemas, engine: opts.Engine, renderer: opts.Renderer}
+	return &Judge{schemas: opts.Schemas, engine: opts.Engine, renderer: opts.Renderer, reads: newValueReads()}
 }
 
 // Engine holds the policies and constraints the judge enforces (nil: none), for those
@@ -106,6 +107,26 @@ func (j *Judge) values(ctx context.Context, r *Request) ([]Violation, error) {
 		return nil, fmt.Errorf("validating %s %s/%s against its chart's schema: %w", r.Kind.Kind, r.Namespace, r.Name, err)
 	}
 	return vs, nil
+}
+
+// Unread are the keys of r's values that its chart neither declares nor reads (see
+// UnreadValues), the first max of them in sorted order, and how many there are; an
+// update's are those it changes. None when r carries no chart or no object. What a
+// chart declares and reads is kept per chart digest.
+func (j *Judge) Unread(r *Request, max int) ([]UnreadValue, int) {
+	if r.Chart == nil || r.Object == nil {
+		return nil, 0
+	}
+	reads := j.reads
+	if reads == nil { // a Judge{}
+		reads = newValueReads()
+	}
+	var old map[string]any
+	if r.OldObject != nil {
+		old, _ = r.OldObject["spec"].(map[string]any)
+	}
+	keys := reads.known(r.Chart, r.ChartDigest).unread(r.Spec(), old, nil, nil)
+	return told(keys, max), len(keys)
 }
 
 // Policies runs every policy and constraint that matches r and returns their

@@ -8,6 +8,7 @@ import (
 	"text/template/parse"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/lru"
 )
 
@@ -20,6 +21,27 @@ type UnreadValue struct {
 	// Suggestion is the path of the declared or read key nearest to it, nil when none is
 	// near: ["replicaCount"].
 	Suggestion []string
+}
+
+// Field is u's path as the composition names it, spec.replicaCuont, printable as a
+// warning (see Violation.Warning): its keys are the writer's.
+func (u UnreadValue) Field() string { return printable("spec." + strings.Join(u.Path, ".")) }
+
+// Warning is the admission warning for u: its field and Message, at most
+// MaxWarningLength bytes.
+func (u UnreadValue) Warning(kind, version string) string {
+	return truncate(u.Field()+": "+u.Message(kind, version), MaxWarningLength)
+}
+
+// Message says that the version of kind has no such value, and which key was meant
+// when one is near: "FireworksApp v1-1-5 has no such value (did you mean
+// spec.replicaCount?)".
+func (u UnreadValue) Message(kind, version string) string {
+	msg := kind + " " + version + " has no such value"
+	if u.Suggestion != nil {
+		msg += " (did you mean spec." + strings.Join(u.Suggestion, ".") + "?)"
+	}
+	return printable(msg)
 }
 
 // knownValues is the tree of the values a chart declares or reads. A node that is
@@ -63,9 +85,17 @@ func (k *knownValues) merge(o *knownValues) {
 	}
 }
 
+// unreadKey is a key of the values that a tree does not know, and the node of its
+// parent, whose children are the keys it may have meant.
+type unreadKey struct {
+	path   []string
+	parent *knownValues
+}
+
 // unread appends the keys of values below k that k does not know, each with its path
-// below prefix, in sorted order.
-func (k *knownValues) unread(values map[string]any, prefix []string, out []UnreadValue) []UnreadValue {
+// below prefix, in sorted order. Values equal to those of old at the same path
+// (an update's unchanged values) are left out.
+func (k *knownValues) unread(values, old map[string]any, prefix []string, out []unreadKey) []unreadKey {
 	if k.open {
 		return out
 	}
@@ -76,36 +106,60 @@ func (k *knownValues) unread(values map[string]any, prefix []string, out []Unrea
 	slices.Sort(keys)
 	for _, key := range keys {
 		path := append(slices.Clip(prefix), key)
+		was, had := old[key]
 		c, ok := k.children[key]
 		if !ok {
-			u := UnreadValue{Path: path}
-			if near := nearestKey(key, k.children); near != "" {
-				u.Suggestion = append(slices.Clone(prefix), near)
+			if !had || !equality.Semantic.DeepEqual(was, values[key]) {
+				out = append(out, unreadKey{path: path, parent: k})
 			}
-			out = append(out, u)
 			continue
 		}
 		if m, isMap := values[key].(map[string]any); isMap {
-			out = c.unread(m, path, out)
+			wasMap, _ := was.(map[string]any)
+			out = c.unread(m, wasMap, path, out)
 		}
 	}
 	return out
 }
 
+// told are the first max of keys (all when max < 0) as UnreadValues, each with the key
+// nearest to it.
+func told(keys []unreadKey, max int) []UnreadValue {
+	if max >= 0 && len(keys) > max {
+		keys = keys[:max]
+	}
+	out := make([]UnreadValue, 0, len(keys))
+	for _, u := range keys {
+		v := UnreadValue{Path: u.path}
+		if near := nearestKey(u.path[len(u.path)-1], u.parent.children); near != "" {
+			v.Suggestion = append(slices.Clone(u.path[:len(u.path)-1]), near)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// maxSuggestedKey bounds the length of a key a suggestion is looked for: a longer one
+// is no typo.
+const maxSuggestedKey = 64
+
 // nearestKey is the key of known nearest to key by edit distance (a transposition
 // counting as one edit), "" when none is within two edits (one for keys of four
 // characters or fewer). Ties go to the first key in sorted order.
 func nearestKey(key string, known map[string]*knownValues) string {
+	if len(key) > maxSuggestedKey {
+		return ""
+	}
 	limit := 2
 	if len(key) <= 4 {
 		limit = 1
 	}
 	best, bestDistance := "", limit+1
 	for candidate := range known {
-		d := editDistance(strings.ToLower(key), strings.ToLower(candidate))
-		if candidate == key {
-			continue
+		if candidate == key || len(candidate) > len(key)+limit || len(key) > len(candidate)+limit {
+			continue // the distance is at least the difference of the lengths
 		}
+		d := editDistance(strings.ToLower(key), strings.ToLower(candidate))
 		if d < bestDistance || (d == bestDistance && candidate < best) {
 			best, bestDistance = candidate, d
 		}
@@ -166,9 +220,9 @@ func (v *valueReads) known(ch *chart.Chart, digest string) *knownValues {
 }
 
 // UnreadValues are the keys of values (a composition's spec) that ch neither declares
-// nor reads, at any depth, subcharts and global included.
+// nor reads, at any depth, subcharts and global included, in sorted order.
 func UnreadValues(ch *chart.Chart, values map[string]any) []UnreadValue {
-	return chartKnownValues(ch).unread(values, nil, nil)
+	return told(chartKnownValues(ch).unread(values, nil, nil, nil), -1)
 }
 
 // chartKnownValues is what ch and its subcharts declare or read, as Helm hands values
@@ -223,6 +277,22 @@ func addChart(root, at *knownValues, a *chartReads, ch *chart.Chart, charts *[]*
 	a.values(ch.Values, at)
 	if at != root {
 		root.child("global").merge(at.children["global"])
+	}
+	if ch.Metadata != nil {
+		// Helm reads the tags and conditions of the dependencies itself.
+		for _, d := range ch.Metadata.Dependencies {
+			if d == nil {
+				continue
+			}
+			for _, tag := range d.Tags {
+				at.child("tags").child(tag)
+			}
+			for _, cond := range strings.Split(d.Condition, ",") {
+				if cond = strings.TrimSpace(cond); cond != "" {
+					at.at(strings.Split(cond, "."))
+				}
+			}
+		}
 	}
 	for _, sub := range ch.Dependencies() {
 		if sub == nil || sub.Metadata == nil {

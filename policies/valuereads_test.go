@@ -29,7 +29,7 @@ func readsChart(t *testing.T) *chart.Chart {
 			`port: {{ .Values.port }}{{ if .Values.auth.enabled }}{{ .Values.auth.password }}{{ end }}{{ .Values.global.imageRegistry }}`)},
 	}
 	root := &chart.Chart{
-		Metadata: &chart.Metadata{Name: "web", Version: "1.0.0", Dependencies: []*chart.Dependency{{Name: "redis", Alias: "cache"}}},
+		Metadata: &chart.Metadata{Name: "web", Version: "1.0.0", Dependencies: []*chart.Dependency{{Name: "redis", Alias: "cache", Condition: "cache.enabled,redisOn", Tags: []string{"backend"}}}},
 		Schema: []byte(`{"type": "object", "properties": {
 			"replicaCount": {"type": "integer"},
 			"service": {"type": "object", "properties": {"type": {"type": "string"}, "port": {"type": "integer"}}, "additionalProperties": false},
@@ -96,7 +96,9 @@ func TestUnreadValuesAreTheKeysNothingDeclaresOrReads(t *testing.T) {
 		"debug":          true,
 		"notes":          map[string]any{"url": "u"},
 		"fileLevel":      "warn",
-		"cache":          map[string]any{"port": 1, "auth": map[string]any{"password": "p"}},
+		"cache":          map[string]any{"enabled": true, "port": 1, "auth": map[string]any{"password": "p"}},
+		"redisOn":        true,
+		"tags":           map[string]any{"backend": true},
 		"global":         map[string]any{"imageRegistry": "r"},
 		// typos and keys nothing reads
 		"replicaCuont": 3,
@@ -109,6 +111,7 @@ func TestUnreadValuesAreTheKeysNothingDeclaresOrReads(t *testing.T) {
 		"config":  map[string]any{"levle": "x"},
 		"cache":   map[string]any{"prot": 1, "auth": map[string]any{"passwrod": "p"}},
 		"global":  map[string]any{"imageRegistr": "r"},
+		"tags":    map[string]any{"backedn": true},
 		"probes":  map[string]any{"livenss": true},
 	}
 	for k, v := range nested {
@@ -130,6 +133,7 @@ func TestUnreadValuesAreTheKeysNothingDeclaresOrReads(t *testing.T) {
 		"cache.prot":          "cache.port",
 		"cache.auth.passwrod": "cache.auth.password",
 		"global.imageRegistr": "global.imageRegistry",
+		"tags.backedn":        "tags.backend",
 		"probes.livenss":      "probes.liveness",
 	}, got)
 }

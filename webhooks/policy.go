@@ -51,15 +51,6 @@ type policyCheck struct {
 	capabilities *policies.ClusterCapabilities
 }
 
-// decide builds the policy request for req and decides on it.
-func (p *policyCheck) decide(ctx context.Context, req *Request) (policies.Decision, error) {
-	r, err := p.request(ctx, req, p.memo.take(req.UID))
-	if err != nil {
-		return policies.Decision{}, err
-	}
-	return p.judge.Decide(ctx, r)
-}
-
 // breaksSchema builds the policy request for req and reports whether its values break
 // its chart's schema, without the policies; false when that cannot be told (the full
 // decision will say why). The request is returned for that decision, so that it is

@@ -303,16 +303,21 @@ func (v *Validator) review(ctx context.Context, req *Request, built *policies.Re
 	}
 	var decision policies.Decision
 	var err error
-	if built != nil {
+	if built == nil {
+		built, err = v.decider.request(ctx, req, v.decider.memo.take(req.UID))
+	}
+	if err == nil {
 		decision, err = v.decider.judge.Decide(ctx, built)
-	} else {
-		decision, err = v.decider.decide(ctx, req)
 	}
 	if err != nil {
 		if len(errs) > 0 { // refused already, for reasons the user can act on
 			return respond(req, errs, warnings), policies.Decision{}
 		}
 		return undecided(err), policies.Decision{}
+	}
+	if req.Kind.Group == vocab.CompositionGroup {
+		e, w := unreadValues(v.decider.judge, req, built, decision)
+		errs, warnings = append(errs, e...), append(warnings, w...)
 	}
 	return verdict(req, errs, warnings, decision), decision
 }

@@ -212,34 +212,37 @@ func denialLine(denial, key string) string {
 }
 
 // subchartCases write values for subcharts Helm may disable and for a subchart's own
-// global; each is admitted exactly when `helm template` accepts it.
+// global; each is admitted exactly when `helm template` accepts it, but for a key no
+// chart reads (unread), which kubectl's default strict validation refuses (issue 49).
 var subchartCases = []struct {
 	name, spec string
 	helmAdmits bool // what bin/k8s/helm template said when the case was written
+	unread     string
 }{
-	{"disabled subchart with leftover bad values and a typo", "alertmanager: {enabled: false, replicaCount: 0, replicaCuont: 2}", true},
-	{"enabled subchart with a bad value", "alertmanager: {replicaCount: 0}", false},
-	{"subchart disabled by default, bad leftovers", "mariadb: {auth: {rootPassword: 5}}", true},
-	{"same subchart enabled", "mariadb: {enabled: true, auth: {rootPassword: 5}}", false},
-	{"a disabled subchart's key holding a string", `mariadb: "off"`, false},
-	{"subchart disabled by its tag", "tags: {monitoring: false}\nmetrics: {port: 70000}", true},
-	{"same subchart enabled (tag unset)", "metrics: {port: 70000}", false},
-	{"subchart's own global replaced by the parent's", `common: {global: {imageRegistry: "Not A Registry"}}`, true},
-	{"parent's global copied into the subchart", `global: {imageRegistry: "Not A Registry"}`, false},
-	{"subchart-only global key", "common: {global: {other: 1}}", true},
-	{"parent's global default deleted by null", "global: {imageRegistry: null}", true},
-	{"subchart's global not a map", `common: {global: "x"}`, false},
+	{"disabled subchart with leftover bad values and a typo", "alertmanager: {enabled: false, replicaCount: 0, replicaCuont: 2}", true, "alertmanager.replicaCuont"},
+	{"enabled subchart with a bad value", "alertmanager: {replicaCount: 0}", false, ""},
+	{"subchart disabled by default, bad leftovers", "mariadb: {auth: {rootPassword: 5}}", true, ""},
+	{"same subchart enabled", "mariadb: {enabled: true, auth: {rootPassword: 5}}", false, ""},
+	{"a disabled subchart's key holding a string", `mariadb: "off"`, false, ""},
+	{"subchart disabled by its tag", "tags: {monitoring: false}\nmetrics: {port: 70000}", true, ""},
+	{"same subchart enabled (tag unset)", "metrics: {port: 70000}", false, ""},
+	{"subchart's own global replaced by the parent's", `common: {global: {imageRegistry: "Not A Registry"}}`, true, ""},
+	{"parent's global copied into the subchart", `global: {imageRegistry: "Not A Registry"}`, false, ""},
+	{"subchart-only global key", "common: {global: {other: 1}}", true, "common.global.other"},
+	{"parent's global default deleted by null", "global: {imageRegistry: null}", true, ""},
+	{"subchart's global not a map", `common: {global: "x"}`, false, ""},
 	// Helm 4: a null among the parent chart's defaults (alertmanager.replicaCount) no
 	// longer deletes the subchart's default (its required replicaCount) when the values
 	// leave the subchart out; Helm 3 refused these values. Values of the subchart's own
 	// bring the parent's null back, as in Helm 3.
-	{"a parent's null default keeps the subchart's default", "mariadb: {enabled: false}", true},
-	{"the same null deletes it under the values' own", "alertmanager: {enabled: true}", false},
+	{"a parent's null default keeps the subchart's default", "mariadb: {enabled: false}", true, ""},
+	{"the same null deletes it under the values' own", "alertmanager: {enabled: true}", false, ""},
 }
 
 // Issue 16, item 4: subchart constraints follow Helm. A composition is admitted
 // exactly when `helm template` accepts the same values with the same chart, for
-// strict and non-strict clients.
+// strict and non-strict clients; a strict client's is refused too when it holds a key
+// no chart reads (issue 49).
 func TestSubchartConstraintsFollowHelm(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp)
@@ -261,6 +264,13 @@ func TestSubchartConstraintsFollowHelm(t *testing.T) {
 			for _, mode := range []writeMode{writeModes[0], writeModes[3]} {
 				obj := composition(t, "SubApp", "sub-app", fmt.Sprintf("sub-%02d-%s", i+1, mode.name), tc.spec)
 				err := mode.write(ctx, cp, obj)
+				if helmAdmits && tc.unread != "" && mode.name == "kubectl-strict" {
+					if assert.Error(t, err, "%s: %s admitted", mode.name, tc.spec) {
+						assert.Contains(t, err.Error(), "spec."+tc.unread+": Invalid value: SubApp v0-1-0 has no such value")
+					}
+					assert.Nil(t, stored(t, cp, obj), "%s: nothing stored", mode.name)
+					continue
+				}
 				if helmAdmits {
 					if assert.NoError(t, err, "%s: Helm accepts %s", mode.name, tc.spec) {
 						want := obj.Object["spec"]

@@ -99,10 +99,14 @@ type ValidateOptions struct {
 	PolicyTimeout time.Duration
 	// FailOpen admits an object whose deny policy could not be evaluated.
 	FailOpen bool
+	// FieldValidation is kubectl's --validate: strict (or true) refuses a key of a
+	// composition's values its chart neither declares nor reads, warn (the default
+	// here) warns of it, ignore (or false) says nothing.
+	FieldValidation string
 }
 
 func newValidateCommand() *cobra.Command {
-	opts := &ValidateOptions{Chart: newChartOptions(), Namespace: "default", PolicyTimeout: policies.DefaultTimeout}
+	opts := &ValidateOptions{Chart: newChartOptions(), Namespace: "default", PolicyTimeout: policies.DefaultTimeout, FieldValidation: "warn"}
 	cmd := &cobra.Command{
 		Use:   "validate -f FILE (--chart REF|DIR | --definition FILE)",
 		Short: "Check compositions and definitions offline, as the validating webhook would",
@@ -111,6 +115,10 @@ composition's values against its chart's values.schema.json (merged with the cha
 values.yaml, subcharts under their keys, as Helm does), then the built-in policies and
 those of --policy-dir; a CompositionDefinition against the policies only. Each object
 is checked as if created, after the mutating webhook's defaults.
+
+A key of a composition's values that its chart neither declares nor reads (a typo,
+most of the time) is warned of; --validate=strict refuses it, as the webhook does for
+` + "`kubectl apply`" + ` (whose default is strict), and --validate=ignore says nothing.
 
 Denials go to stderr, one violation per line, in the webhook's words; warnings as
 "Warning: ..." lines. The exit code is non-zero when any object is denied or
@@ -147,6 +155,7 @@ with --version, a direct https:// .tgz URL, or a Helm repository URL with --repo
 	fs.StringToStringVar(&opts.NamespaceLabels, "namespace-labels", opts.NamespaceLabels, "Labels of the objects' namespace, for namespaceSelector (k=v,...)")
 	fs.DurationVar(&opts.PolicyTimeout, "policy-timeout", opts.PolicyTimeout, "Deadline of the policy evaluation of one object")
 	fs.BoolVar(&opts.FailOpen, "policy-fail-open", opts.FailOpen, "Admit, with a warning, an object whose deny policy cannot be evaluated")
+	fs.StringVar(&opts.FieldValidation, "validate", opts.FieldValidation, "Keys of the values the chart neither declares nor reads, as kubectl apply --validate: strict (or true) refuses them, warn warns, ignore (or false) says nothing")
 	opts.Chart.AddFlags(fs)
 	return cmd
 }
@@ -164,6 +173,9 @@ func (o *ValidateOptions) Validate() error {
 	}
 	if o.DefinitionFile != "" && (o.Chart.Repo != "" || o.Chart.Version != "") {
 		errs = append(errs, errors.New("--repo and --version go with --chart; with --definition the chart is its spec.chart"))
+	}
+	if _, err := fieldValidationOf(o.FieldValidation); err != nil {
+		errs = append(errs, err)
 	}
 	if o.PolicyTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--policy-timeout must be positive, got %s", o.PolicyTimeout))
@@ -204,12 +216,22 @@ func RunValidate(ctx context.Context, out, errOut io.Writer, opts *ValidateOptio
 		if err == nil {
 			var d policies.Decision
 			if d, err = judge.Decide(ctx, req); err == nil {
-				for _, w := range d.Warnings() {
+				validation, _ := fieldValidationOf(opts.FieldValidation)
+				unreadErrs, unreadWarnings := webhooks.TellUnread(judge, req, req.Kind.Version, validation, d)
+				for _, w := range append(d.Warnings(), unreadWarnings...) {
 					fmt.Fprintf(errOut, "Warning: %s\n", w)
 				}
-				if d.Denied() {
+				if d.Denied() || len(unreadErrs) > 0 {
 					denied++
-					fmt.Fprintf(errOut, "%s is denied (%s):\n%s\n", ref, d.Reason(), d.Message())
+					lines := []string{}
+					if d.Denied() {
+						lines = append(lines, d.Message())
+					}
+					for _, e := range unreadErrs {
+						lines = append(lines, e.Error())
+					}
+					reason := cmp.Or(d.Reason(), metav1.StatusReasonInvalid)
+					fmt.Fprintf(errOut, "%s is denied (%s):\n%s\n", ref, reason, strings.Join(lines, "\n"))
 				} else {
 					fmt.Fprintf(out, "%s is valid\n", ref)
 				}
@@ -229,6 +251,19 @@ func RunValidate(ctx context.Context, out, errOut io.Writer, opts *ValidateOptio
 		return fmt.Errorf("%d of %d objects %w", failed, len(objs), ErrNotChecked)
 	}
 	return nil
+}
+
+// fieldValidationOf is the field validation kubectl's --validate value asks for.
+func fieldValidationOf(flag string) (string, error) {
+	switch strings.ToLower(flag) {
+	case "strict", "true":
+		return metav1.FieldValidationStrict, nil
+	case "warn":
+		return metav1.FieldValidationWarn, nil
+	case "ignore", "false":
+		return metav1.FieldValidationIgnore, nil
+	}
+	return "", fmt.Errorf("--validate must be strict (or true), warn, or ignore (or false), got %q", flag)
 }
 
 func displayName(file string) string {
