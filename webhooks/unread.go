@@ -3,6 +3,8 @@ package webhooks
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,12 +23,17 @@ import (
 // it changes. r is the request the judge decides on, whose values are those the
 // chart of the composition's pinned version reads. A key the decision names already
 // (a schema that closes it out) is not told twice, and when the schema refuses the
-// values the others are only warned of, whatever was asked.
-func unreadValues(judge *policies.Judge, req *Request, r *policies.Request, decision policies.Decision) (field.ErrorList, admission.Warnings) {
+// values the others are only warned of, whatever was asked. Nor is a key a warning of
+// the answer names first (a value of another served version: foreignValues).
+func unreadValues(judge *policies.Judge, req *Request, r *policies.Request, decision policies.Decision, warned admission.Warnings) (field.ErrorList, admission.Warnings) {
 	if r == nil || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return nil, nil
 	}
-	return TellUnread(judge, r, pinnedVersion(req), fieldValidation(req), decision)
+	errs, warnings := TellUnread(judge, r, pinnedVersion(req), fieldValidation(req), decision)
+	return errs, slices.DeleteFunc(warnings, func(w string) bool {
+		path, _, _ := strings.Cut(w, ": ")
+		return slices.ContainsFunc(warned, func(first string) bool { return strings.HasPrefix(first, path+" ") })
+	})
 }
 
 // TellUnread is what an answer to r says of its unread values (see unreadValues): the
