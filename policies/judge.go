@@ -125,7 +125,8 @@ func (j *Judge) Unread(r *Request, max int) ([]UnreadValue, int) {
 	if r.OldObject != nil {
 		old, _ = r.OldObject["spec"].(map[string]any)
 	}
-	keys := reads.known(r.Chart, r.ChartDigest).unread(r.Spec(), old, nil, nil)
+	known := reads.known(r.Chart, r.ChartDigest)
+	keys := known.unread(r.Spec(), old, requestReads(r.Spec(), known.computedKeys), nil, nil)
 	return told(keys, max), len(keys)
 }
 

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/lru"
 )
 
@@ -25,7 +27,16 @@ type UnreadValue struct {
 
 // Field is u's path as the composition names it, spec.replicaCuont, printable as a
 // warning (see Violation.Warning): its keys are the writer's.
-func (u UnreadValue) Field() string { return printable("spec." + strings.Join(u.Path, ".")) }
+func (u UnreadValue) Field() string {
+	elems := make([]pathElem, len(u.Path))
+	for i, key := range u.Path {
+		elems[i] = pathElem{key: key}
+	}
+	return printable(joinPath(field.NewPath("spec"), elems))
+}
+
+// Shorten cuts s to at most n bytes without splitting a character, marking the cut.
+func Shorten(s string, n int) string { return truncate(s, n) }
 
 // Warning is the admission warning for u: its field and Message, at most
 // MaxWarningLength bytes.
@@ -51,6 +62,9 @@ func (u UnreadValue) Message(kind, version string) string {
 type knownValues struct {
 	open     bool
 	children map[string]*knownValues
+	// computedKeys, at the root, tells that a template reads the values at a key it
+	// computes: a string of the composition's values may name the key.
+	computedKeys bool
 }
 
 func (k *knownValues) child(key string) *knownValues {
@@ -92,11 +106,11 @@ type unreadKey struct {
 	parent *knownValues
 }
 
-// unread appends the keys of values below k that k does not know, each with its path
-// below prefix, in sorted order. Values equal to those of old at the same path
-// (an update's unchanged values) are left out.
-func (k *knownValues) unread(values, old map[string]any, prefix []string, out []unreadKey) []unreadKey {
-	if k.open {
+// unread appends the keys of values below k that neither k nor also (nil: nothing)
+// knows, each with its path below prefix, in sorted order. Values equal to those of
+// old at the same path (an update's unchanged values) are left out.
+func (k *knownValues) unread(values, old map[string]any, also *knownValues, prefix []string, out []unreadKey) []unreadKey {
+	if k.open || also != nil && also.open {
 		return out
 	}
 	keys := make([]string, 0, len(values))
@@ -108,15 +122,22 @@ func (k *knownValues) unread(values, old map[string]any, prefix []string, out []
 		path := append(slices.Clip(prefix), key)
 		was, had := old[key]
 		c, ok := k.children[key]
-		if !ok {
+		var alsoChild *knownValues
+		if also != nil {
+			alsoChild = also.children[key]
+		}
+		switch {
+		case !ok && alsoChild == nil:
 			if !had || !equality.Semantic.DeepEqual(was, values[key]) {
 				out = append(out, unreadKey{path: path, parent: k})
 			}
 			continue
+		case !ok:
+			c = &knownValues{} // known through also only
 		}
 		if m, isMap := values[key].(map[string]any); isMap {
 			wasMap, _ := was.(map[string]any)
-			out = c.unread(m, wasMap, path, out)
+			out = c.unread(m, wasMap, alsoChild, path, out)
 		}
 	}
 	return out
@@ -139,15 +160,18 @@ func told(keys []unreadKey, max int) []UnreadValue {
 	return out
 }
 
-// maxSuggestedKey bounds the length of a key a suggestion is looked for: a longer one
-// is no typo.
-const maxSuggestedKey = 64
+// maxSuggestedKey bounds the length of a key a suggestion is looked for (a longer one
+// is no typo), and maxSuggestionCandidates the keys it is looked for among.
+const (
+	maxSuggestedKey         = 64
+	maxSuggestionCandidates = 4096
+)
 
 // nearestKey is the key of known nearest to key by edit distance (a transposition
-// counting as one edit), "" when none is within two edits (one for keys of four
-// characters or fewer). Ties go to the first key in sorted order.
+// counting as one edit, case ignored), "" when none is within two edits (one for keys
+// of four characters or fewer). Ties go to the first key in sorted order.
 func nearestKey(key string, known map[string]*knownValues) string {
-	if len(key) > maxSuggestedKey {
+	if len(key) > maxSuggestedKey || len(known) > maxSuggestionCandidates {
 		return ""
 	}
 	limit := 2
@@ -156,10 +180,10 @@ func nearestKey(key string, known map[string]*knownValues) string {
 	}
 	best, bestDistance := "", limit+1
 	for candidate := range known {
-		if candidate == key || len(candidate) > len(key)+limit || len(key) > len(candidate)+limit {
-			continue // the distance is at least the difference of the lengths
+		if candidate == key {
+			continue
 		}
-		d := editDistance(strings.ToLower(key), strings.ToLower(candidate))
+		d := editDistanceWithin(key, candidate, limit)
 		if d < bestDistance || (d == bestDistance && candidate < best) {
 			best, bestDistance = candidate, d
 		}
@@ -170,27 +194,45 @@ func nearestKey(key string, known map[string]*knownValues) string {
 	return best
 }
 
-// editDistance is the optimal string alignment distance of a and b, in bytes: the
-// fewest insertions, deletions, substitutions and swaps of neighbours that make one
-// the other.
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+// editDistanceWithin is the optimal string alignment distance of a and b (the fewest
+// insertions, deletions, substitutions and swaps of neighbours, ASCII case ignored)
+// when it is at most limit, else limit+1. Only the cells within limit of the diagonal
+// are computed: O(len(a) * limit).
+func editDistanceWithin(a, b string, limit int) int {
+	far := limit + 1
+	if len(a)-len(b) > limit || len(b)-len(a) > limit {
+		return far // the distance is at least the difference of the lengths
+	}
+	fold := func(c byte) byte {
+		if 'A' <= c && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return c
+	}
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
 	for j := range prev {
-		prev[j] = j
+		prev[j] = min(j, far)
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
+		for j := range cur {
+			cur[j] = far
+		}
+		cur[0] = min(i, far)
+		rowMin := cur[0]
+		for j := max(1, i-limit); j <= min(len(b), i+limit); j++ {
 			cost := 1
-			if a[i-1] == b[j-1] {
+			if fold(a[i-1]) == fold(b[j-1]) {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
+			d := min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && fold(a[i-1]) == fold(b[j-2]) && fold(a[i-2]) == fold(b[j-1]) {
+				d = min(d, prev2[j-2]+1)
 			}
+			cur[j] = min(d, far)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= far {
+			return far
 		}
 		prev2, prev, cur = prev, cur, prev2
 	}
@@ -222,7 +264,8 @@ func (v *valueReads) known(ch *chart.Chart, digest string) *knownValues {
 // UnreadValues are the keys of values (a composition's spec) that ch neither declares
 // nor reads, at any depth, subcharts and global included, in sorted order.
 func UnreadValues(ch *chart.Chart, values map[string]any) []UnreadValue {
-	return told(chartKnownValues(ch).unread(values, nil, nil, nil), -1)
+	known := chartKnownValues(ch)
+	return told(known.unread(values, nil, requestReads(values, known.computedKeys), nil, nil), -1)
 }
 
 // chartKnownValues is what ch and its subcharts declare or read, as Helm hands values
@@ -241,10 +284,12 @@ func chartKnownValues(ch *chart.Chart) *knownValues {
 	if a.dynamic {
 		// Some template reads the values at a key it computes (Bitnami's
 		// common.utils.getValueFromKey splits "auth.rootPassword" on dots): the keys
-		// are the chart's own strings, and each that reads as a path is read.
+		// are the chart's own strings, and each that reads as a path is read; so may
+		// those of the values (requestReads).
 		for path := range a.literals {
 			a.shared.at(strings.Split(path, ".")).open = true
 		}
+		root.computedKeys = true
 	}
 	for _, at := range charts {
 		at.merge(a.shared)
@@ -285,7 +330,7 @@ func addChart(root, at *knownValues, a *chartReads, ch *chart.Chart, charts *[]*
 				continue
 			}
 			for _, tag := range d.Tags {
-				at.child("tags").child(tag)
+				root.child("tags").child(tag) // Helm reads tags at the top only
 			}
 			for _, cond := range strings.Split(d.Condition, ",") {
 				if cond = strings.TrimSpace(cond); cond != "" {
@@ -294,25 +339,36 @@ func addChart(root, at *knownValues, a *chartReads, ch *chart.Chart, charts *[]*
 			}
 		}
 	}
-	for _, sub := range ch.Dependencies() {
-		if sub == nil || sub.Metadata == nil {
-			continue
-		}
-		addChart(root, at.child(dependencyKey(ch, sub)), a, sub, charts)
+	for key, sub := range dependencies(ch) {
+		addChart(root, at.child(key), a, sub, charts)
 	}
 }
 
-// dependencyKey is the key of the parent's values that sub reads as its own: the
-// alias its parent's Chart.yaml gives it, else its name.
-func dependencyKey(parent, sub *chart.Chart) string {
+// dependencies are the subcharts of parent under the keys of its values they read:
+// each alias of its Chart.yaml (Helm makes a copy of the chart per alias), else the
+// chart's name.
+func dependencies(parent *chart.Chart) map[string]*chart.Chart {
+	out := map[string]*chart.Chart{}
+	named := map[string]bool{}
 	if parent.Metadata != nil {
 		for _, d := range parent.Metadata.Dependencies {
-			if d != nil && d.Name == sub.Name() && d.Alias != "" {
-				return d.Alias
+			if d == nil {
+				continue
+			}
+			for _, sub := range parent.Dependencies() {
+				if sub != nil && sub.Metadata != nil && sub.Name() == d.Name {
+					out[cmp.Or(d.Alias, d.Name)] = sub
+					named[d.Name] = true
+				}
 			}
 		}
 	}
-	return sub.Name()
+	for _, sub := range parent.Dependencies() {
+		if sub != nil && sub.Metadata != nil && !named[sub.Name()] {
+			out[sub.Name()] = sub
+		}
+	}
+	return out
 }
 
 // schemaKnownValues is what a values.schema.json declares: its properties, at any
@@ -329,51 +385,80 @@ func schemaKnownValues(raw []byte) *knownValues {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return k
 	}
-	schemaInto(k, doc, doc, 0)
+	w := &schemaWalk{doc: doc, budget: maxSchemaNodes, active: map[string]bool{}}
+	w.into(k, doc)
 	return k
 }
 
-// maxSchemaDepth bounds the walk of a schema, whose local $refs can loop.
-const maxSchemaDepth = 64
+// maxSchemaNodes bounds the walk of a schema: branches that name the same definition
+// twice make it exponential in the schema's size. What is past the bound is open.
+const maxSchemaNodes = 20000
 
-func schemaInto(k *knownValues, node, doc any, depth int) {
+// schemaWalk walks one values.schema.json within its budget of nodes; active are the
+// $refs being walked, whose recursion (a filter of filters) makes the node open.
+type schemaWalk struct {
+	doc    any
+	budget int
+	active map[string]bool
+}
+
+func (w *schemaWalk) into(k *knownValues, node any) {
+	if w.budget--; w.budget < 0 {
+		k.open = true
+		return
+	}
 	s, ok := node.(map[string]any)
-	if !ok || depth > maxSchemaDepth {
+	if !ok {
 		if b, isBool := node.(bool); isBool && b {
 			k.open = true // true allows anything
 		}
 		return
 	}
 	if ref, ok := s["$ref"].(string); ok {
-		if target, found := localRef(doc, ref); found {
-			schemaInto(k, target, doc, depth+1)
-		} else {
-			k.open = true // what it allows cannot be read here
+		target, found := localRef(w.doc, ref)
+		switch {
+		case !found, w.active[ref]:
+			k.open = true // what it allows cannot be read here, or has no end
+		default:
+			w.active[ref] = true
+			w.into(k, target)
+			delete(w.active, ref)
 		}
 	}
 	for _, keyword := range []string{"allOf", "anyOf", "oneOf"} {
 		branches, _ := s[keyword].([]any)
 		for _, b := range branches {
-			schemaInto(k, b, doc, depth+1)
+			w.into(k, b)
 		}
 	}
 	for _, keyword := range []string{"then", "else"} {
 		if b, ok := s[keyword]; ok {
-			schemaInto(k, b, doc, depth+1)
+			w.into(k, b)
+		}
+	}
+	// dependentSchemas (and draft 7's dependencies) add keys when another is there.
+	for _, keyword := range []string{"dependentSchemas", "dependencies"} {
+		deps, _ := s[keyword].(map[string]any)
+		for _, d := range deps {
+			if _, isSchema := d.(map[string]any); isSchema {
+				w.into(k, d)
+			}
 		}
 	}
 	props, hasProps := s["properties"].(map[string]any)
 	for key, p := range props {
-		schemaInto(k.child(key), p, doc, depth+1)
+		w.into(k.child(key), p)
 	}
 	if pattern, ok := s["patternProperties"].(map[string]any); ok && len(pattern) > 0 {
 		k.open = true
 	}
-	switch extra := s["additionalProperties"].(type) {
-	case bool:
-		k.open = k.open || extra && hasProps
-	case map[string]any:
-		k.open = true
+	for _, keyword := range []string{"additionalProperties", "unevaluatedProperties"} {
+		switch extra := s[keyword].(type) {
+		case bool:
+			k.open = k.open || extra && hasProps
+		case map[string]any:
+			k.open = true
+		}
 	}
 	if !hasProps && declaresObject(s) {
 		k.open = true
@@ -441,6 +526,42 @@ func valuesKnownValues(values map[string]any) *knownValues {
 	return k
 }
 
+// requestReads is what a composition's own values make the chart read: the values its
+// strings read as templates (a chart renders some with tpl in its context:
+// extraDeploy, tplvalues), and, when the chart reads the values at computed keys
+// (computedKeys), each of its strings that reads as a path. nil when there is none.
+func requestReads(values map[string]any, computedKeys bool) *knownValues {
+	var extra *knownValues
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			if !strings.Contains(v, "{{") && !(computedKeys && valuesPath.MatchString(v)) {
+				return
+			}
+			if extra == nil {
+				extra = &knownValues{}
+			}
+			if strings.Contains(v, "{{") {
+				a := &chartReads{shared: extra, literals: map[string]bool{}}
+				a.template("values", v, extra)
+			} else {
+				extra.at(strings.Split(v, ".")).open = true
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(values)
+	return extra
+}
+
 // chartReads is what the templates of a chart and its subcharts read beyond their
 // own top-level templates.
 type chartReads struct {
@@ -501,9 +622,11 @@ func (a *chartReads) template(name, text string, reads *knownValues) bool {
 type refKind int
 
 const (
-	refUnknown refKind = iota // anything: a value not of .Values, or one that cannot be told
-	refRoot                   // the chart's top-level context, whose .Values are the values
-	refValues                 // the values at path
+	refUnknown   refKind = iota // anything: a value not of .Values, or one that cannot be told
+	refRoot                     // the chart's top-level context, whose .Values are the values
+	refValues                   // the values at path
+	refSubcharts                // the root's .Subcharts
+	refSubchart                 // .Subcharts.<path[0]>, a subchart's top-level context
 )
 
 type ref struct {
@@ -515,6 +638,15 @@ func (r ref) field(name string) ref {
 	switch {
 	case r.kind == refValues:
 		return ref{kind: refValues, path: append(slices.Clip(r.path), name)}
+	case r.kind == refRoot && name == "Subcharts":
+		return ref{kind: refSubcharts}
+	case r.kind == refSubcharts:
+		return ref{kind: refSubchart, path: []string{name}}
+	case r.kind == refSubchart:
+		if name == "Values" {
+			return ref{kind: refValues, path: r.path} // the subchart's values, under its key
+		}
+		return ref{}
 	case name == "Values":
 		// .Values of the root, or of a context passed down in a dict (.context.Values,
 		// $root.Values): Helm's top-level context is the only thing with Values.
@@ -550,17 +682,30 @@ type readWalker struct {
 // path.
 var valuesPath = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$`)
 
-// computedKey records that r is read at a key that is not a constant: r whole, or,
-// for the values themselves, each of the chart's strings that reads as a path.
-func (w *readWalker) computedKey(r ref) {
-	if r.kind == refValues && len(r.path) == 0 {
-		w.chart.dynamic = true
+// computedKey records that r is read at the keys keys compute: r whole, or, for the
+// values themselves, each string of the chart and of the composition's values that
+// reads as a path (a key split from a constant, or a value's: index .Values
+// .Values.environment). A key built by a function (printf "%sConfig") can be any:
+// every value is read.
+func (w *readWalker) computedKey(r ref, keys []parse.Node) {
+	if r.kind != refValues || len(r.path) > 0 {
+		w.record(r, true)
 		return
 	}
-	w.record(r, true)
+	for _, k := range keys {
+		if _, built := k.(*parse.PipeNode); built {
+			w.record(r, true)
+			return
+		}
+	}
+	w.chart.dynamic = true
 }
 
 func (w *readWalker) record(r ref, whole bool) {
+	if r.kind == refRoot && whole {
+		w.reads.open = true // the whole context as data (toYaml $): every value is read
+		return
+	}
 	if r.kind != refValues {
 		return
 	}
@@ -602,7 +747,10 @@ func (w *readWalker) node(n parse.Node, s *scope) {
 		w.list(n.ElseList, s)
 	case *parse.TemplateNode:
 		if n.Pipe != nil {
-			w.record(w.pipe(n.Pipe, s), true)
+			// The named template's reads are its own; values handed to it are read whole.
+			if r := w.pipe(n.Pipe, s); r.kind == refValues {
+				w.record(r, true)
+			}
 		}
 	case *parse.ListNode:
 		w.list(n, s)
@@ -627,9 +775,43 @@ func (w *readWalker) pipe(p *parse.PipeNode, s *scope) ref {
 		if s.vars == nil {
 			s.vars = map[string]ref{}
 		}
+		if p.IsAssign {
+			w.assign(s, d.Ident[0], result)
+			continue
+		}
 		s.vars[d.Ident[0]] = result
 	}
 	return result
+}
+
+// assign records $name = r. It may run in a branch, or in a with or range body, and
+// be seen after it: what $name held and what it is given are both read whole, and
+// $name holds neither for sure. The values themselves are never read whole so: a
+// variable that held them (a walk down a computed path, as Bitnami's getValueFromKey)
+// keeps them, and one given them holds them.
+func (w *readWalker) assign(s *scope, name string, r ref) {
+	old := s.vars[name]
+	valuesRoot := func(r ref) bool { return r.kind == refValues && len(r.path) == 0 }
+	switch {
+	case valuesRoot(old):
+		if !valuesRoot(r) {
+			w.record(r, true)
+		}
+	case valuesRoot(r):
+		w.record(old, true)
+		s.vars[name] = r
+	default:
+		w.record(old, true)
+		w.record(r, true)
+		s.vars[name] = ref{}
+	}
+}
+
+// The functions that hand a context on without reading it as data: what the named
+// template or the dict's reader reads of it is found where it is read.
+var passingFuncs = map[string]bool{
+	"include": true, "tpl": true, "dict": true, "list": true, "set": true, "default": true,
+	"required": true, "ternary": true, "coalesce": true, "and": true, "or": true, "fail": true,
 }
 
 // The functions that only test their arguments: what they are given is known, and
@@ -665,11 +847,10 @@ func (w *readWalker) command(c *parse.CommandNode, s *scope, piped *ref) ref {
 		if piped != nil {
 			break
 		}
-		keys, literal := literalKeys(args[1:])
-		if base.kind == refValues && literal {
-			return ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}
+		if keys, literal := literalKeys(args[1:]); literal {
+			return fields(base, keys) // index $ "Values" "extra" is .Values.extra
 		}
-		w.computedKey(base)
+		w.computedKey(base, args[1:])
 		w.args(args[1:], s, nil, true)
 		return ref{}
 	case "hasKey":
@@ -691,12 +872,25 @@ func (w *readWalker) command(c *parse.CommandNode, s *scope, piped *ref) ref {
 				w.record(ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}, true)
 				return ref{}
 			}
-			w.computedKey(base)
+			w.computedKey(base, args[:len(args)-2])
 			return ref{}
 		}
 	}
-	w.args(args, s, piped, !testingFuncs[fn.Ident])
+	for _, a := range args {
+		w.use(w.arg(a, s), fn.Ident)
+	}
+	if piped != nil {
+		w.use(*piped, fn.Ident)
+	}
 	return ref{}
+}
+
+// use records r given to the function fn.
+func (w *readWalker) use(r ref, fn string) {
+	if r.kind == refRoot && passingFuncs[fn] {
+		return
+	}
+	w.record(r, !testingFuncs[fn])
 }
 
 // args records what the arguments of a function read, and the value piped into it.

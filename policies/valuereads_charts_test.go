@@ -44,8 +44,8 @@ func TestUnreadValuesOnCharts(t *testing.T) {
 		}
 		charts++
 		known := chartKnownValues(ch)
-		fp := told(known.unread(ch.Values, nil, nil, nil), -1)
-		fp = append(fp, told(known.unread(templatePaths(ch), nil, nil, nil), -1)...)
+		fp := told(known.unread(ch.Values, nil, nil, nil, nil), -1)
+		fp = append(fp, told(known.unread(templatePaths(ch), nil, nil, nil, nil), -1)...)
 		for _, u := range fp {
 			t.Logf("%s: false positive: %s", ch.Name(), strings.Join(u.Path, "."))
 		}
@@ -62,7 +62,7 @@ func TestUnreadValuesOnCharts(t *testing.T) {
 			if len(path) == 1 {
 				topTypos++
 			}
-			for _, u := range told(known.unread(spec, nil, nil, nil), -1) {
+			for _, u := range told(known.unread(spec, nil, nil, nil, nil), -1) {
 				switch {
 				case slices.Equal(u.Path, typo) && slices.Equal(u.Suggestion, path):
 					caught++

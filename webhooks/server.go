@@ -316,7 +316,7 @@ func (v *Validator) review(ctx context.Context, req *Request, built *policies.Re
 		return undecided(err), policies.Decision{}
 	}
 	if req.Kind.Group == vocab.CompositionGroup {
-		e, w := unreadValues(v.decider.judge, req, built, decision, warnings)
+		e, w := unreadValues(ctx, v.decider, req, built, decision, warnings)
 		errs, warnings = append(errs, e...), append(warnings, w...)
 	}
 	return verdict(req, errs, warnings, decision), decision

@@ -49,38 +49,44 @@ func TestUnreadValuesFollowTheWritersFieldValidation(t *testing.T) {
 
 	for _, validation := range []string{"", "Warn", "nonsense"} {
 		req, r := unreadRequest(admissionv1.Create, validation, spec, nil)
-		errs, warnings := unreadValues(judge, req, r, policies.Decision{}, nil)
+		errs, warnings := unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 		assert.Empty(t, errs, validation)
 		assert.Equal(t, []string{told}, []string(warnings), "%q warns", validation)
 	}
 
 	req, r := unreadRequest(admissionv1.Create, "Strict", spec, nil)
-	errs, warnings := unreadValues(judge, req, r, policies.Decision{}, nil)
+	errs, warnings := unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 	assert.Empty(t, warnings)
 	require.Len(t, errs, 1)
 	assert.Contains(t, errs[0].Error(), "spec.replicaCuont: Invalid value: WebApp v1-0-0 has no such value (did you mean spec.replicaCount?)")
 
 	req, r = unreadRequest(admissionv1.Create, "Ignore", spec, nil)
-	errs, warnings = unreadValues(judge, req, r, policies.Decision{}, nil)
+	errs, warnings = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 	assert.Empty(t, errs)
 	assert.Empty(t, warnings)
 
 	// An update is told only of what it changes.
 	req, r = unreadRequest(admissionv1.Update, "Strict", map[string]any{"replicaCuont": 3, "other": 1}, map[string]any{"replicaCuont": 3})
-	errs, _ = unreadValues(judge, req, r, policies.Decision{}, nil)
+	errs, _ = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 	require.Len(t, errs, 1)
 	assert.Equal(t, "spec.other", errs[0].Field)
 
 	// Refused by the schema already: named once, and the rest only warned of.
 	req, r = unreadRequest(admissionv1.Create, "Strict", map[string]any{"replicaCuont": 3, "other": 1}, nil)
 	schema := policies.Decision{Violations: []policies.Violation{{Path: "spec.other", Message: "is not allowed", Source: policies.SourceSchema, Action: "deny"}}}
-	errs, warnings = unreadValues(judge, req, r, schema, nil)
+	errs, warnings = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, schema, nil)
 	assert.Empty(t, errs)
 	assert.Equal(t, []string{told}, []string(warnings))
 
+	// A policy's violation at the key, which may be a dry run, takes nothing away.
+	req, r = unreadRequest(admissionv1.Create, "Strict", map[string]any{"other": 1}, nil)
+	dryRun := policies.Decision{Violations: []policies.Violation{{Path: "spec.other", Message: "no", Source: "policy p", Policy: "p", Action: "dryrun"}}}
+	errs, _ = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, dryRun, nil)
+	assert.Len(t, errs, 1)
+
 	// A key another warning names first is not warned of twice.
 	req, r = unreadRequest(admissionv1.Create, "Warn", spec, nil)
-	_, warnings = unreadValues(judge, req, r, policies.Decision{}, []string{"spec.replicaCuont is not a value of WebApp v1-0-0 (v0-9-0 has it)"})
+	_, warnings = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, []string{"spec.replicaCuont is not a value of WebApp v1-0-0 (v0-9-0 has it)"})
 	assert.Empty(t, warnings)
 }
 
@@ -93,7 +99,7 @@ func TestUnreadValuesAnswersAreBoundedAndPrintable(t *testing.T) {
 		spec[fmt.Sprintf("junk%05d", i)] = i
 	}
 	req, r := unreadRequest(admissionv1.Create, "Warn", spec, nil)
-	errs, warnings := unreadValues(judge, req, r, policies.Decision{}, nil)
+	errs, warnings := unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 	assert.Empty(t, errs)
 	require.Len(t, warnings, maxUnreadTold+1)
 	for _, w := range warnings {
@@ -101,10 +107,13 @@ func TestUnreadValuesAnswersAreBoundedAndPrintable(t *testing.T) {
 		assert.NotContains(t, w, "\x1b")
 		assert.NotContains(t, w, "\u202e")
 	}
-	assert.Contains(t, warnings[0], `spec.\x1b[2Jcleared\u202e: WebApp v1-0-0 has no such value`)
+	assert.Contains(t, warnings[0], `spec[\x1b[2Jcleared\u202e]: WebApp v1-0-0 has no such value`)
 	assert.Equal(t, "spec: 4982 more keys: WebApp v1-0-0 has no such values", warnings[maxUnreadTold])
 
 	req, r = unreadRequest(admissionv1.Create, "Strict", spec, nil)
-	errs, _ = unreadValues(judge, req, r, policies.Decision{}, nil)
+	errs, _ = unreadValues(t.Context(), &policyCheck{judge: judge}, req, r, policies.Decision{}, nil)
 	assert.Len(t, errs, maxUnreadTold+1)
+	for _, e := range errs {
+		assert.LessOrEqual(t, len(e.Error()), 512, "one refusal stays short: %.80s", e.Error())
+	}
 }

@@ -17,7 +17,8 @@ import (
 // is told through kubectl as the API server tells an unknown field of a built-in kind,
 // after the field validation kubectl asks for: refused by default
 // (--validate=strict), warned with --validate=warn, silent with --validate=false. A
-// key only a template reads, and a key of a free-form map, are never told.
+// key only a template reads, and a key of a free-form map, are never told. A
+// definition with spec.fieldValidation Strict makes every write strict.
 func TestUnreadValuesFollowKubectlsFieldValidation(t *testing.T) {
 	cp := controlplane.Start(t)
 	startCompositor(t, cp)
@@ -66,4 +67,19 @@ func TestUnreadValuesFollowKubectlsFieldValidation(t *testing.T) {
 	res = cp.Kubectl(ctx, manifest("ignored", "{replicaCuont: 3}"), "create", "--validate=false", "-f", "-")
 	require.NoError(t, res.Err, res.Stderr)
 	assert.NotContains(t, res.Stderr, "no such value")
+
+	// A definition that makes every write strict: refused whatever the client asks,
+	// and the values read still admitted.
+	res = cp.Kubectl(ctx, "", "patch", "compositiondefinition", "values-app", "-n", "values-app", "--type", "merge", "-p", `{"spec":{"fieldValidation":"Strict"}}`)
+	require.NoError(t, res.Err, res.Stderr)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res := cp.Kubectl(ctx, manifest("strict", "{replicaCuont: 3}"), "create", "--validate=false", "-f", "-")
+		if assert.Error(c, res.Err, "--validate=false admitted a typo under a strict definition") {
+			assert.Contains(c, res.Stderr, "spec.replicaCuont: Invalid value: ValuesApp v0-1-0 has no such value (did you mean spec.replicaCount?)")
+		}
+	}, time.Minute, 250*time.Millisecond)
+	res = cp.Kubectl(ctx, manifest("strict", "{replicaCuont: 3}"), "apply", "--validate=warn", "-f", "-")
+	assert.Error(t, res.Err, "--validate=warn admitted a typo under a strict definition")
+	res = cp.Kubectl(ctx, manifest("strict", read), "apply", "--validate=false", "-f", "-")
+	require.NoError(t, res.Err, res.Stderr)
 }

@@ -171,6 +171,15 @@ type CompositionDefinitionSpec struct {
 	// first, approval, a canary and batches, automatic rollback, revisions kept.
 	// +optional
 	Upgrade *UpgradePolicy `json:"upgrade,omitempty"`
+
+	// FieldValidation Strict refuses every write of a composition that holds a key of
+	// the values its chart neither declares nor reads (a typo, most of the time),
+	// whatever field validation the client asks for (kubectl --validate=warn or
+	// false, client-go's defaults). Unset, each write's own decides: kubectl apply's
+	// default is Strict.
+	// +kubebuilder:validation:Enum=Strict
+	// +optional
+	FieldValidation string `json:"fieldValidation,omitempty"`
 }
 
 // VersionInfo describes one version of the generated CRD.
