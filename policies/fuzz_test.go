@@ -6,6 +6,9 @@ import (
 	"errors"
 	"testing"
 
+	chartcommon "helm.sh/helm/v4/pkg/chart/common"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+
 	"github.com/compositor-dev/compositor/test/samplecharts"
 )
 
@@ -65,6 +68,40 @@ func FuzzValidateValues(f *testing.F) {
 		for _, x := range vs {
 			if x.Path == "" || x.Message == "" {
 				t.Fatalf("violation without path or message: %+v", x)
+			}
+		}
+	})
+}
+
+// FuzzUnreadValues: any template, schema and values give an answer, never a panic:
+// every key told is a key of the values, and a key the values.yaml declares is never
+// told.
+func FuzzUnreadValues(f *testing.F) {
+	f.Add(`{{ .Values.a.b }}{{ with .Values.c }}{{ .d }}{{ end }}`, `{"properties": {"e": {"$ref": "#"}}}`, []byte(`{"a": {"b": 1, "x": 2}, "y": 3}`))
+	f.Add(`{{ $v := .Values }}{{ range $k, $x := $v.m }}{{ index $v $k }}{{ $v = $x }}{{ end }}`, `{"allOf": [{"$ref": "#/a"}], "a": {"$ref": "#"}}`, []byte(`{"m": {"q": "{{ .Values.z }}"}, "z": 1}`))
+	f.Add(`{{ define "x" }}{{ .context.Values.p }}{{ end }}{{ include "x" (dict "context" $) }}`, `true`, []byte(`{"p": 1, "pp": 2}`))
+	f.Fuzz(func(t *testing.T, tmpl, schema string, raw []byte) {
+		var spec map[string]any
+		if json.Unmarshal(raw, &spec) != nil {
+			return
+		}
+		ch := &chart.Chart{Metadata: &chart.Metadata{Name: "f", Version: "1"}, Schema: []byte(schema),
+			Values:    map[string]any{"declared": map[string]any{"deep": 1}},
+			Templates: []*chartcommon.File{{Name: "templates/a.yaml", Data: []byte(tmpl)}}}
+		spec["declared"] = map[string]any{"deep": 2}
+		for _, u := range UnreadValues(ch, spec) {
+			if len(u.Path) == 0 || u.Path[0] == "declared" && len(u.Path) == 2 && u.Path[1] == "deep" {
+				t.Fatalf("told %v", u.Path)
+			}
+			m := spec
+			for i, key := range u.Path {
+				v, ok := m[key]
+				if !ok {
+					t.Fatalf("told %v, not a key of the values", u.Path)
+				}
+				if i < len(u.Path)-1 {
+					m = v.(map[string]any)
+				}
 			}
 		}
 	})

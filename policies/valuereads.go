@@ -826,49 +826,48 @@ func (w *readWalker) command(c *parse.CommandNode, s *scope, piped *ref) ref {
 	if len(c.Args) == 0 {
 		return ref{}
 	}
+	// Each operand is evaluated once: an operand may be a pipeline of its own, and
+	// nested ones evaluated twice would take exponential time.
+	refs := make([]ref, len(c.Args))
+	for i, a := range c.Args {
+		refs[i] = w.arg(a, s)
+	}
 	fn, isFunc := c.Args[0].(*parse.IdentifierNode)
 	if !isFunc {
-		r := w.arg(c.Args[0], s)
 		if len(c.Args) == 1 && piped == nil {
-			return r
+			return refs[0]
 		}
 		// A method called with arguments, or given a pipe: what it reads is not known.
-		w.record(r, true)
-		w.args(c.Args[1:], s, piped, true)
+		w.uses(refs, piped, "")
 		return ref{}
 	}
-	args := c.Args[1:]
-	switch fn.Ident {
-	case "index", "get":
-		if len(args) == 0 {
-			break
-		}
-		base := w.arg(args[0], s)
-		if piped != nil {
-			break
-		}
-		if keys, literal := literalKeys(args[1:]); literal {
-			return fields(base, keys) // index $ "Values" "extra" is .Values.extra
-		}
-		w.computedKey(base, args[1:])
-		w.args(args[1:], s, nil, true)
-		return ref{}
-	case "hasKey":
-		if len(args) == 2 && piped == nil {
-			base := w.arg(args[0], s)
-			if keys, ok := literalKeys(args[1:]); ok && base.kind == refValues {
-				w.record(base, false)
-				w.record(ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}, false)
+	args, refs := c.Args[1:], refs[1:]
+	if piped == nil {
+		switch fn.Ident {
+		case "index", "get":
+			if len(args) == 0 {
+				break
+			}
+			if keys, literal := literalKeys(args[1:]); literal {
+				return fields(refs[0], keys) // index $ "Values" "extra" is .Values.extra
+			}
+			w.computedKey(refs[0], args[1:])
+			w.uses(refs[1:], nil, "")
+			return ref{}
+		case "hasKey":
+			if keys, ok := literalKeys(args[1:]); ok && len(args) == 2 && refs[0].kind == refValues {
+				w.record(refs[0], false)
+				w.record(ref{kind: refValues, path: append(slices.Clip(refs[0].path), keys...)}, false)
 				return ref{}
 			}
-		}
-	case "dig":
-		// dig "a" "b" default map: the value at a.b of map.
-		if piped == nil && len(args) >= 3 {
-			base := w.arg(args[len(args)-1], s)
-			keys, literal := literalKeys(args[:len(args)-2])
-			w.args(args[len(args)-2:len(args)-1], s, nil, true)
-			if base.kind == refValues && literal {
+		case "dig":
+			// dig "a" "b" default map: the value at a.b of map.
+			if len(args) < 3 {
+				break
+			}
+			base := refs[len(refs)-1]
+			w.uses(refs[len(refs)-2:len(refs)-1], nil, "")
+			if keys, literal := literalKeys(args[:len(args)-2]); literal && base.kind == refValues {
 				w.record(ref{kind: refValues, path: append(slices.Clip(base.path), keys...)}, true)
 				return ref{}
 			}
@@ -876,13 +875,19 @@ func (w *readWalker) command(c *parse.CommandNode, s *scope, piped *ref) ref {
 			return ref{}
 		}
 	}
-	for _, a := range args {
-		w.use(w.arg(a, s), fn.Ident)
+	w.uses(refs, piped, fn.Ident)
+	return ref{}
+}
+
+// uses records refs, and piped, given to the function fn ("": a method, or an
+// argument whose use is not known).
+func (w *readWalker) uses(refs []ref, piped *ref, fn string) {
+	for _, r := range refs {
+		w.use(r, fn)
 	}
 	if piped != nil {
-		w.use(*piped, fn.Ident)
+		w.use(*piped, fn)
 	}
-	return ref{}
 }
 
 // use records r given to the function fn.
@@ -891,16 +896,6 @@ func (w *readWalker) use(r ref, fn string) {
 		return
 	}
 	w.record(r, !testingFuncs[fn])
-}
-
-// args records what the arguments of a function read, and the value piped into it.
-func (w *readWalker) args(args []parse.Node, s *scope, piped *ref, whole bool) {
-	for _, a := range args {
-		w.record(w.arg(a, s), whole)
-	}
-	if piped != nil {
-		w.record(*piped, whole)
-	}
 }
 
 // literalKeys are the string constants of args; false when one is not a constant.

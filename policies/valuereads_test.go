@@ -367,3 +367,17 @@ func TestUnreadValuesWalkARecursiveSchemaWithinABound(t *testing.T) {
 	})
 	assert.Equal(t, []UnreadValue{{Path: []string{"fliter"}, Suggestion: []string{"filter"}}}, got)
 }
+
+// Attack: a string of the composition's values is parsed as a template (a chart may
+// render it with tpl); one of pipelines nested forty deep is walked once, not 2^40
+// times.
+func TestUnreadValuesWalkNestedPipelinesOnce(t *testing.T) {
+	nested := ".Values"
+	for range 40 {
+		nested = `("k" | index ` + nested + `)`
+	}
+	ch := &chart.Chart{Metadata: &chart.Metadata{Name: "c", Version: "1"},
+		Templates: []*chartcommon.File{{Name: "templates/a.yaml", Data: []byte(`{{ tpl .Values.extra . }}{{ ` + nested + ` }}`)}}}
+	got := UnreadValues(ch, map[string]any{"extra": "{{ " + nested + " }}", "typo": 1})
+	assert.Empty(t, got, "a key computed from what is piped may be any: every value is read")
+}
