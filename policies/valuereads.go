@@ -245,7 +245,11 @@ type valueReads struct {
 	cache *lru.Cache
 }
 
-func newValueReads() *valueReads { return &valueReads{cache: lru.New(processedChartsSize)} }
+// valueReadsSize bounds the charts whose reads are kept: a tree is a few kilobytes, and
+// every chart version served may be written to.
+const valueReadsSize = 2048
+
+func newValueReads() *valueReads { return &valueReads{cache: lru.New(valueReadsSize)} }
 
 // known is what ch declares or reads; digest "" keeps nothing.
 func (v *valueReads) known(ch *chart.Chart, digest string) *knownValues {
