@@ -39,7 +39,7 @@ func unreadValues(ctx context.Context, p *policyCheck, req *Request, r *policies
 	if strictDefinition(ctx, p.cached, req) {
 		validation, why = metav1.FieldValidationStrict, strictDefinitionWrite
 	}
-	if req.OldObject != nil && req.Kind.Version != pinnedVersion(req) {
+	if req.OldObject != nil && p.schemas != nil && req.Kind.Version != pinnedVersion(req) {
 		// The values are compared as the chart of the pinned version reads them, the
 		// old ones too.
 		old, err := asReadBy(ctx, p.schemas, schema.GroupVersionKind(req.Kind), req.OldObject.Object, pinnedVersion(req))
