@@ -3,6 +3,7 @@ package policies
 import (
 	"cmp"
 	"encoding/json"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -113,12 +114,7 @@ func (k *knownValues) unread(values, old map[string]any, also *knownValues, pref
 	if k.open || also != nil && also.open {
 		return out
 	}
-	keys := make([]string, 0, len(values))
-	for key := range values {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(values)) {
 		path := append(slices.Clip(prefix), key)
 		was, had := old[key]
 		c, ok := k.children[key]
